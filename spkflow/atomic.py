@@ -1,0 +1,44 @@
+"""Atomic file output: a crash never leaves a half-written file under the final name.
+
+Write to a temporary file in the same directory, ``fsync`` it, then ``os.replace`` it
+onto the final name (atomic on POSIX within one file system).  Readers therefore see
+either the old complete file or the new complete file, never a prefix of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import IO
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open ``path`` for writing so that it appears only once the block exits cleanly.
+
+    >>> with atomic_write("out.txt") as f:   # doctest: +SKIP
+    ...     f.write("a 1\\n")
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        binary = "b" in mode
+        with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_write(path) as f:
+        f.write(text)

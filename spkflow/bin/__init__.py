@@ -1,0 +1,1 @@
+"""Command-line front ends: ``python -m spkflow.bin.NAME``; argument parsing only."""

@@ -1,0 +1,31 @@
+"""Errors that point at the offending input.
+
+Every user-facing failure on bad input raises :class:`InputError` (or a subclass)
+carrying the file and, where there is one, the 1-based line number, so that the
+message reads like a compiler's: ``data/train/utt2spk:17: duplicate key 'a-01'``.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class InputError(ValueError):
+    """Bad user input, located by file and line (``line`` is 1-based, or None)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int | None, message: str) -> None:
+        self.path = os.fspath(path)
+        self.line = line
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+class UtteranceError(RuntimeError):
+    """Processing one utterance failed; names the utterance and its source."""
+
+    def __init__(self, utt: str, source: str, message: str) -> None:
+        self.utt = utt
+        self.source = source
+        self.message = message
+        super().__init__(f"utterance '{utt}' ({source}): {message}")

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up everything the tests need and run them:
+#   bash tools/test.sh [pytest args]
+# Installs the Python environment (tools/setup.sh --test) and, when run as root, the
+# Debian packages for the real Slurm and Grid Engine used by the job-runner tests
+# (tools/install_schedulers.sh). The tests start and stop the schedulers themselves.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "${root}"
+
+bash tools/setup.sh --test
+if [ "$(id -u)" = 0 ] && [ -f tools/install_schedulers.sh ]; then
+    bash tools/install_schedulers.sh
+fi
+export PATH=${root}/utils:${PATH}
+export LC_ALL=C
+exec .venv/bin/python -m pytest -q "$@" test
