@@ -1,5 +1,5 @@
 # Environment for recipes: the project's virtual environment, utils/ on PATH, C collation.
-MAIN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+MAIN_ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../.." && pwd)
 if [ -f "${MAIN_ROOT}/.venv/bin/activate" ]; then
     # shellcheck disable=SC1091
     . "${MAIN_ROOT}/.venv/bin/activate"
