@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Data preparation of the speechocean762 demo (stage 1 of spk.sh calls it):
+#   data/train  speechocean762 official train split: 125 speakers x 12 utterances
+#   data/test   speechocean762 official test split: 125 other speakers x 4, with trials
+#   data/dsp20  DSPSpeech-20 (rounds 01-02): 33 speakers x 40, with trials (cross-corpus test)
+# Corpus locations come from db.sh (SPEECHOCEAN762, DSPSPEECH20); the work is done by the
+# corpus scripts in the top-level local/.
+set -euo pipefail
+
+log() {
+    local fname=${BASH_SOURCE[1]##*/}
+    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*"
+}
+
+nontarget_ratio=10       # at most this many non-target trials per target trial
+trials_seed=0            # seed of the non-target trial sample
+dsp20_rounds="01 02"     # DSPSpeech-20 rounds to use (the shared copy has 01-02; the release 01-20)
+download=true            # try to download a missing corpus (fails fast without network)
+
+help_message="Usage: $0 [--nontarget-ratio 10] [--trials-seed 0] [--dsp20-rounds \"01 02\"] [--download true]"
+
+. utils/parse_options.sh
+if [ $# -ne 0 ]; then
+    printf '%b\n' "${help_message}" >&2
+    exit 1
+fi
+
+. ./path.sh
+. ./db.sh
+
+trial_opts=(--trials true --nontarget-ratio "${nontarget_ratio}" --trials-seed "${trials_seed}")
+
+log "speechocean762 from SPEECHOCEAN762=${SPEECHOCEAN762}"
+"${MAIN_ROOT}/local/speechocean762.sh" --download "${download}" --split train \
+    "${SPEECHOCEAN762}" "data/train"
+"${MAIN_ROOT}/local/speechocean762.sh" --download "${download}" --split test "${trial_opts[@]}" \
+    "${SPEECHOCEAN762}" "data/test"
+
+log "DSPSpeech-20 from DSPSPEECH20=${DSPSPEECH20}"
+"${MAIN_ROOT}/local/dspspeech20.sh" --download "${download}" --rounds "${dsp20_rounds}" "${trial_opts[@]}" \
+    "${DSPSPEECH20}" "data/dsp20"
+
+log "Successfully finished: data/{train,test,dsp20}"

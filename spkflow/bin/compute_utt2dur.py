@@ -1,0 +1,34 @@
+"""Write DATA_DIR/utt2dur (seconds per utterance) from wav.scp (+ segments).
+
+    python -m spkflow.bin.compute_utt2dur DATA_DIR
+
+Durations come from audio headers without decoding; segments from their times; pipes are decoded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from spkflow.audio import write_utt2dur
+from spkflow.errors import InputError, UtteranceError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="compute_utt2dur", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data_dir")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    try:
+        path = write_utt2dur(args.data_dir, progress=sys.stderr.isatty())
+    except (InputError, UtteranceError) as exc:
+        logging.error("%s", exc)
+        return 1
+    logging.info("wrote %s", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Write a verification trial list for a data dir: all target pairs plus a seeded sample of
+non-target pairs (at most NONTARGET_RATIO per target pair).
+
+    python -m spkflow.bin.make_trials [--nontarget-ratio 10] [--seed 0] DATA_DIR [OUT]
+
+OUT defaults to DATA_DIR/trials.  Lines ``utt1 utt2 target|nontarget``, utt1 < utt2, LC_ALL=C sorted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from spkflow.corpora.trials import make_trials, write_trials
+from spkflow.datadir import DataDir
+from spkflow.errors import InputError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="make_trials", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data_dir")
+    p.add_argument("out", nargs="?", default=None)
+    p.add_argument("--nontarget-ratio", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    out = Path(args.out) if args.out else Path(args.data_dir) / "trials"
+    try:
+        trials = make_trials(DataDir(args.data_dir).utt2spk(), args.nontarget_ratio, args.seed)
+    except InputError as exc:
+        logging.error("%s", exc)
+        return 1
+    write_trials(out, trials)
+    ntar = sum(1 for t in trials if t[2])
+    logging.info("wrote %s: %d target + %d nontarget trials", out, ntar, len(trials) - ntar)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""What every corpus preparation shares: the record of one utterance, and writing a data dir.
+
+A corpus module turns a corpus folder into a :class:`CorpusData` (utterances with speaker,
+absolute audio path and optional transcript, plus optional per-speaker gender).
+:func:`write_data_dir` turns that into a Kaldi data dir that ``utils/validate_data_dir.sh``
+(ours and Kaldi's) accepts, guaranteeing:
+
+* utterance ids are prefixed by their speaker id and a ``-`` (DESIGN.md), so sorting by
+  utterance also groups speakers (what Kaldi's ``validate_data_dir.sh`` requires of
+  ``utt2spk``/``spk2utt`` order);
+* ids contain no white space; every file is ``LC_ALL=C`` sorted, duplicate-free, written
+  atomically; ``wav.scp`` holds absolute paths;
+* the data dir appears complete or not at all: it is built in a sibling temporary folder and
+  renamed into place; files of a previous data dir at the same place are moved to
+  ``<dir>/.backup/`` (nothing the user had is deleted, stale ``feats.scp``/``segments`` cannot
+  mix with the new utterances);
+* ``utt2dur`` is computed from audio headers (:func:`spkflow.audio.utt2dur`), which also proves
+  that every audio file exists and is readable; a ``trials`` list can be added
+  (:mod:`spkflow.corpora.trials`).
+
+Anchor: Kaldi's ``egs/*/s5/local/*data_prep*.sh`` (awk/sed pipelines, then
+``utils/fix_data_dir.sh`` silently drops whatever does not match).  Here a mismatch is an
+error naming the file and line, and nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spkflow.datadir import WHITESPACE, DataDir, c_sorted, utt2spk_to_spk2utt, write_kv
+from spkflow.errors import InputError
+
+log = logging.getLogger(__name__)
+
+#: audio extensions accepted by the corpus scanners (case-insensitive)
+AUDIO_EXTENSIONS = (".flac", ".wav")
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One utterance of a corpus: ids, absolute audio path (or ``cmd |``), transcript."""
+
+    utt: str
+    spk: str
+    wav: str
+    text: str | None = None
+
+
+@dataclass
+class CorpusData:
+    """The utterances of one data set of a corpus (any order), plus per-speaker extras."""
+
+    name: str
+    utterances: list[Utterance]
+    spk2gender: dict[str, str] = field(default_factory=dict)
+
+
+def is_audio(name: str) -> bool:
+    """Whether ``name`` has one of :data:`AUDIO_EXTENSIONS` (any case)."""
+    return name.lower().endswith(AUDIO_EXTENSIONS)
+
+
+def strip_audio_ext(name: str) -> str:
+    return name[: name.rfind(".")] if is_audio(name) else name
+
+
+def speaker_prefixed(spk: str, stem: str) -> str:
+    """``stem`` if it already starts with ``<spk>-``, else ``<spk>-<stem>``."""
+    return stem if stem.startswith(spk + "-") else f"{spk}-{stem}"
+
+
+def check_id(what: str, value: str, where: str) -> None:
+    if not value or any(c in WHITESPACE for c in value):
+        raise ValueError(f"{where}: {what} {value!r} is empty or contains white space")
+
+
+def pick_unique_audio(paths: Sequence[Path], key: str) -> Path:
+    """One audio file per utterance: the same stem with two extensions (``x.wav`` and
+    ``x.flac``) is ambiguous and an error, not a silent choice."""
+    if len(paths) > 1:
+        listed = ", ".join(str(p) for p in paths)
+        raise InputError(paths[1], None, f"utterance {key!r} has more than one audio file: {listed}; "
+                                         "keep one format")
+    return paths[0]
+
+
+def resolve_audio(root: Path, rel: str, src: Path, line: int) -> Path:
+    """Absolute path of audio ``rel`` (relative to ``root``), accepting a copy with the other
+    audio extension (a corpus converted WAV -> FLAC without rewriting its lists)."""
+    p = Path(rel)
+    path = p if p.is_absolute() else root / p
+    if path.is_file():
+        return path.resolve()
+    stem = str(path)[: -len(path.suffix)] if path.suffix else str(path)
+    for ext in AUDIO_EXTENSIONS + tuple(e.upper() for e in AUDIO_EXTENSIONS):
+        alt = Path(stem + ext)
+        if alt.is_file():
+            return alt.resolve()
+    raise InputError(src, line, f"audio file not found: {path} (nor with another of {AUDIO_EXTENSIONS})")
+
+
+def _check(data: CorpusData) -> list[Utterance]:
+    if not data.utterances:
+        raise ValueError(f"{data.name}: no utterances found")
+    seen: dict[str, Utterance] = {}
+    for u in data.utterances:
+        check_id("utterance id", u.utt, data.name)
+        check_id("speaker id", u.spk, data.name)
+        if not u.utt.startswith(u.spk + "-"):
+            raise ValueError(f"{data.name}: utterance id {u.utt!r} is not prefixed by its speaker {u.spk!r} + '-'")
+        if u.utt in seen:
+            raise ValueError(f"{data.name}: utterance id {u.utt!r} occurs twice ({seen[u.utt].wav} and {u.wav})")
+        seen[u.utt] = u
+    return [seen[k] for k in c_sorted(seen)]
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished ``tmp`` to ``out``; the previous ``out`` goes to ``out/.backup``."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = out.with_name(f".{out.name}.old.{os.getpid()}")
+    os.replace(out, old)
+    os.replace(tmp, out)
+    prev_backup = old / ".backup"
+    if prev_backup.exists():  # our own older backup: superseded by the one made now
+        shutil.rmtree(prev_backup)
+    if any(old.iterdir()):
+        os.replace(old, out / ".backup")
+        log.info("previous contents of %s moved to %s", out, out / ".backup")
+    else:
+        old.rmdir()
+
+
+def write_data_dir(data: CorpusData, out_dir: str | os.PathLike[str], *, utt2dur: bool = True,
+                   trials: bool = False, nontarget_ratio: float = 10.0, seed: int = 0,
+                   text: bool = True, progress: bool = False) -> DataDir:
+    """Write ``data`` as a Kaldi data dir at ``out_dir`` (see the module docstring).
+
+    Files: ``wav.scp``, ``utt2spk``, ``spk2utt``; ``text`` when ``text`` and every utterance has
+    a transcript; ``spk2gender`` when the corpus gives a gender for every speaker; ``utt2dur``
+    when ``utt2dur``; ``trials`` when ``trials``.
+    """
+    from spkflow.audio import format_duration
+    from spkflow.audio import utt2dur as compute_utt2dur
+    from spkflow.corpora.trials import make_trials, write_trials
+
+    utts = _check(data)
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        write_kv(tmp / "wav.scp", [(u.utt, u.wav) for u in utts])
+        write_kv(tmp / "utt2spk", [(u.utt, u.spk) for u in utts])
+        spk2utt = utt2spk_to_spk2utt([(u.utt, u.spk) for u in utts])
+        write_kv(tmp / "spk2utt", spk2utt)
+        if text and all(u.text is not None for u in utts):
+            write_kv(tmp / "text", [(u.utt, u.text or "") for u in utts])
+        if data.spk2gender and all(s in data.spk2gender for s in spk2utt):
+            write_kv(tmp / "spk2gender", [(s, data.spk2gender[s]) for s in spk2utt])
+        if utt2dur:
+            durs = compute_utt2dur(tmp, progress=progress)
+            write_kv(tmp / "utt2dur", [(k, format_duration(v)) for k, v in durs.items()])
+        if trials:
+            write_trials(tmp / "trials", make_trials({u.utt: u.spk for u in utts},
+                                                     nontarget_ratio=nontarget_ratio, seed=seed))
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return DataDir(out)
+
+
+def summary(d: DataDir) -> str:
+    """``data/x: 125 speakers, 1500 utterances, 3.2 h`` (hours when utt2dur exists)."""
+    u2s = d.utt2spk()
+    msg = f"{d.path}: {len(set(u2s.values()))} speakers, {len(u2s)} utterances"
+    if d.has("utt2dur"):
+        msg += f", {sum(d.utt2dur().values()) / 3600:.2f} h"
+    if d.has("trials"):
+        with open(d.file("trials"), encoding="utf-8") as f:
+            kinds = [line.rsplit(None, 1)[-1] for line in f if line.strip()]
+        ntar = kinds.count("target")
+        msg += f", trials {ntar} target + {len(kinds) - ntar} nontarget"
+    return msg
+
+
+def scan_files(root: Path, depth: int) -> Iterable[tuple[Path, str]]:
+    """Audio files exactly ``depth`` directory levels below ``root`` -> (path, relative dirs
+    joined by '/'), in sorted order (deterministic across file systems)."""
+    if depth == 0:
+        with os.scandir(root) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            if e.is_file() and is_audio(e.name):
+                yield Path(e.path), ""
+        return
+    with os.scandir(root) as it:
+        dirs = sorted((e for e in it if e.is_dir()), key=lambda e: e.name)
+    for d in dirs:
+        for p, rel in scan_files(Path(d.path), depth - 1):
+            yield p, d.name + ("/" + rel if rel else "")
+
+
+def match_names(paths: Iterable[tuple[Path, str]], pattern: re.Pattern[str], corpus: str) -> Iterable[tuple[Path, re.Match[str]]]:
+    """Files whose stem matches ``pattern``; others are counted and reported once."""
+    skipped: list[Path] = []
+    for p, _ in paths:
+        m = pattern.fullmatch(strip_audio_ext(p.name))
+        if m is None:
+            skipped.append(p)
+            continue
+        yield p, m
+    if skipped:
+        log.warning("%s: ignored %d audio files not named like the corpus (e.g. %s)", corpus, len(skipped), skipped[0])

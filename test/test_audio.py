@@ -1,0 +1,230 @@
+"""Audio access: wav.scp paths (wav/flac), pipes, ark entries, segments, resampling, errors.
+
+All audio is made here (sines with known frequency and amplitude); nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from spkflow.audio import AudioReader, load_audio, resample, utt2dur, write_utt2dur
+from spkflow.errors import InputError, UtteranceError
+
+
+def sine(freq: float, seconds: float, rate: int, amp: float = 0.5) -> np.ndarray:
+    t = np.arange(int(round(seconds * rate))) / rate
+    return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def write_dir(d: Path, wav_lines: dict[str, str], segments: dict[str, str] | None = None) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "wav.scp").write_text("".join(f"{k} {v}\n" for k, v in sorted(wav_lines.items())))
+    if segments is not None:
+        (d / "segments").write_text("".join(f"{k} {v}\n" for k, v in sorted(segments.items())))
+    return d
+
+
+def peak_freq(x: np.ndarray, rate: int) -> float:
+    w = np.hanning(len(x))
+    spec = np.abs(np.fft.rfft(x * w))
+    return float(np.fft.rfftfreq(len(x), 1 / rate)[np.argmax(spec)])
+
+
+@pytest.mark.parametrize("fmt,subtype", [("wav", "PCM_16"), ("flac", "PCM_16"), ("wav", "FLOAT"), ("flac", "PCM_24")])
+def test_reads_files_in_any_soundfile_format(tmp_path: Path, fmt: str, subtype: str) -> None:
+    x = sine(440, 0.5, 16000)
+    path = tmp_path / f"a.{fmt}"
+    sf.write(path, x, 16000, subtype=subtype)
+    reader = AudioReader(write_dir(tmp_path / "data", {"spk1-a": str(path)}))
+    y = reader.read("spk1-a")
+    assert y.dtype == np.float32 and y.ndim == 1 and y.shape == x.shape
+    assert np.max(np.abs(y - x)) < 1e-4  # PCM_16 quantisation step is 3e-5
+    assert reader.keys() == ["spk1-a"] and "spk1-a" in reader and len(reader) == 1
+
+
+def test_multichannel_takes_channel_0_and_float_is_clipped(tmp_path: Path) -> None:
+    left, right = sine(300, 0.2, 16000, 0.3), sine(1000, 0.2, 16000, 0.6)
+    sf.write(tmp_path / "st.wav", np.stack([left, right], axis=1), 16000, subtype="PCM_16")
+    loud = np.full(1600, 1.7, dtype=np.float32)
+    sf.write(tmp_path / "loud.wav", loud, 16000, subtype="FLOAT")
+    assert np.allclose(load_audio(str(tmp_path / "st.wav")), left, atol=1e-4)
+    y = load_audio(str(tmp_path / "loud.wav"))
+    assert y.max() == 1.0
+
+
+def test_pipe_is_decoded_from_stdout(tmp_path: Path) -> None:
+    x = sine(523, 0.4, 16000)
+    sf.write(tmp_path / "a.flac", x, 16000)
+    cmd = f"cat {shlex.quote(str(tmp_path / 'a.flac'))} |"
+    reader = AudioReader(write_dir(tmp_path / "data", {"s-pipe": cmd, "s-file": str(tmp_path / "a.flac")}))
+    assert np.array_equal(reader.read("s-pipe"), reader.read("s-file"))
+    assert reader.duration("s-pipe") == pytest.approx(0.4)
+
+
+def test_pipe_with_unknown_sizes_in_wav_header(tmp_path: Path) -> None:
+    """A writer streaming WAV to a pipe cannot seek back: RIFF/data sizes stay 0."""
+    x = (sine(700, 0.25, 8000) * 32767).astype("<i2")
+    header = bytearray(b"RIFF" + (0).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little"))
+    header += (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + (8000).to_bytes(4, "little")
+    header += (16000).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
+    header += b"data" + (0).to_bytes(4, "little")
+    (tmp_path / "stream.bin").write_bytes(bytes(header) + x.tobytes())
+    y = load_audio(f"cat {tmp_path / 'stream.bin'} |", sample_rate=None)
+    assert np.allclose(y, x / 32768.0)
+
+
+def test_wav_in_kaldi_ark(tmp_path: Path) -> None:
+    """``file.ark:offset`` entries (Kaldi's wav-copy output), read through kaldiio."""
+    import kaldiio
+
+    x = (sine(300, 0.5, 8000) * 32767).astype(np.int16)
+    kaldiio.save_ark(str(tmp_path / "w.ark"), {"s-u1": (8000, x)}, scp=str(tmp_path / "w.scp"))
+    spec = (tmp_path / "w.scp").read_text().split()[1]
+    reader = AudioReader(write_dir(tmp_path / "data", {"s-u1": spec}), sample_rate=None)
+    assert np.allclose(reader.read("s-u1"), x / 32768.0)
+    assert reader.duration("s-u1") == pytest.approx(0.5)
+    assert len(load_audio(spec, 16000)) == 8000
+
+
+def test_failing_pipe_names_utt_command_stderr_and_exit_code(tmp_path: Path) -> None:
+    cmd = f"{shlex.quote(sys.executable)} -c \"import sys; sys.stderr.write('boom: no such input'); sys.exit(3)\" |"
+    reader = AudioReader(write_dir(tmp_path / "data", {"spk9-bad": cmd}))
+    with pytest.raises(UtteranceError) as err:
+        reader.read("spk9-bad")
+    msg = str(err.value)
+    assert "spk9-bad" in msg and "sys.exit(3)" in msg and "exit code 3" in msg and "boom: no such input" in msg
+    assert err.value.utt == "spk9-bad"
+
+
+def test_pipe_writing_no_audio(tmp_path: Path) -> None:
+    with pytest.raises(UtteranceError, match="no audio"):
+        load_audio("true |", utt="u")
+    with pytest.raises(UtteranceError, match="cannot decode"):
+        load_audio("echo not-audio |", utt="u")
+
+
+def test_missing_file_names_utt_and_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "x.flac"
+    reader = AudioReader(write_dir(tmp_path / "data", {"spk1-x": str(missing)}))
+    with pytest.raises(UtteranceError) as err:
+        reader.read("spk1-x")
+    assert "spk1-x" in str(err.value) and str(missing) in str(err.value) and "not found" in str(err.value)
+    with pytest.raises(UtteranceError, match="spk1-x"):
+        reader.duration("spk1-x")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+@pytest.mark.parametrize("fmt", ["flac", "wav"])
+def test_corrupt_file_names_utt_and_path(tmp_path: Path, damage: str, fmt: str) -> None:
+    path = tmp_path / f"bad.{fmt}"
+    sf.write(path, sine(200, 1.0, 16000), 16000, subtype="PCM_16")
+    raw = path.read_bytes()
+    path.write_bytes({"garbage": b"\x13\x37" * 500, "truncated": raw[: len(raw) // 2], "empty": b""}[damage])
+    reader = AudioReader(write_dir(tmp_path / "data", {"spk2-bad": str(path)}))
+    # durations come from headers: a truncated FLAC keeps a valid header, only decoding finds it
+    ops = (reader.read,) if (damage, fmt) == ("truncated", "flac") else (reader.duration, reader.read)
+    for op in ops:
+        with pytest.raises(UtteranceError) as err:
+            op("spk2-bad")
+        assert "spk2-bad" in str(err.value) and str(path) in str(err.value)
+    if damage == "truncated" and fmt == "wav":
+        assert "truncated" in str(err.value)
+
+
+def test_resample_8k_to_16k_keeps_frequency_and_amplitude() -> None:
+    x = sine(1000, 1.0, 8000, amp=0.5)
+    y = resample(x, 8000, 16000)
+    assert y.dtype == np.float32 and len(y) == 16000
+    assert abs(peak_freq(y, 16000) - 1000) <= 1.0
+    mid = y[2000:-2000]  # away from the filter's edge effects
+    assert np.max(np.abs(mid)) == pytest.approx(0.5, abs=0.005)
+    assert np.sqrt(np.mean(mid ** 2)) == pytest.approx(0.5 / math.sqrt(2), rel=0.005)
+    # the image of 3 kHz at 5 kHz must be suppressed (band-limited interpolation, not zero-order hold)
+    z = resample(sine(3000, 1.0, 8000), 8000, 16000)[2000:-2000]
+    spec = np.abs(np.fft.rfft(z * np.hanning(len(z))))
+    f = np.fft.rfftfreq(len(z), 1 / 16000)
+    image = spec[np.argmin(np.abs(f - 5000))] / spec[np.argmin(np.abs(f - 3000))]
+    assert 20 * np.log10(image) < -50
+
+
+def test_resample_rational_and_identity() -> None:
+    x = sine(440, 0.5, 44100)
+    y = resample(x, 44100, 16000)
+    assert len(y) == 8000 and abs(peak_freq(y, 16000) - 440) <= 2.0
+    assert resample(x, 44100, 44100) is not None and np.array_equal(resample(x, 44100, 44100), x)
+    with pytest.raises(ValueError):
+        resample(x, 0, 16000)
+
+
+def test_reader_resamples_8k_files(tmp_path: Path) -> None:
+    sf.write(tmp_path / "d.flac", sine(500, 0.5, 8000), 8000)
+    reader = AudioReader(write_dir(tmp_path / "data", {"george-0_george_0": str(tmp_path / "d.flac")}))
+    y = reader.read("george-0_george_0")
+    assert len(y) == 8000 and abs(peak_freq(y, 16000) - 500) <= 2.0
+    native, rate = reader.read_native("george-0_george_0")
+    assert rate == 8000 and len(native) == 4000
+    assert AudioReader(tmp_path / "data", sample_rate=None).read("george-0_george_0").shape == (4000,)
+
+
+def test_segments_seek_into_files_and_pipes(tmp_path: Path) -> None:
+    rate = 16000
+    x = np.concatenate([sine(300, 1.0, rate), sine(900, 1.0, rate), sine(2000, 0.5, rate)])
+    sf.write(tmp_path / "rec.flac", x, rate)
+    wav = {"rec1": str(tmp_path / "rec.flac"), "rec2": f"cat {tmp_path / 'rec.flac'} |"}
+    segs = {"a-1": "rec1 0.0 1.0", "a-2": "rec1 1.0 2.0", "a-3": "rec1 2.0 -1",
+            "b-1": "rec2 0.3 1.0", "b-2": "rec2 2.0 2.7"}  # b-2 ends 0.2 s past the end: truncated
+    reader = AudioReader(write_dir(tmp_path / "data", wav, segs))
+    assert reader.keys() == sorted(segs)
+    assert abs(peak_freq(reader.read("a-1"), rate) - 300) <= 2
+    assert abs(peak_freq(reader.read("a-2"), rate) - 900) <= 2
+    a3 = reader.read("a-3")
+    assert len(a3) == rate // 2 and abs(peak_freq(a3, rate) - 2000) <= 2
+    b1 = reader.read("b-1")
+    assert len(b1) == int(0.7 * rate) and np.allclose(b1, x[int(0.3 * rate):rate], atol=1e-4)
+    assert len(reader.read("b-2")) == rate // 2
+    durs = utt2dur(tmp_path / "data")
+    assert durs == pytest.approx({"a-1": 1.0, "a-2": 1.0, "a-3": 0.5, "b-1": 0.7, "b-2": 0.5})
+
+
+def test_segment_outside_recording_and_bad_segments_line(tmp_path: Path) -> None:
+    sf.write(tmp_path / "rec.wav", sine(300, 1.0, 16000), 16000)
+    d = write_dir(tmp_path / "data", {"r": str(tmp_path / "rec.wav")}, {"s-1": "r 1.2 2.0", "s-2": "r 0.0 2.0"})
+    reader = AudioReader(d)
+    with pytest.raises(UtteranceError, match="s-1.*after the end"):
+        reader.read("s-1")
+    with pytest.raises(UtteranceError, match="s-2.*more than 0.5 s"):
+        reader.read("s-2")
+    (d / "segments").write_text("s-1 r 0.0 0.5\ns-2 r zero 0.5\n")
+    with pytest.raises(InputError, match=r"segments:2: .*not numbers"):
+        AudioReader(d)
+    (d / "segments").write_text("s-1 other 0.0 0.5\n")
+    with pytest.raises(InputError, match=r"segments:1: .*'other'"):
+        AudioReader(d)
+
+
+def test_utt2dur_from_headers_is_written_sorted(tmp_path: Path) -> None:
+    lines = {}
+    for i, (secs, rate) in enumerate([(0.75, 16000), (1.25, 8000), (0.5, 22050)]):
+        path = tmp_path / f"u{i}.{'flac' if i % 2 else 'wav'}"
+        sf.write(path, sine(440, secs, rate), rate)
+        lines[f"spk{2 - i}-u{i}"] = str(path)
+    d = write_dir(tmp_path / "data", lines)
+    out = write_utt2dur(d)
+    text = out.read_text().splitlines()
+    assert [ln.split()[0] for ln in text] == sorted(lines)
+    got = {k: float(v) for k, v in (ln.split() for ln in text)}
+    assert got == pytest.approx({"spk2-u0": 0.75, "spk1-u1": 1.25, "spk0-u2": 0.5}, abs=1e-5)
+
+
+def test_unknown_utterance_is_a_key_error(speakers: Path) -> None:
+    reader = AudioReader(speakers)
+    assert len(reader) == 12
+    with pytest.raises(KeyError, match="nope"):
+        reader.read("nope")

@@ -1,0 +1,392 @@
+"""Corpus data prep and trial lists.
+
+Mini corpora made here mimic each release's layout and quirks (speechocean762's unsorted,
+tab-separated, relative-path lists with non-prefixed ids; DSPSpeech-20's duplicated speaker;
+FSDD's 8 kHz; LibriSpeech's subsets, transcripts and SPEAKERS.TXT) with real audio files.
+The real corpora (``corpus`` fixture, db.sh) are checked for the counts the recipe relies on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spkflow.corpora import collect
+from spkflow.corpora.base import write_data_dir
+from spkflow.corpora.trials import make_trials, read_trials, write_trials
+from spkflow.datadir import DataDir, c_sorted, check_sorted_unique, read_kv
+from spkflow.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCAL = ROOT / "local"
+
+
+def tone(path: Path, seconds: float, rate: int = 16000, freq: float = 220.0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = np.arange(int(round(seconds * rate))) / rate
+    fmt = "FLAC" if path.suffix.lower() == ".flac" else "WAV"
+    sf.write(path, (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32), rate, format=fmt, subtype="PCM_16")
+
+
+# --------------------------------------------------------------------------- mini corpora
+
+
+def make_speechocean_mini(root: Path, spk_train: tuple[str, ...] = ("0001", "1027", "0005"),
+                          spk_test: tuple[str, ...] = ("0003", "9601"), n_train: int = 3, n_test: int = 2) -> Path:
+    """speechocean762 layout: WAVE/SPEAKERnnnn/<utt>.WAV + train/ test/ Kaldi lists (tabs,
+    relative paths, utt ids <0spk><4 digits>, spk2age unsorted).  Some audio is stored as
+    .flac while wav.scp says .WAV (the shared copy's conversion)."""
+    for split, spks, n in (("train", spk_train, n_train), ("test", spk_test, n_test)):
+        lines: dict[str, list[str]] = {k: [] for k in ("wav.scp", "utt2spk", "text", "spk2age", "spk2gender")}
+        for s_i, spk in enumerate(spks):
+            for u in range(n):
+                utt = f"0{spk}{u * 7 + 3:04d}"
+                ext = ".WAV" if (s_i + u) % 2 else ".flac"
+                tone(root / "WAVE" / f"SPEAKER{spk}" / f"{utt}{ext}", 0.25 + 0.05 * u)
+                lines["wav.scp"].append(f"{utt}\tWAVE/SPEAKER{spk}/{utt}.WAV")
+                lines["utt2spk"].append(f"{utt} {spk}")
+                lines["text"].append(f"{utt}\tWE CALL IT BEAR {u}")
+            lines["spk2age"].append(f"{spk}\t{30 - s_i}")
+            lines["spk2gender"].append(f"{spk}\t{'mf'[s_i % 2]}")
+        d = root / split
+        d.mkdir(parents=True, exist_ok=True)
+        for name, ls in lines.items():
+            if name == "wav.scp":
+                ls = ls[1:] + ls[:1]  # partly unsorted, like the release
+            (d / name).write_text("\n".join(ls) + "\n")
+    return root
+
+
+def make_dsp20_mini(root: Path, spks: tuple[str, ...] = ("15307110189", "15307130120", "15307130191"),
+                    words: int = 3, rounds: int = 3, ext: str = ".flac") -> Path:
+    for spk in spks:
+        for w in range(words):
+            for r in range(1, rounds + 1):
+                tone(root / "speech_data" / spk / f"{spk}-{w:02d}-{r:02d}{ext}", 0.2)
+    (root / "LICENSE").write_text("MIT\n")
+    return root
+
+
+def make_fsdd_mini(root: Path, spks: tuple[str, ...] = ("george", "jackson", "theo"), n: int = 2) -> Path:
+    for spk in spks:
+        for digit in range(3):
+            for i in range(n):
+                tone(root / "recordings" / f"{digit}_{spk}_{i}.wav", 0.3, rate=8000)
+    return root
+
+
+def make_librispeech_mini(root: Path) -> Path:
+    layout = {"test-clean": {"121": ["121726"], "61": ["70968", "70970"]}, "train-clean-100": {"19": ["198"]}}
+    for subset, spks in layout.items():
+        for spk, chapters in spks.items():
+            for ch in chapters:
+                d = root / subset / spk / ch
+                trans = []
+                for u in range(2):
+                    tone(d / f"{spk}-{ch}-{u:04d}.flac", 0.4)
+                    trans.append(f"{spk}-{ch}-{u:04d} HELLO WORLD {u}")
+                (d / f"{spk}-{ch}.trans.txt").write_text("\n".join(trans) + "\n")
+    (root / "SPEAKERS.TXT").write_text("; ID |SEX| SUBSET |MINUTES| NAME\n121 | F | test-clean | 8.0 | Anne\n"
+                                       "61 | M | test-clean | 8.1 | Bob\n19 | F | train-clean-100 | 25.2 | Kara\n")
+    return root
+
+
+def assert_valid(d: Path) -> None:
+    """Our checks, and utils/validate_data_dir.sh when it exists."""
+    DataDir(d).validate(no_feats=True, no_text=True)
+    for name in os.listdir(d):
+        if (d / name).is_file() and name != "trials":
+            check_sorted_unique(d / name)
+    script = ROOT / "utils" / "validate_data_dir.sh"
+    if script.exists():
+        r = subprocess.run([str(script), "--no-feats", "--no-text", str(d)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+# --------------------------------------------------------------------------- speechocean762
+
+
+def test_speechocean762_split_becomes_valid_prefixed_sorted_dir(tmp_path: Path) -> None:
+    corpus = make_speechocean_mini(tmp_path / "so762")
+    d = write_data_dir(collect("speechocean762", str(corpus), split="train"), tmp_path / "data" / "train")
+    assert_valid(d.path)
+    u2s = d.utt2spk()
+    assert list(u2s) == c_sorted(u2s) and len(u2s) == 9
+    assert "1027-010270003" in u2s and u2s["1027-010270003"] == "1027"
+    assert all(u.startswith(s + "-") for u, s in u2s.items())
+    wav = d.table("wav.scp")
+    assert all(Path(p).is_absolute() and Path(p).is_file() for p in wav.values())
+    # listed as .WAV, stored as .flac: accepted
+    assert wav["0001-000010003"].endswith("000010003.flac")
+    assert d.table("text")["0001-000010010"] == "WE CALL IT BEAR 1"
+    assert d.table("spk2gender") == {"0001": "m", "0005": "m", "1027": "f"}
+    assert not (d.path / "spk2age").exists()
+    durs = d.utt2dur()
+    assert durs["0005-000050017"] == pytest.approx(0.35, abs=1e-4)
+
+
+def test_speechocean762_inconsistent_lists_name_file_and_line(tmp_path: Path) -> None:
+    corpus = make_speechocean_mini(tmp_path / "so762")
+    wav_scp = corpus / "test" / "wav.scp"
+    lines = wav_scp.read_text().splitlines()
+    lines[2] = lines[2].split("\t")[0] + "\tWAVE/SPEAKER0003/missing.WAV"
+    wav_scp.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"test/wav.scp:3: audio file not found: .*missing.WAV"):
+        collect("speechocean762", str(corpus), split="test")
+    wav_scp.write_text("\n".join(lines[:2]) + "\n099990001\tWAVE/x.WAV\n")
+    with pytest.raises(InputError, match=r"test/wav.scp:3: utterance '099990001' has no speaker"):
+        collect("speechocean762", str(corpus), split="test")
+    wav_scp.write_text("\n".join(lines[:2]) + "\n")
+    with pytest.raises(InputError, match=r"test/utt2spk:\d+: .* has no audio"):
+        collect("speechocean762", str(corpus), split="test")
+
+
+def test_rerun_keeps_previous_files_in_backup(tmp_path: Path) -> None:
+    corpus = make_speechocean_mini(tmp_path / "so762")
+    out = tmp_path / "data" / "test"
+    write_data_dir(collect("speechocean762", str(corpus), split="test"), out, trials=True)
+    first = {n: (out / n).read_bytes() for n in ("wav.scp", "utt2spk", "spk2utt", "utt2dur", "trials")}
+    (out / "feats.scp").write_text("stale\n")
+    write_data_dir(collect("speechocean762", str(corpus), split="test"), out, trials=True)
+    assert not (out / "feats.scp").exists() and (out / ".backup" / "feats.scp").read_text() == "stale\n"
+    assert {n: (out / n).read_bytes() for n in first} == first  # deterministic, byte for byte
+    assert not list(tmp_path.joinpath("data").glob(".test.*"))  # no temporary dirs left behind
+
+
+# --------------------------------------------------------------------------- DSPSpeech-20, FSDD, LibriSpeech
+
+
+def test_dspspeech20_rounds_exclusion_and_both_formats(tmp_path: Path) -> None:
+    corpus = make_dsp20_mini(tmp_path / "dsp")
+    tone(corpus / "speech_data" / "15307110252" / "15307110252-00-01.wav", 0.2)  # a .wav among .flac
+    (corpus / "speech_data" / "15307110189" / "notes.txt").write_text("not audio\n")
+    data = collect("dspspeech20", str(corpus))
+    spks = Counter(u.spk for u in data.utterances)
+    assert spks == {"15307110189": 9, "15307130120": 9, "15307110252": 1}  # 15307130191 left out
+    d = write_data_dir(collect("dspspeech20", str(corpus), rounds=["01", "2"]), tmp_path / "dsp20", trials=True)
+    assert_valid(d.path)
+    assert sorted(set(u.rsplit("-", 1)[1] for u in d.utts())) == ["01", "02"]
+    assert "15307110189-02-01" in d.utts()
+    assert len(d.utts()) == 2 * 3 * 2 + 1
+    both = collect("dspspeech20", str(corpus), exclude_speakers=[])
+    assert "15307130191" in {u.spk for u in both.utterances}
+
+
+def test_same_utterance_in_two_formats_is_an_error(tmp_path: Path) -> None:
+    corpus = make_dsp20_mini(tmp_path / "dsp", spks=("15307110189",), words=1, rounds=1)
+    tone(corpus / "speech_data" / "15307110189" / "15307110189-00-01.wav", 0.2)
+    with pytest.raises(InputError, match="more than one audio file"):
+        collect("dspspeech20", str(corpus))
+
+
+def test_fsdd_ids_text_and_8k_durations(tmp_path: Path) -> None:
+    corpus = make_fsdd_mini(tmp_path / "fsdd")
+    d = write_data_dir(collect("fsdd", str(corpus)), tmp_path / "fsdd_data")
+    assert_valid(d.path)
+    assert d.utt2spk()["jackson-2_jackson_1"] == "jackson"
+    assert d.table("text")["jackson-2_jackson_1"] == "2"
+    assert all(v == pytest.approx(0.3) for v in d.utt2dur().values())
+    # also accepts the recordings folder itself
+    assert len(collect("fsdd", str(corpus / "recordings")).utterances) == 18
+
+
+def test_librispeech_subsets_text_gender(tmp_path: Path) -> None:
+    corpus = make_librispeech_mini(tmp_path / "LibriSpeech")
+    d = write_data_dir(collect("librispeech", str(corpus)), tmp_path / "all")
+    assert_valid(d.path)
+    assert d.spks() == ["121", "19", "61"] and len(d.utts()) == 8
+    assert d.table("spk2gender") == {"121": "f", "19": "f", "61": "m"}
+    assert d.table("text")["61-70970-0001"] == "HELLO WORLD 1"
+    only = collect("librispeech", str(corpus), subsets=["test-clean"])
+    assert {u.spk for u in only.utterances} == {"121", "61"}
+    direct = collect("librispeech", str(corpus / "train-clean-100"))
+    assert [u.utt for u in direct.utterances] == ["19-198-0000", "19-198-0001"]
+    with pytest.raises(FileNotFoundError, match="dev-other"):
+        collect("librispeech", str(corpus), subsets=["dev-other"])
+
+
+# --------------------------------------------------------------------------- trials
+
+
+def check_trials(trials: list[tuple[str, str, bool]], u2s: dict[str, str], ratio: float) -> None:
+    by_spk = Counter(u2s.values())
+    n_target = sum(n * (n - 1) // 2 for n in by_spk.values())
+    n = len(u2s)
+    n_nontarget_all = n * (n - 1) // 2 - n_target
+    targets = [(a, b) for a, b, t in trials if t]
+    nontargets = [(a, b) for a, b, t in trials if not t]
+    assert len(targets) == n_target  # every target pair
+    assert len(nontargets) == min(n_nontarget_all, int(np.floor(ratio * n_target + 1e-9)))
+    assert all(u2s[a] == u2s[b] for a, b in targets) and all(u2s[a] != u2s[b] for a, b in nontargets)
+    pairs = [(a, b) for a, b, _ in trials]
+    assert len(set(pairs)) == len(pairs) and all(a.encode() < b.encode() for a, b in pairs)
+
+
+def test_trials_every_target_and_bounded_nontargets(tmp_path: Path) -> None:
+    u2s = {f"s{s:02d}-u{u}": f"s{s:02d}" for s in range(20) for u in range(4)}
+    trials = make_trials(u2s, nontarget_ratio=10, seed=3)
+    check_trials(trials, u2s, 10)
+    assert sum(t for *_, t in trials) == 20 * 6 and len(trials) == 20 * 6 * 11
+    write_trials(tmp_path / "trials", trials)
+    text = (tmp_path / "trials").read_bytes()
+    lines = text.decode().splitlines()
+    assert lines == sorted(lines, key=str.encode)
+    assert read_trials(tmp_path / "trials", u2s) == trials
+    assert make_trials(u2s, 10, seed=3) == trials  # deterministic
+    assert make_trials(u2s, 10, seed=4) != trials  # the seed matters
+    assert make_trials(u2s, 0, seed=3) == [t for t in trials if t[2]]
+
+
+def test_trials_dense_case_takes_all_nontargets() -> None:
+    u2s = {"a-1": "a", "a-2": "a", "a-3": "a", "b-1": "b", "c-1": "c"}
+    trials = make_trials(u2s, nontarget_ratio=10)
+    assert len([t for t in trials if not t[2]]) == 7  # 10 pairs - 3 targets, all of them
+
+
+@pytest.mark.parametrize("ratio", [2.0, 4.0])  # 8 of 24 non-target pairs (rejection), 16 of 24 (enumeration)
+def test_nontarget_sample_is_uniform(ratio: float) -> None:
+    u2s = {f"s{s}-{u}": f"s{s}" for s in range(4) for u in range(2)}
+    counts: Counter[tuple[str, str]] = Counter()
+    runs = 1500
+    for seed in range(runs):
+        counts.update((a, b) for a, b, t in make_trials(u2s, ratio, seed) if not t)
+    assert len(counts) == 24
+    expected = runs * 4 * ratio / 24
+    assert all(abs(c - expected) < 0.15 * expected for c in counts.values()), counts
+
+
+def test_read_trials_rejects_bad_lines(tmp_path: Path) -> None:
+    p = tmp_path / "trials"
+    p.write_text("a-1 a-2 target\na-2 a-1 nontarget\n")
+    with pytest.raises(InputError, match=r"trials:2: pair .* already listed on line 1"):
+        read_trials(p)
+    p.write_text("a-1 a-1 target\n")
+    with pytest.raises(InputError, match=r"trials:1: .*itself"):
+        read_trials(p)
+    p.write_text("a-1 b-1 maybe\n")
+    with pytest.raises(InputError, match=r"trials:1: expected"):
+        read_trials(p)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=12), st.floats(0, 12), st.integers(0, 2**32 - 1))
+def test_trials_properties(sizes: list[int], ratio: float, seed: int) -> None:
+    u2s = {f"spk{s}-{u}": f"spk{s}" for s, n in enumerate(sizes) for u in range(n)}
+    trials = make_trials(u2s, nontarget_ratio=ratio, seed=seed)
+    check_trials(trials, u2s, ratio)
+    lines = [f"{a} {b} {'target' if t else 'nontarget'}" for a, b, t in trials]
+    assert lines == sorted(lines, key=str.encode)
+    assert make_trials(u2s, nontarget_ratio=ratio, seed=seed) == trials
+
+
+# --------------------------------------------------------------------------- local/*.sh
+
+
+def run_local(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    return subprocess.run([str(LOCAL / script), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_local_scripts_prepare_and_validate(tmp_path: Path) -> None:
+    fsdd = make_fsdd_mini(tmp_path / "fsdd")
+    r = run_local("fsdd.sh", "--trials", "true", str(fsdd), str(tmp_path / "data" / "fsdd"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "data" / "fsdd" / "trials").is_file()
+    libri = make_librispeech_mini(tmp_path / "LibriSpeech")
+    r = run_local("librispeech.sh", "--subsets", "test-clean", str(libri), str(tmp_path / "data" / "libri"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert DataDir(tmp_path / "data" / "libri").spks() == ["121", "61"]
+    dsp = make_dsp20_mini(tmp_path / "dsp")
+    r = run_local("dspspeech20.sh", "--rounds", "01 02", str(dsp), str(tmp_path / "data" / "dsp20"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(DataDir(tmp_path / "data" / "dsp20").utts()) == 2 * 3 * 2
+    r = run_local("speechocean762.sh", "--split", "dev", str(tmp_path), str(tmp_path / "x"))
+    assert r.returncode != 0 and "--split must be train or test" in r.stdout + r.stderr
+    r = run_local("fsdd.sh", str(fsdd))
+    assert r.returncode != 0 and "Usage:" in r.stderr
+
+
+@pytest.mark.parametrize("script,var", [("speechocean762.sh", "SPEECHOCEAN762"), ("dspspeech20.sh", "DSPSPEECH20"),
+                                        ("fsdd.sh", "FSDD"), ("librispeech.sh", "LIBRISPEECH")])
+def test_missing_corpus_says_which_variable_to_set(tmp_path: Path, script: str, var: str) -> None:
+    r = run_local(script, "--download", "false", str(tmp_path / "nowhere"), str(tmp_path / "out"))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and var in out and str(tmp_path / "nowhere") in out and "db.sh" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_download_attempt_fails_fast(tmp_path: Path) -> None:
+    """An unreachable host (a non-routable address) must not hang data prep: the probe is
+    bounded by download_timeout, then the message names the variable."""
+    snippet = (f'set -euo pipefail; download=true; download_timeout=2; . "{LOCAL}/corpus_common.sh"; '
+               f'ensure_corpus "{tmp_path}/c" wav.scp MYCORPUS https://10.255.255.1/none.git')
+    start = time.monotonic()
+    r = subprocess.run(["bash", "-c", snippet], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - start < 15
+    assert r.returncode == 1 and "export MYCORPUS=" in r.stdout and "download of" in r.stdout
+    assert not list(tmp_path.iterdir())  # no partial download left
+
+
+# --------------------------------------------------------------------------- the real corpora
+
+
+_REAL: dict[str, DataDir] = {}
+
+
+@pytest.fixture
+def real_sets(corpus, tmp_path_factory: pytest.TempPathFactory) -> dict[str, DataDir]:
+    """data/{train,test,dsp20} of the demo, prepared once per session from the db.sh corpora."""
+    so762, dsp20 = corpus("SPEECHOCEAN762"), corpus("DSPSPEECH20")
+    if not _REAL:
+        out = tmp_path_factory.mktemp("real")
+        _REAL["train"] = write_data_dir(collect("speechocean762", str(so762), split="train"), out / "train")
+        _REAL["test"] = write_data_dir(collect("speechocean762", str(so762), split="test"), out / "test", trials=True)
+        _REAL["dsp20"] = write_data_dir(collect("dspspeech20", str(dsp20), rounds=["01", "02"]), out / "dsp20",
+                                        trials=True)
+    return _REAL
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name,n_spk,n_utt,per_spk", [("train", 125, 1500, 12), ("test", 125, 500, 4),
+                                                      ("dsp20", 33, 1320, 40)])
+def test_real_corpus_counts_and_validity(real_sets: dict[str, DataDir], name: str, n_spk: int, n_utt: int,
+                                        per_spk: int) -> None:
+    d = real_sets[name]
+    assert_valid(d.path)
+    s2u = d.spk2utt()
+    assert len(s2u) == n_spk and len(d.utts()) == n_utt
+    assert {len(v) for v in s2u.values()} == {per_spk}
+    durs = d.utt2dur()
+    assert len(durs) == n_utt and 0.3 < min(durs.values()) and max(durs.values()) < 30
+
+
+@pytest.mark.corpus
+def test_real_corpus_splits_are_disjoint_and_trials_complete(real_sets: dict[str, DataDir]) -> None:
+    assert not set(real_sets["train"].spks()) & set(real_sets["test"].spks())
+    for name in ("test", "dsp20"):
+        d = real_sets[name]
+        u2s = d.utt2spk()
+        trials = read_trials(d.file("trials"), u2s)
+        check_trials(trials, u2s, 10)
+        n_target = sum(1 for t in trials if t[2])
+        assert n_target == {"test": 125 * 6, "dsp20": 33 * 780}[name]
+        assert len(trials) - n_target == 10 * n_target
+        lines = d.file("trials").read_text().splitlines()
+        assert lines == sorted(lines, key=str.encode)
+        targets_seen = {(a, b) for a, b, t in trials if t}
+        for utts in d.spk2utt().values():
+            assert set(itertools.combinations(sorted(utts, key=str.encode), 2)) <= targets_seen
+    # same inputs, same trials: deterministic with the seed
+    again = make_trials(real_sets["test"].utt2spk(), 10, seed=0)
+    assert again == read_trials(real_sets["test"].file("trials"))
+    assert read_kv(real_sets["test"].file("wav.scp"))["0003-000030012"].endswith("000030012.flac")

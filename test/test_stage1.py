@@ -1,0 +1,89 @@
+"""Stage 1 of the demo recipe end to end: ``./run.sh --stage 1 --stop_stage 1``.
+
+The recipe runs in a mirror of the project made of symbolic links (``.venv``, ``spkflow``,
+``utils``, ``local``, ``scripts``, ``egs/TEMPLATE`` and the recipe's own files), so that its
+``data/`` lands under pytest's temporary folder and never in the repository.  Corpus paths
+are given through the db.sh variables, as a user would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from spkflow.corpora.trials import read_trials
+from spkflow.datadir import DataDir
+from test_corpora import make_dsp20_mini, make_speechocean_mini
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = Path("egs") / "speechocean762" / "spk1"
+
+
+def mirror_recipe(tmp: Path) -> Path:
+    """A project tree of links whose recipe dir is a real folder; returns the recipe dir."""
+    proj = tmp / "proj"
+    (proj / "egs").mkdir(parents=True)
+    for name in (".venv", "spkflow", "utils", "local", "scripts"):
+        if (ROOT / name).exists():
+            (proj / name).symlink_to(ROOT / name)
+    (proj / "egs" / "TEMPLATE").symlink_to(ROOT / "egs" / "TEMPLATE")
+    recipe = proj / RECIPE
+    recipe.mkdir(parents=True)
+    for entry in (ROOT / RECIPE).iterdir():
+        if entry.name in ("data", "dump", "exp"):
+            continue
+        target = os.readlink(entry) if entry.is_symlink() else entry  # relative links stay relative
+        (recipe / entry.name).symlink_to(target)
+    return recipe
+
+
+def run_stage1(recipe: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(env_extra)
+    return subprocess.run(["./run.sh", "--stage", "1", "--stop_stage", "1", *args], cwd=recipe,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_stage1_on_mini_corpora(tmp_path: Path) -> None:
+    so762 = make_speechocean_mini(tmp_path / "so762", spk_train=("0001", "0005", "1027"),
+                                  spk_test=("0003", "9601", "9602"), n_train=3, n_test=3)
+    dsp = make_dsp20_mini(tmp_path / "dsp", spks=("15307110189", "15307130120", "15307130191"), words=2, rounds=3)
+    recipe = mirror_recipe(tmp_path)
+    r = run_stage1(recipe, {"SPEECHOCEAN762": str(so762), "DSPSPEECH20": str(dsp)})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    data = recipe / "data"
+    assert f"Stage 1 output: data dirs in {recipe}/data" in out  # says where the output went
+    assert re.search(r"data/train: 3 speakers, 9 utterances", out)
+    counts = {name: (len(DataDir(data / name).spks()), len(DataDir(data / name).utts()))
+              for name in ("train", "test", "dsp20")}
+    assert counts == {"train": (3, 9), "test": (3, 9), "dsp20": (2, 8)}  # rounds 01-02, 15307130191 left out
+    for name in ("test", "dsp20"):
+        trials = read_trials(data / name / "trials", DataDir(data / name).utt2spk())
+        assert sum(t for *_, t in trials) == {"test": 9, "dsp20": 12}[name]
+    assert data.resolve().is_relative_to(tmp_path.resolve()) and not data.is_symlink()
+
+
+def test_stage1_fails_clearly_without_corpus(tmp_path: Path) -> None:
+    recipe = mirror_recipe(tmp_path)
+    r = run_stage1(recipe, {"SPEECHOCEAN762": str(tmp_path / "missing"), "DSPSPEECH20": str(tmp_path / "m2")},
+                   "--local_data_opts", "--download false")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "SPEECHOCEAN762" in out and "export SPEECHOCEAN762=" in out
+
+
+@pytest.mark.corpus
+def test_stage1_on_real_corpora(tmp_path: Path, corpus) -> None:
+    so762, dsp = corpus("SPEECHOCEAN762"), corpus("DSPSPEECH20")
+    recipe = mirror_recipe(tmp_path)
+    r = run_stage1(recipe, {"SPEECHOCEAN762": str(so762), "DSPSPEECH20": str(dsp)})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "data/train: 125 speakers, 1500 utterances" in out
+    assert "data/test: 125 speakers, 500 utterances" in out and "trials: 750 target + 7500 nontarget" in out
+    assert "data/dsp20: 33 speakers, 1320 utterances" in out and "trials: 25740 target + 257400 nontarget" in out
+    assert f"Stage 1 output: data dirs in {recipe}/data" in out
