@@ -1,0 +1,76 @@
+"""Write one epoch's N x M batch list from a spk2utt file.
+
+    python -m spkflow.bin.make_batches --spk2utt data/train/spk2utt --num-spk 64 --num-utt 10 \\
+        --seed 0 --epoch 1 [--world-size W --rank R] [--short-speakers drop|repeat] --out batches.txt
+
+One batch per line, N*M utterance ids, speaker-major; written atomically.  A summary
+(batches, coverage, dropped or repeated speakers, remainder batches) goes to stderr.
+Exit status 1 on bad input (the message names file and line), 2 on bad arguments.
+The planning itself is :func:`spkflow.batches.plan_epoch`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from spkflow.batches import SHORT_SPEAKER_POLICIES, format_summary, load_spk2utt, plan_epoch, write_batch_list
+from spkflow.errors import InputError
+
+
+def _int_at_least(lo: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+    return parse
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spkflow.bin.make_batches",
+                                description="Plan one epoch of N x M batches (N speakers x M utterances).")
+    p.add_argument("--spk2utt", required=True, help="Kaldi spk2utt file")
+    p.add_argument("--num-spk", type=_int_at_least(1), required=True, help="N: speakers per batch")
+    p.add_argument("--num-utt", type=_int_at_least(1), required=True, help="M: utterances per speaker")
+    p.add_argument("--seed", type=_int_at_least(0), required=True, help="seed of the plan")
+    p.add_argument("--epoch", type=_int_at_least(0), required=True, help="epoch (recipes count from 1)")
+    p.add_argument("--world-size", type=_int_at_least(1), default=1, help="number of ranks (default 1)")
+    p.add_argument("--rank", type=_int_at_least(0), default=0, help="this rank, 0 <= rank < world size")
+    p.add_argument("--short-speakers", choices=SHORT_SPEAKER_POLICIES, default="drop",
+                   help="speakers with fewer than M utterances: drop (default) or repeat utterances")
+    p.add_argument("--out", required=True, help="batch-list file to write")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.rank >= args.world_size:
+        parser.error(f"--rank {args.rank} must be below --world-size {args.world_size}")
+    t0 = time.perf_counter()
+    try:
+        table = load_spk2utt(args.spk2utt)
+        t1 = time.perf_counter()
+        plan = plan_epoch(table, args.num_spk, args.num_utt, args.seed, args.epoch, args.world_size, args.rank,
+                          args.short_speakers)
+        t2 = time.perf_counter()
+        write_batch_list(args.out, plan)
+    except InputError as e:
+        print(f"make_batches: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"make_batches: error: {e}", file=sys.stderr)
+        return 1
+    t3 = time.perf_counter()
+    print(f"make_batches: read {t1 - t0:.2f}s, plan {t2 - t1:.2f}s, write {t3 - t2:.2f}s", file=sys.stderr)
+    print(f"make_batches: {args.spk2utt} -> {args.out}: {format_summary(plan)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
