@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Score a trials file against utterance embeddings: EER, minDCF, DET + histogram plots.
+#
+#   scripts/spk/score.sh [options] <trials> <xvector.scp> <out-dir>
+#
+# Writes <out-dir>/{scores,metrics.json,det.png,score_hist.png} (scores: utt1 utt2 score
+# target|nontarget); with --cohort-scp the scores are AS-normalised (metrics.json keeps the
+# plain cosine figures under "raw"); with --results-md EXP also rewrites EXP/RESULTS.md.
+# Reusable from any recipe: it needs only the files above and path.sh's environment.
+set -euo pipefail
+
+log() {
+    local fname=${BASH_SOURCE[1]##*/}
+    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*"
+}
+
+cohort_scp=       # cohort embeddings (e.g. <exp>/embed/<train_set>/spk_xvector.scp): enables AS-norm
+cohort_size=200   # top-K cohort entries for AS-norm
+mean_scp=         # embeddings whose mean is subtracted before scoring (centring), e.g. the cohort
+skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
+model_tag=        # experiment tag recorded in metrics.json
+set_name=         # name of the evaluation set (default: basename of <out-dir>)
+results_md=       # experiment dir whose RESULTS.md is rewritten afterwards
+python=python     # python interpreter (path.sh puts the project's venv first)
+
+help_message=$(cat <<EOM
+Usage: $0 [options] <trials> <xvector.scp> <out-dir>
+  --cohort-scp FILE     cohort embeddings for AS-norm (default: none, plain cosine)
+  --cohort-size K       top-K cohort entries (default: ${cohort_size})
+  --mean-scp FILE       subtract the mean of these embeddings before scoring (default: none)
+  --skip-missing BOOL   skip trials whose utterance has no embedding (default: ${skip_missing})
+  --model-tag TAG       experiment tag for metrics.json
+  --set-name NAME       set name (default: basename of <out-dir>)
+  --results-md EXP_DIR  rewrite EXP_DIR/RESULTS.md from EXP_DIR/eval/*/metrics.json
+EOM
+)
+
+. utils/parse_options.sh
+
+if [ $# -ne 3 ]; then
+    echo "${help_message}" >&2
+    exit 1
+fi
+trials=$1
+xvector_scp=$2
+outdir=$3
+
+for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"}; do
+    [ -f "${f}" ] || { log "Error: ${f} not found"; exit 1; }
+done
+
+opts=()
+[ -n "${cohort_scp}" ] && opts+=(--cohort-scp "${cohort_scp}" --cohort-size "${cohort_size}")
+[ -n "${mean_scp}" ] && opts+=(--mean-scp "${mean_scp}")
+${skip_missing} && opts+=(--skip-missing)
+[ -n "${model_tag}" ] && opts+=(--model-tag "${model_tag}")
+[ -n "${set_name}" ] && opts+=(--set-name "${set_name}")
+[ -n "${results_md}" ] && opts+=(--results-md "${results_md}")
+
+mkdir -p "${outdir}/log"
+log "Scoring ${trials} with ${xvector_scp}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})} -> ${outdir} (log: ${outdir}/log/score.log)"
+if ! ${python} -m spkflow.bin.score --trials "${trials}" --xvector-scp "${xvector_scp}" \
+        --outdir "${outdir}" "${opts[@]}" > "${outdir}/log/score.log" 2>&1; then
+    tail -n 5 "${outdir}/log/score.log" >&2
+    log "Error: scoring failed, see ${outdir}/log/score.log"
+    exit 1
+fi
+grep -E "EER|skipped" "${outdir}/log/score.log" | tail -n 3 || true

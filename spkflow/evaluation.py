@@ -1,0 +1,157 @@
+"""Stage 6 outputs: score one evaluation set and write its files; summarise an experiment.
+
+:func:`evaluate_set` turns ``trials`` + ``xvector.scp`` (+ an optional AS-norm cohort) into
+``<outdir>/scores`` (``utt1 utt2 score target|nontarget``), ``metrics.json``, ``det.png`` and
+``score_hist.png``.  :func:`write_results_md` (re)writes ``<exp>/RESULTS.md`` from every
+``<exp>/eval/<set>/metrics.json``.  Guarantees:
+
+* every file is written atomically, and ``metrics.json`` last, so a ``metrics.json`` never
+  describes scores that are not on disk;
+* ``metrics.json`` always has ``eer`` (percent), ``eer_threshold``, ``min_dcf_p0.01``,
+  ``min_dcf_p0.05`` (+ ``_threshold``), ``n_target``, ``n_nontarget``, ``n_skipped``,
+  ``score_norm``; with AS-norm also ``raw``, the same figures for plain cosine scores;
+* RESULTS.md is regenerated from the JSON files rather than appended to, so re-running a
+  set replaces its row instead of duplicating it.
+
+Compared with the anchor (ESPnet's ``egs2/TEMPLATE/spk1/spk.sh`` stage 8, which prints EER
+and minDCF into a text file), the results are machine-readable, plotted, and collected into
+one markdown table per set.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import glob
+import json
+import logging
+import os
+from typing import Any
+
+from spkflow.atomic import write_text_atomic
+from spkflow.metrics import compute_metrics, det_curve
+from spkflow.scoring import read_cohort, read_embeddings, read_mean, read_trials, score_trials, write_scores
+
+__all__ = ["evaluate_set", "write_results_md", "P_TARGETS"]
+
+log = logging.getLogger(__name__)
+
+P_TARGETS = (0.01, 0.05)
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def evaluate_set(trials_path: str, xvector_scp: str, outdir: str, *, cohort_scp: str | None = None,
+                 cohort_size: int = 200, mean_scp: str | None = None, skip_missing: bool = False,
+                 model_tag: str = "", set_name: str | None = None, plots: bool = True) -> dict[str, Any]:
+    """Score one set and write ``scores``, ``metrics.json`` and the plots to ``outdir``;
+    returns the metrics dict (what ``metrics.json`` holds).  ``cohort_scp`` enables AS-norm,
+    ``mean_scp`` centring (the mean of its vectors is subtracted before cosine scoring)."""
+    from spkflow.plots import plot_det, plot_score_hist
+
+    set_name = set_name or os.path.basename(os.path.normpath(outdir))
+    trials = read_trials(trials_path)
+    emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
+    cohort = read_cohort(cohort_scp) if cohort_scp else None
+    mean = read_mean(mean_scp) if mean_scp else None
+    result = score_trials(trials, emb, emb_source=xvector_scp, skip_missing=skip_missing,
+                          cohort=cohort, cohort_size=cohort_size, mean=mean)
+    os.makedirs(outdir, exist_ok=True)
+    write_scores(os.path.join(outdir, "scores"), result)
+
+    metrics: dict[str, Any] = {"set": set_name, "model_tag": model_tag}
+    metrics.update(compute_metrics(result.scores, result.labels, P_TARGETS))
+    metrics.update({
+        "n_skipped": result.n_skipped,
+        "n_missing_utts": len(result.missing),
+        "score_norm": result.score_norm,
+        "cohort_size": result.cohort_size,
+        "trials": trials_path,
+        "xvector_scp": xvector_scp,
+        "cohort_scp": cohort_scp or "",
+        "mean_scp": mean_scp or "",
+        "date": _now(),
+    })
+    curves = {}
+    if result.score_norm != "none":
+        metrics["raw"] = compute_metrics(result.raw_scores, result.labels, P_TARGETS)
+        curves["cosine"] = det_curve(result.raw_scores, result.labels)
+    label = "cosine" if result.score_norm == "none" else f"AS-norm (top {result.cohort_size})"
+    if mean_scp:
+        curves = {f"{k}, centred": v for k, v in curves.items()}
+        label += ", centred"
+    curves[label] = det_curve(result.scores, result.labels)
+    if plots:
+        title = f"{set_name}" + (f" ({model_tag})" if model_tag else "")
+        plot_det(curves, os.path.join(outdir, "det.png"), title=f"DET: {title}", p_targets=P_TARGETS)
+        plot_score_hist(result.scores, result.labels, os.path.join(outdir, "score_hist.png"),
+                        title=f"Scores: {title}, EER {metrics['eer']:.2f}%",
+                        threshold=metrics["eer_threshold"],
+                        xlabel="cosine score" if result.score_norm == "none" else "AS-norm score")
+    write_text_atomic(os.path.join(outdir, "metrics.json"), json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics
+
+
+def _model_desc(exp_dir: str) -> tuple[str, str]:
+    """(model, loss) names from ``<exp>/config.yaml`` when it is there and readable."""
+    path = os.path.join(exp_dir, "config.yaml")
+    if not os.path.isfile(path):
+        return "", ""
+    try:
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            cfg = yaml.safe_load(f) or {}
+    except Exception as err:  # a summary must not fail on a config it only decorates
+        log.warning("cannot read %s: %s", path, err)
+        return "", ""
+
+    def name(section: str) -> str:
+        sec = cfg.get(section) if isinstance(cfg, dict) else None
+        if isinstance(sec, dict):
+            return str(sec.get("name") or sec.get("type") or "")
+        return str(sec or "")
+
+    return name("model"), name("loss")
+
+
+def _row(m: dict[str, Any], tag: str, model: str, loss: str, scoring: str) -> str:
+    return (f"| {tag} | {model or '-'} | {loss or '-'} | {scoring} | {m['eer']:.2f} | "
+            f"{m['min_dcf_p0.01']:.4f} | {m['min_dcf_p0.05']:.4f} | {m['n_target']} | "
+            f"{m['n_nontarget']} | {m.get('n_skipped', 0)} |")
+
+
+def write_results_md(exp_dir: str) -> str:
+    """Rewrite ``<exp_dir>/RESULTS.md`` from ``<exp_dir>/eval/*/metrics.json`` (one table
+    per set, sets in name order); returns its path."""
+    files = sorted(glob.glob(os.path.join(exp_dir, "eval", "*", "metrics.json")))
+    if not files:
+        raise FileNotFoundError(f"no {exp_dir}/eval/<set>/metrics.json to summarise")
+    model, loss = _model_desc(exp_dir)
+    tag = os.path.basename(os.path.normpath(exp_dir))
+    lines = [f"# Results: {tag}", "",
+             "Written by stage 6 of `spk.sh` from `eval/<set>/metrics.json`. EER in percent; minDCF",
+             "normalised, c_miss = c_fa = 1. Cosine scoring of L2-normalised embeddings; AS-norm rows",
+             "use the top-K cohort speakers of the training set; 'centred': the training speakers'",
+             "mean embedding is subtracted first.", ""]
+    header = ("| model tag | model | loss | scoring | EER (%) | minDCF (p=0.01) | minDCF (p=0.05) "
+              "| target | non-target | skipped |\n|---|---|---|---|---|---|---|---|---|---|")
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+        set_name = m.get("set") or os.path.basename(os.path.dirname(path))
+        row_tag = m.get("model_tag") or tag
+        lines += [f"## {set_name}", "", f"Scored {m.get('date', '?')}: `{m.get('trials', '?')}` "
+                  f"against `{m.get('xvector_scp', '?')}`.", "", header]
+        centred = ", centred" if m.get("mean_scp") else ""
+        if m.get("score_norm", "none") != "none" and isinstance(m.get("raw"), dict):
+            raw = dict(m["raw"], n_skipped=m.get("n_skipped", 0))
+            lines.append(_row(raw, row_tag, model, loss, f"cosine{centred}"))
+            lines.append(_row(m, row_tag, model, loss, f"AS-norm (top {m.get('cohort_size', '?')}){centred}"))
+        else:
+            lines.append(_row(m, row_tag, model, loss, f"cosine{centred}"))
+        lines.append("")
+    out = os.path.join(exp_dir, "RESULTS.md")
+    write_text_atomic(out, "\n".join(lines))
+    return out

@@ -1,0 +1,347 @@
+"""Scoring and stage 6: real kaldiio arks, the CLI, score.sh, spk.sh stage 6, plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+import pytest
+
+from spkflow.errors import InputError
+from spkflow.metrics import compute_eer, compute_metrics
+from spkflow.scoring import Trials, asnorm_stats, read_embeddings, read_mean, read_trials, score_trials
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def write_vectors(path_base: Path, vectors: dict[str, np.ndarray]) -> Path:
+    """Write a real kaldiio ark + scp of float32 vectors; returns the scp."""
+    path_base.parent.mkdir(parents=True, exist_ok=True)
+    spec = f"ark,scp:{path_base}.ark,{path_base}.scp"
+    with kaldiio.WriteHelper(spec) as w:
+        for k in sorted(vectors):
+            w(k, np.asarray(vectors[k], dtype=np.float32))
+    return Path(f"{path_base}.scp")
+
+
+def speaker_set(seed: int, num_spk: int, num_utt: int, dim: int = 24, noise: float = 0.25,
+                nuisance: float = 0.0, prefix: str = "spk") -> dict[str, np.ndarray]:
+    """Utterance embeddings = speaker centre + noise (+ a random amount of one shared
+    nuisance direction, which inflates cosine scores the way channel effects do)."""
+    rng = np.random.default_rng(seed)
+    nuis = np.random.default_rng(1234).normal(size=dim)
+    nuis /= np.linalg.norm(nuis)
+    out = {}
+    for s in range(num_spk):
+        centre = rng.normal(size=dim) / np.sqrt(dim)
+        for u in range(num_utt):
+            out[f"{prefix}{s:03d}-u{u:02d}"] = centre + noise * rng.normal(size=dim) / np.sqrt(dim) \
+                + nuisance * abs(rng.normal()) * nuis
+    return out
+
+
+def all_trials(keys: list[str], path: Path | None = None) -> list[str]:
+    lines = []
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            lines.append(f"{a} {b} {'target' if a.split('-')[0] == b.split('-')[0] else 'nontarget'}\n")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(lines))
+    return lines
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+# ---------------------------------------------------------------- library
+def test_cosine_scores_from_real_ark(tmp_path):
+    emb = speaker_set(0, 4, 3)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    trials_file = tmp_path / "trials"
+    lines = all_trials(sorted(emb), trials_file)
+    trials = read_trials(trials_file)
+    assert len(trials) == len(lines) and trials.lines.tolist() == list(range(1, len(lines) + 1))
+    assert [f"{t.enroll} {t.test} {'target' if t.target else 'nontarget'}\n" for t in trials] == lines
+    assert [t.line for t in trials] == list(range(1, len(lines) + 1)) and trials.path == str(trials_file)
+    loaded = read_embeddings(scp)
+    assert set(loaded) == set(emb)
+    for k, v in loaded.items():
+        assert np.array_equal(v, emb[k].astype(np.float32).astype(np.float64))
+    assert all(abs(np.linalg.norm(v) - 1) < 1e-12 for v in read_embeddings(scp, normalize=True).values())
+    res = score_trials(trials, loaded)
+    for e, t, s in zip(res.trials.enroll, res.trials.test, res.scores):
+        expected = cos(emb[e].astype(np.float32).astype(np.float64), emb[t].astype(np.float32).astype(np.float64))
+        assert s == pytest.approx(expected, abs=1e-9)
+    assert res.labels.tolist() == [int(ln.split()[2] == "target") for ln in lines]
+    assert res.score_norm == "none" and res.n_skipped == 0
+
+
+def test_read_embeddings_only_needed_keys(tmp_path):
+    emb = speaker_set(1, 3, 2)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    keys = sorted(emb)[:2] + ["not-there"]
+    got = read_embeddings(scp, keys)
+    assert sorted(got) == keys[:2]
+
+
+def test_missing_utterance_is_an_error_naming_file_line_and_utt(tmp_path):
+    emb = speaker_set(2, 3, 2)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    trials_file = tmp_path / "trials"
+    lines = all_trials(sorted(emb))
+    lines.insert(3, "spk000-u00 ghost-u01 nontarget\n")
+    lines.append("ghost-u02 spk001-u00 nontarget\n")
+    trials_file.write_text("".join(lines))
+    trials = read_trials(trials_file)
+    with pytest.raises(InputError) as err:
+        score_trials(trials, read_embeddings(scp), emb_source=str(scp))
+    assert err.value.path == str(trials_file) and err.value.line == 4
+    assert "'ghost-u01'" in str(err.value) and str(scp) in str(err.value)
+    assert "1 more trial" in str(err.value)
+    res = score_trials(trials, read_embeddings(scp), skip_missing=True)
+    assert res.n_skipped == 2 and res.missing == ["ghost-u01", "ghost-u02"]
+    assert len(res.scores) == len(lines) - 2
+
+
+@pytest.mark.parametrize("line,msg", [("a b\n", "expected 'utt1 utt2"), ("a b same\n", "'same'"),
+                                      ("\n", "expected"), ("a b target x\n", "expected")])
+def test_malformed_trials_line(tmp_path, line, msg):
+    path = tmp_path / "trials"
+    path.write_text("x-1 y-1 nontarget\n" + line)
+    with pytest.raises(InputError, match=msg) as err:
+        read_trials(path)
+    assert err.value.line == 2 and err.value.path == str(path)
+
+
+def test_bad_scp_entries_are_located(tmp_path):
+    emb = {"a-1": np.ones(4), "b-1": np.ones(5)}
+    scp = write_vectors(tmp_path / "x", emb)
+    with pytest.raises(InputError, match="dimension 5") as err:
+        read_embeddings(scp)
+    assert err.value.line == 2
+    scp2 = write_vectors(tmp_path / "z", {"a-1": np.zeros(4)})
+    with pytest.raises(InputError, match="all zeros"):
+        read_embeddings(scp2)
+    scp3 = tmp_path / "dup.scp"
+    first = scp2.read_text()
+    scp3.write_text(first + first)
+    with pytest.raises(InputError, match="duplicate key") as err:
+        read_embeddings(scp3)
+    assert err.value.line == 2
+    scp4 = tmp_path / "broken.scp"
+    scp4.write_text(f"a-1 {tmp_path}/nope.ark:12\n")
+    with pytest.raises(InputError, match="cannot read") as err:
+        read_embeddings(scp4)
+    assert err.value.line == 1
+
+
+def test_asnorm_matches_naive_definition(tmp_path):
+    emb = speaker_set(3, 5, 3)
+    cohort = speaker_set(4, 12, 1, prefix="coh")
+    cohort_mat = np.stack([v / np.linalg.norm(v) for v in cohort.values()])
+    trials = Trials.from_pairs((a, b, a[:6] == b[:6]) for a in sorted(emb) for b in sorted(emb) if a < b)
+    res = score_trials(trials, emb, cohort=cohort_mat, cohort_size=5)
+    assert res.score_norm == "asnorm" and res.cohort_size == 5
+
+    def stats(x: np.ndarray) -> tuple[float, float]:
+        top = sorted((cos(x, c) for c in cohort_mat), reverse=True)[:5]
+        return float(np.mean(top)), float(np.std(top))
+
+    for e, t, s, raw in zip(trials.enroll, trials.test, res.scores, res.raw_scores):
+        s_raw = cos(emb[e], emb[t])
+        (me, se), (mt, st) = stats(emb[e]), stats(emb[t])
+        assert raw == pytest.approx(s_raw, abs=1e-12)
+        assert s == pytest.approx(0.5 * ((s_raw - me) / se + (s_raw - mt) / st), abs=1e-9)
+    # a cohort smaller than asked: all of it is used
+    assert score_trials(trials, emb, cohort=cohort_mat, cohort_size=500).cohort_size == 12
+    with pytest.raises(ValueError, match="top_k"):
+        asnorm_stats(cohort_mat, cohort_mat, 1)
+
+
+def test_centring_subtracts_the_mean_everywhere(tmp_path):
+    emb = speaker_set(13, 4, 3)
+    cohort = speaker_set(14, 10, 1, prefix="coh")
+    scp = write_vectors(tmp_path / "coh", cohort)
+    mean = read_mean(scp)
+    assert np.allclose(mean, np.mean([v.astype(np.float32) for v in cohort.values()], axis=0), atol=1e-6)
+    trials = Trials.from_pairs((a, b, a[:6] == b[:6]) for a in sorted(emb) for b in sorted(emb) if a < b)
+    res = score_trials(trials, emb, mean=mean, cohort=np.stack(list(cohort.values())), cohort_size=4)
+    shifted = {k: v - mean for k, v in emb.items()}
+    ref = score_trials(trials, shifted, cohort=np.stack([v - mean for v in cohort.values()]), cohort_size=4)
+    assert np.allclose(res.raw_scores, [cos(shifted[e], shifted[t]) for e, t in zip(trials.enroll, trials.test)])
+    assert np.allclose(res.scores, ref.scores)
+    with pytest.raises(ValueError, match="dimension"):
+        score_trials(trials, emb, mean=mean[:3])
+
+
+def test_asnorm_removes_a_nuisance_offset():
+    """Utterances sharing a nuisance direction get inflated cosine scores; AS-norm's
+    per-utterance cohort statistics remove most of it (EER drops)."""
+    emb = speaker_set(5, 30, 4, dim=40, noise=0.8, nuisance=1.5)
+    cohort_utts = speaker_set(6, 100, 5, dim=40, noise=0.8, nuisance=1.5, prefix="coh")
+    cohort = np.stack([np.mean([v for k, v in cohort_utts.items() if k.startswith(f"coh{s:03d}")], axis=0)
+                       for s in range(100)])
+    keys = sorted(emb)
+    trials = Trials.from_pairs((*ln.split()[:2], ln.split()[2] == "target") for ln in all_trials(keys))
+    res = score_trials(trials, emb, cohort=cohort, cohort_size=20)
+    raw_eer = compute_eer(res.raw_scores, res.labels)[0]
+    norm_eer = compute_eer(res.scores, res.labels)[0]
+    assert norm_eer < raw_eer - 3.0, (raw_eer, norm_eer)
+
+
+# ---------------------------------------------------------------- command line and stage 6
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PATH"] = str(Path(PY).parent) + os.pathsep + env["PATH"]
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _png_ok(path: Path) -> None:
+    import matplotlib.image as mpimg
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = mpimg.imread(path)
+    assert img.shape[0] > 200 and img.shape[1] > 200
+    assert img[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_score_cli_writes_everything(tmp_path):
+    emb = speaker_set(7, 6, 4)
+    scp = write_vectors(tmp_path / "embed" / "test" / "xvector", emb)
+    cohort = write_vectors(tmp_path / "embed" / "train" / "spk_xvector", speaker_set(8, 20, 1, prefix="tr"))
+    trials = tmp_path / "data" / "test" / "trials"
+    lines = all_trials(sorted(emb), trials)
+    exp = tmp_path / "exp"
+    (exp / "config.yaml").parent.mkdir(parents=True)
+    (exp / "config.yaml").write_text("model:\n  name: ecapa\nloss:\n  name: ge2e_xs\n")
+    out = exp / "eval" / "test"
+    cmd = [PY, "-m", "spkflow.bin.score", "--trials", str(trials), "--xvector-scp", str(scp),
+           "--outdir", str(out), "--model-tag", "spk_demo", "--results-md", str(exp)]
+    subprocess.run(cmd, check=True, env=_env(), capture_output=True, text=True)
+    scores = (out / "scores").read_text().splitlines()
+    assert len(scores) == len(lines)
+    for got, want in zip(scores, lines):
+        u1, u2, s, lab = got.split()
+        assert [u1, u2, lab] == want.split() and np.isfinite(float(s))
+    m = json.loads((out / "metrics.json").read_text())
+    labels = np.array([ln.split()[3] == "target" for ln in scores])
+    ref = compute_metrics(np.array([float(ln.split()[2]) for ln in scores]), labels)
+    for key in ("eer", "min_dcf_p0.01", "min_dcf_p0.05", "n_target", "n_nontarget"):
+        assert m[key] == pytest.approx(ref[key], abs=1e-4)
+    assert m["n_target"] == 6 * 6 and m["score_norm"] == "none" and m["model_tag"] == "spk_demo"
+    _png_ok(out / "det.png")
+    _png_ok(out / "score_hist.png")
+    assert not list(out.glob(".*.tmp"))
+
+    # AS-norm on a second set; RESULTS.md then has both sets, the test set with one row
+    out2 = exp / "eval" / "test_norm"
+    subprocess.run(cmd[:-4] + ["--outdir", str(out2), "--cohort-scp", str(cohort), "--cohort-size", "10",
+                               "--results-md", str(exp)], check=True, env=_env(), capture_output=True)
+    m2 = json.loads((out2 / "metrics.json").read_text())
+    assert m2["score_norm"] == "asnorm" and m2["cohort_size"] == 10
+    assert m2["raw"]["eer"] == pytest.approx(m["eer"])
+    md = (exp / "RESULTS.md").read_text()
+    assert "## test\n" in md and "## test_norm\n" in md
+    assert f"| {m['eer']:.2f} |" in md and "AS-norm (top 10)" in md and "| ecapa | ge2e_xs |" in md
+    assert md.count("| cosine |") == 2
+
+
+def test_score_cli_failure_keeps_previous_outputs(tmp_path):
+    emb = speaker_set(9, 3, 3)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    trials = tmp_path / "trials"
+    all_trials(sorted(emb), trials)
+    out = tmp_path / "eval" / "test"
+    base = [PY, "-m", "spkflow.bin.score", "--xvector-scp", str(scp), "--outdir", str(out), "--no-plots"]
+    subprocess.run(base + ["--trials", str(trials)], check=True, env=_env(), capture_output=True)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    bad = tmp_path / "trials.bad"
+    bad.write_text(trials.read_text() + "spk000-u00 lost-u9 nontarget\n")
+    n_lines = len(bad.read_text().splitlines())
+    proc = subprocess.run(base + ["--trials", str(bad)], env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert f"{bad}:{n_lines}: utterance 'lost-u9' has no embedding" in proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    ok = subprocess.run(base + ["--trials", str(bad), "--skip-missing"], env=_env(), capture_output=True, text=True)
+    assert ok.returncode == 0 and "1 skipped" in ok.stderr
+    assert json.loads((out / "metrics.json").read_text())["n_skipped"] == 1
+
+
+def _recipe(tmp_path: Path) -> Path:
+    """A minimal recipe dir: TEMPLATE's spk.sh/cmd.sh, the repo's utils and scripts, and a
+    path.sh of its own (TEMPLATE's finds the repo relative to egs/<corpus>/spk1)."""
+    rec = tmp_path / "recipe"
+    rec.mkdir()
+    for name in ("spk.sh", "cmd.sh"):
+        (rec / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (rec / name).symlink_to(ROOT / name)
+    (rec / "path.sh").write_text(f"export PATH={Path(PY).parent}:{ROOT}/utils:$PATH\n"
+                                 f"export PYTHONPATH={ROOT}\nexport LC_ALL=C\n")
+    return rec
+
+
+def test_stage6_in_spk_sh(tmp_path):
+    rec = _recipe(tmp_path)
+    exp = rec / "exp" / "spk_demo"
+    for name, seed in (("test", 10), ("dsp20", 11)):
+        emb = speaker_set(seed, 5, 3, prefix=name)
+        write_vectors(exp / "embed" / name / "xvector", emb)
+        all_trials(sorted(emb), rec / "data" / name / "trials")
+    write_vectors(exp / "embed" / "train" / "spk_xvector", speaker_set(12, 30, 1, prefix="tr"))
+    args = ["bash", "spk.sh", "--stage", "6", "--stop_stage", "6", "--tag", "demo", "--test_sets", "test dsp20"]
+    proc = subprocess.run(args + ["--score_norm", "true", "--cohort_size", "8", "--score_center", "true"],
+                          cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("test", "dsp20"):
+        m = json.loads((exp / "eval" / name / "metrics.json").read_text())
+        assert m["score_norm"] == "asnorm" and m["cohort_size"] == 8 and m["model_tag"] == "spk_demo"
+        assert m["mean_scp"].endswith("embed/train/spk_xvector.scp")
+        assert (exp / "eval" / name / "det.png").is_file() and (exp / "eval" / name / "log" / "score.log").is_file()
+    md = (exp / "RESULTS.md").read_text()
+    assert "## test\n" in md and "## dsp20\n" in md and md.count("AS-norm (top 8), centred") == 2
+
+    # a trials line naming an utterance without an embedding fails stage 6 loudly ...
+    trials = rec / "data" / "test" / "trials"
+    trials.write_text(trials.read_text() + "test000-u00 nobody-u00 nontarget\n")
+    proc = subprocess.run(args, cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "'nobody-u00' has no embedding" in proc.stdout + proc.stderr
+    # ... unless skipped on purpose
+    proc = subprocess.run(args + ["--score_skip_missing", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((exp / "eval" / "test" / "metrics.json").read_text())["n_skipped"] == 1
+    # score_norm without training-set embeddings: a clear error
+    (exp / "embed" / "train" / "spk_xvector.scp").unlink()
+    proc = subprocess.run(args + ["--score_norm", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode != 0 and "run stage 5 with the same options" in proc.stdout + proc.stderr
+
+
+def test_score_sh_usage(tmp_path):
+    rec = _recipe(tmp_path)
+    proc = subprocess.run(["bash", "scripts/spk/score.sh", "only-one-arg"], cwd=rec, env=_env(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Usage:" in proc.stderr
+
+
+# ---------------------------------------------------------------- plots
+def test_training_curves_plot(tmp_path):
+    from spkflow.plots import plot_training_curves
+
+    history = [{"epoch": e, "train_loss": 3.0 / e, "valid_eer": 20.0 / e + 2, "lr": 1e-3 * 0.9 ** e,
+                "note": "text is ignored"} for e in range(1, 8)]
+    path = tmp_path / "curves.png"
+    plot_training_curves(history, path)
+    _png_ok(path)
+    with pytest.raises(ValueError, match="no loss, eer or lr"):
+        plot_training_curves([{"epoch": 1, "note": "x"}], tmp_path / "x.png")
