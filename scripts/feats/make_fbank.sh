@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Kaldi-compatible log-mel filterbank features + energy VAD for a data dir, in parallel jobs.
+#
+#   scripts/feats/make_fbank.sh [--cmd run.pl] [--nj 4] [--fbank-conf conf/fbank.conf] \
+#       [--vad-conf conf/vad.conf] [--compress false] [--skip-bad false] DATA_DIR OUT_DIR
+#
+# Copies DATA_DIR to OUT_DIR and writes there (LC_ALL=C order, like the data dir):
+#   feats.scp            fbank matrices (float32, or Kaldi-compressed with --compress true)
+#   vad.scp              energy VAD per frame (1.0 voiced / 0.0), as Kaldi's compute-vad
+#   cmvn_utt.scp         per-utterance CMVN stats (compute-cmvn-stats format), all frames
+#   cmvn_utt_voiced.scp  the same over voiced frames (what the loader's mean normalisation uses)
+#   utt2num_frames
+#   bad_utts             with --skip-bad true: utterances left out, "utt<TAB>reason"
+# arks under OUT_DIR/data/, one log per job under OUT_DIR/log/.  Jobs get consecutive runs of
+# utterances of about equal audio duration (utt2dur when present).  The merge step fails,
+# naming them, when utterances are neither in feats.scp nor in bad_utts.  A failed job fails
+# the script, naming its log and the utterance.  feats.scp is written last and atomically and
+# stale outputs are removed first, so an interrupted run never leaves a complete-looking
+# feats.scp.  Audio at another rate is resampled to --sample-frequency of the fbank config.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export PATH=${root}/utils:${PATH}
+export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
+export LC_ALL=C
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+log() {
+    local fname=${BASH_SOURCE[1]##*/}
+    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*" >&2
+}
+
+cmd=run.pl          # job runner: run.pl | queue.pl ... | slurm.pl ...
+nj=4                # number of parallel jobs
+fbank_conf=         # Kaldi-style fbank options (empty: built-in defaults, 80 bins 25/10 ms 16 kHz, dither 0)
+vad_conf=           # Kaldi-style compute-vad options (empty: built-in defaults)
+compress=false      # Kaldi-compress the feature matrices (see --compression-method)
+compression_method=3  # with --compress true: 3 = two bytes per value, half the size, error ~3e-4
+                      # (fast crops); 1 = Kaldi's default 1-byte code, a quarter, ~1% error
+skip_bad=false      # leave unreadable / too short utterances out (listed in OUT_DIR/bad_utts)
+python=             # python interpreter (default: python from the environment, else .venv)
+
+help_message=$(cat <<EOF
+Usage: $0 [options] <data-dir> <out-dir>
+  e.g. $0 --nj 8 --fbank-conf conf/fbank.conf data/train dump/fbank/train
+Options:
+  --cmd CMD           job runner (default: ${cmd})
+  --nj N              parallel jobs (default: ${nj})
+  --fbank-conf FILE   fbank options, one --name=value per line
+  --vad-conf FILE     energy VAD options, one --name=value per line
+  --compress BOOL     Kaldi-compress the feature matrices (default: ${compress})
+  --compression-method N  Kaldi CompressionMethod with --compress true: 3 two-byte (default),
+                      1 Kaldi's automatic 1-byte per-column code
+  --skip-bad BOOL     leave bad utterances out instead of failing (default: ${skip_bad})
+EOF
+)
+
+. "${root}/utils/parse_options.sh"
+
+if [ $# -ne 2 ]; then
+    echo "${help_message}" >&2
+    exit 1
+fi
+data=$1
+out=$2
+
+if [ -z "${python}" ]; then
+    if command -v python >/dev/null 2>&1 && python -c 'import spkflow, kaldiio' >/dev/null 2>&1; then
+        python=python
+    elif [ -x "${root}/.venv/bin/python" ]; then
+        python=${root}/.venv/bin/python
+    else
+        python=python3
+    fi
+fi
+
+for f in wav.scp utt2spk; do
+    if [ ! -s "${data}/${f}" ]; then
+        log "Error: ${data}/${f} does not exist or is empty"
+        exit 1
+    fi
+done
+for c in "${fbank_conf}" "${vad_conf}"; do
+    if [ -n "${c}" ] && [ ! -f "${c}" ]; then
+        log "Error: config file ${c} does not exist"
+        exit 1
+    fi
+done
+if ! [[ "${nj}" =~ ^[0-9]+$ ]] || [ "${nj}" -lt 1 ]; then
+    log "Error: --nj must be a positive integer, got '${nj}'"
+    exit 1
+fi
+mkdir -p "${out}/log" "${out}/data"
+if [ "$(cd "${data}" && pwd -P)" = "$(cd "${out}" && pwd -P)" ]; then
+    log "Error: <out-dir> must differ from <data-dir> (the data dir is copied there)"
+    exit 1
+fi
+abs() { [ -z "$1" ] && return 0; echo "$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")"; }
+fbank_conf=$(abs "${fbank_conf}")
+vad_conf=$(abs "${vad_conf}")
+name=$(basename "$(cd "${data}" && pwd -P)")
+
+# Stale outputs first: from here on, no complete-looking feats.scp until the merge succeeds.
+rm -f "${out}"/{feats.scp,vad.scp,cmvn_utt.scp,cmvn_utt_voiced.scp,utt2num_frames,bad_utts}
+rm -f "${out}/data/"*"_${name}."*.scp
+for f in "${data}"/*; do
+    [ -f "${f}" ] || continue
+    case $(basename "${f}") in
+        feats.scp|vad.scp|cmvn.scp|cmvn_utt.scp|cmvn_utt_voiced.scp|utt2num_frames|bad_utts) ;;
+        *) cp "${f}" "${out}/" ;;
+    esac
+done
+
+num_utts=$(wc -l < "${data}/utt2spk")
+if [ "${nj}" -gt "${num_utts}" ]; then
+    log "nj=${nj} is more than the ${num_utts} utterances of ${data}: using nj=${num_utts}"
+    nj=${num_utts}
+fi
+log "fbank + VAD for ${data} (${num_utts} utterances) with ${nj} jobs -> ${out}"
+rm -rf "${out}/split${nj}"
+"${python}" -m spkflow.bin.split_by_duration "${data}" "${nj}" "${out}/split${nj}"
+
+if ! ${cmd} JOB=1:"${nj}" "${out}/log/make_fbank_${name}.JOB.log" \
+        "${python}" -m spkflow.bin.compute_fbank \
+            ${fbank_conf:+--fbank-conf "${fbank_conf}"} ${vad_conf:+--vad-conf "${vad_conf}"} \
+            --compress "${compress}" --compression-method "${compression_method}" --skip-bad "${skip_bad}" \
+            "${data}" "${out}/split${nj}/utts.JOB" "${out}/data" "${name}" JOB; then
+    for l in "${out}/log/make_fbank_${name}".*.log; do
+        if grep -q "ERROR" "${l}" 2>/dev/null || ! grep -q "Ended (code 0)" "${l}" 2>/dev/null; then
+            log "Error: job failed, see ${l}:"
+            grep "ERROR" "${l}" | head -n 3 >&2 || tail -n 5 "${l}" >&2 || true
+        fi
+    done
+    exit 1
+fi
+
+if ! "${python}" -m spkflow.bin.merge_fbank "${data}" "${out}" "${out}/data" "${name}" "${nj}" "${out}/log"; then
+    log "Error: merging the jobs of ${data} failed"
+    exit 1
+fi
+grep -h "real-time factor" "${out}/log/make_fbank_${name}".*.log | sed 's/^/  /' >&2 || true
+log "Succeeded creating filterbank features for ${name} in ${out}"

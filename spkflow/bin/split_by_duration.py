@@ -1,0 +1,33 @@
+"""Split a data dir's utterances into NJ consecutive lists of about equal audio duration.
+
+    python -m spkflow.bin.split_by_duration DATA_DIR NJ OUT_DIR   # writes OUT_DIR/utts.{1..NJ}
+
+Durations come from utt2dur when present, else segments, else file headers
+(see :func:`spkflow.fbank_jobs.utterance_durations`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from spkflow.errors import InputError
+from spkflow.fbank_jobs import write_split
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data_dir")
+    p.add_argument("nj", type=int)
+    p.add_argument("out_dir")
+    a = p.parse_args(argv)
+    try:
+        write_split(a.data_dir, a.out_dir, a.nj)
+    except (InputError, ValueError) as e:
+        print(f"split_by_duration: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Benchmark: N x M training loader throughput (batches/s) from kaldiio arks, against the naive
+path that reads audio and computes fbank per utterance per batch (WeSpeaker, voxceleb_trainer).
+
+    OMP_NUM_THREADS=1 .venv/bin/python test/bench/bench_loader.py [--utts 200000] [--workers 2]
+        [--batches 200] [--compression-method 0|3|1] [--access pread|mmap] [--work DIR] [--keep]
+
+Features (generated; values are irrelevant to the speed): ``--utts`` utterances (default
+200,000; 2,000 speakers x 100) of 200-400 frames (2-4 s) x 80 bins, float32 Kaldi matrices
+(``--compression-method 3``: Kaldi two-byte, what ``make_fbank.sh --compress true`` writes;
+``1``: Kaldi's 1-byte per-column code), in 16 arks as 16 extraction jobs would write them, with
+``vad.scp`` (70% voiced) and ``cmvn_utt_voiced.scp``, under ``--work`` (default: a temporary
+directory on local disk, removed afterwards unless ``--keep``).  18 GiB uncompressed (9 GiB
+two-byte, 4.6 GiB one-byte): whether it fits in the page cache decides between a disk-bound
+and a CPU-bound loader, so the free memory is printed.
+
+Batches: N=64 speakers x M=10 utterances, T=160 frames, from one epoch planned by
+:func:`spkflow.batches.plan_epoch`.  Rows:
+
+* ``spkflow loader``: :class:`spkflow.loader.NxMCropDataset` (voiced frames, utterance mean
+  normalisation) through :func:`spkflow.loader.make_loader` with ``--workers`` workers;
+* ``naive``: a DataLoader (same workers) whose dataset, for each utterance of a batch, reads
+  a speechocean762 FLAC file (soundfile, whole file, as voxceleb_trainer's loadWAV), cuts a
+  random 1.615 s segment, computes torchaudio's Kaldi fbank on the segment only (cheaper than
+  WeSpeaker, which computes it on the whole utterance), subtracts the mean and stacks.
+  Audio files are cycled over the corpus's 2,000 files (all in the page cache: the naive path
+  gets the advantage).
+
+Prints batches/s, crops/s and the ratio; the first 5 batches (worker start) are not timed.
+On a shared machine wall-clock rates depend on the others' load, so it also prints the CPU
+time per batch (workers and main process, over the last ``--cpu-batches`` batches of the
+epoch) and what that gives on 2 free cores when reads do not wait for the disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio.compliance.kaldi as kaldi  # imported here so forked workers do not pay for it
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from spkflow.batches import plan_epoch  # noqa: E402
+from spkflow.loader import NxMCropDataset, make_loader  # noqa: E402
+
+N, M, T, F = 64, 10, 160, 80
+
+
+def write_features(work: Path, num_utts: int, method: int, arks: int = 16) -> dict[str, list[str]]:
+    """Generated feature set in Kaldi binary arks; returns spk2utt."""
+    import kaldiio.matio
+
+    rng = np.random.default_rng(0)
+    pool = (rng.standard_normal((4096, F)) * 3 - 5).astype(np.float32)
+    per_spk = 100
+    spk2utt: dict[str, list[str]] = {}
+    feats_scp, vad_scp, cmvn_scp = [], [], []
+    per_ark = -(-num_utts // arks)
+    t0 = time.perf_counter()
+    for a in range(arks):
+        lo, hi = a * per_ark, min(num_utts, (a + 1) * per_ark)
+        with open(work / f"raw_fbank.{a + 1}.ark", "wb") as ff, open(work / f"vad.{a + 1}.ark", "wb") as fv, \
+                open(work / f"cmvn.{a + 1}.ark", "wb") as fc:
+            for i in range(lo, hi):
+                spk = f"spk{i // per_spk:05d}"
+                utt = f"{spk}-{i % per_spk:03d}"
+                spk2utt.setdefault(spk, []).append(utt)
+                n = int(rng.integers(200, 401))
+                s = int(rng.integers(0, 4096 - n))
+                mat = pool[s:s + n]
+                key = (utt + " ").encode()
+                ff.write(key)
+                feats_scp.append(f"{utt} {ff.name}:{ff.tell()}\n")
+                if method:
+                    kaldiio.matio.write_array(ff, mat, compression_method=method)
+                else:
+                    ff.write(b"\0BFM \x04" + struct.pack("<i", n) + b"\x04" + struct.pack("<i", F))
+                    ff.write(mat.tobytes())
+                vad = (rng.random(n) < 0.7).astype(np.float32)
+                fv.write(key)
+                vad_scp.append(f"{utt} {fv.name}:{fv.tell()}\n")
+                fv.write(b"\0BFV \x04" + struct.pack("<i", n) + vad.tobytes())
+                stats = np.zeros((2, F + 1))
+                stats[0, :F] = mat[vad > 0.5].sum(0)
+                stats[0, F] = (vad > 0.5).sum()
+                fc.write(key)
+                cmvn_scp.append(f"{utt} {fc.name}:{fc.tell()}\n")
+                fc.write(b"\0BDM \x04" + struct.pack("<i", 2) + b"\x04" + struct.pack("<i", F + 1) + stats.tobytes())
+        print(f"  ark {a + 1}/{arks} written ({time.perf_counter() - t0:.0f} s)", flush=True)
+    (work / "feats.scp").write_text("".join(feats_scp))
+    (work / "vad.scp").write_text("".join(vad_scp))
+    (work / "cmvn_utt_voiced.scp").write_text("".join(cmvn_scp))
+    return spk2utt
+
+
+class NaiveDataset:
+    """Per batch: read audio, crop, Kaldi fbank, mean normalisation, for every utterance."""
+
+    def __init__(self, batches: list[list[str]], audio: list[str], seed: int = 0) -> None:
+        self.batches, self.audio, self.seed = batches, audio, seed
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, b: int):
+        rng = np.random.default_rng([self.seed, b])
+        samples = (T - 1) * 160 + 400
+        out = torch.empty((len(self.batches[b]), T, F))
+        for i, _ in enumerate(self.batches[b]):
+            path = self.audio[(b * len(self.batches[b]) + i) % len(self.audio)]
+            w, _sr = sf.read(path, dtype="float32")
+            if len(w) < samples:
+                w = np.tile(w, -(-samples // len(w)))
+            s = int(rng.integers(0, len(w) - samples + 1))
+            x = torch.from_numpy(w[s:s + samples].copy())[None] * 32768.0
+            f = kaldi.fbank(x, num_mel_bins=F, dither=0.0, energy_floor=0.0)
+            out[i] = f - f.mean(0)
+        return out, self.batches[b]
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its finished children (the workers)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def cpu_per_batch(dataset, workers: int, k: int) -> float:
+    """CPU seconds per batch over the last ``k`` batches, workers included (they are started,
+    run to the end and joined, so every batch made is counted)."""
+    import gc
+
+    c0 = cpu_seconds()
+    n = 0
+    for _ in make_loader(dataset, start_batch=len(dataset) - k, num_workers=workers, prefetch_factor=2):
+        n += 1
+    gc.collect()
+    return (cpu_seconds() - c0) / n
+
+
+def timed(loader, batches: int) -> tuple[float, int]:
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    t, k = time.perf_counter(), 0
+    for _ in range(batches):
+        try:
+            x, _ = next(it)
+        except StopIteration:
+            break
+        assert x.shape[0] == N * M and x.shape[2] == F
+        k += 1
+    return time.perf_counter() - t, k
+
+
+def db_var(name: str) -> str:
+    out = subprocess.run(["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
+                         check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--utts", type=int, default=200_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--naive-batches", type=int, default=6)
+    ap.add_argument("--cpu-batches", type=int, default=40, help="batches for the CPU-time measurement")
+    ap.add_argument("--compression-method", type=int, default=0,
+                    help="0: float32 (default); 3: Kaldi two-byte (make_fbank --compress true); 1: Kaldi 1-byte CM")
+    ap.add_argument("--access", default="pread", choices=["pread", "mmap"])
+    ap.add_argument("--work", default="")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--no-vad", action="store_true")
+    a = ap.parse_args()
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench_loader.", dir="/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if (work / "feats.scp").is_file() and sum(1 for _ in open(work / "feats.scp")) == a.utts:
+            print(f"reusing the feature set in {work}")
+            spk2utt: dict[str, list[str]] = {}
+            for line in open(work / "feats.scp"):
+                u = line.split(maxsplit=1)[0]
+                spk2utt.setdefault(u.split("-")[0], []).append(u)
+        else:
+            print(f"writing {a.utts} utterances to {work} (compression method {a.compression_method})")
+            spk2utt = write_features(work, a.utts, a.compression_method)
+        size = sum(p.stat().st_size for p in work.glob("*.ark")) / 2**30
+        plan = plan_epoch(spk2utt, N, M, seed=0, epoch=1)
+        batches = plan.batches
+        mem = dict(line.split(":") for line in open("/proc/meminfo"))
+        avail = int(mem["MemAvailable"].split()[0]) / 2**20
+        print(f"feature set: {a.utts} utterances, {size:.1f} GiB of arks; {len(batches)} batches of {N}x{M}, "
+              f"T={T}, F={F}; workers={a.workers}; access={a.access}; cores={os.cpu_count()}; "
+              f"memory available {avail:.1f} GiB; load average {os.getloadavg()[0]:.2f}")
+        ds = NxMCropDataset(work / "feats.scp", batches, seed=0, epoch=1, crop=T, use_vad=not a.no_vad,
+                            mean_norm="utterance", access=a.access)
+        sec, k = timed(make_loader(ds, num_workers=a.workers, prefetch_factor=4), a.batches)
+        ours = k / sec
+        print(f"spkflow loader: {k} batches in {sec:.2f} s = {ours:.1f} batches/s ({ours * N * M:.0f} crops/s)")
+        cpu = cpu_per_batch(ds, a.workers, a.cpu_batches)
+        print(f"  CPU per batch {cpu * 1000:.0f} ms (workers + main): {2 / cpu:.1f} batches/s on 2 free cores "
+              "if the disk keeps up")
+
+        corpus = Path(db_var("SPEECHOCEAN762"))
+        audio = sorted(str(p) for p in (corpus / "WAVE").rglob("*.flac"))
+        if not audio:
+            print(f"no speechocean762 audio under {corpus}: naive row skipped")
+            return 0
+        naive = NaiveDataset(batches, audio)
+        nsec, nk = timed(make_loader(naive, num_workers=a.workers, prefetch_factor=2), a.naive_batches)
+        nb = nk / nsec
+        print(f"naive (audio + fbank per utterance per batch): {nk} batches in {nsec:.2f} s = {nb:.2f} batches/s")
+        ncpu = cpu_per_batch(naive, a.workers, 4)
+        print(f"  CPU per batch {ncpu * 1000:.0f} ms: {2 / ncpu:.2f} batches/s on 2 free cores")
+        print(f"ratio: {ours / nb:.1f}x measured, {ncpu / cpu:.1f}x in CPU per batch; "
+              f"load average after {os.getloadavg()[0]:.2f}")
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
