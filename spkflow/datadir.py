@@ -48,11 +48,17 @@ __all__ = [
     "WHITESPACE", "c_key", "c_sorted", "read_lines", "split_fields", "read_kv_lines", "read_kv",
     "read_spk2utt", "read_keys", "write_lines", "write_kv", "format_kv", "check_sorted_unique", "Table",
     "first_unsorted_k2",
-    "utt2spk_to_spk2utt", "spk2utt_to_utt2spk", "DataDir", "UTT_FILES", "SPK_FILES",
+    "utt2spk_to_spk2utt", "spk2utt_to_utt2spk", "DataDir", "UTT_FILES", "SPK_FILES", "VAD_LIKE_FILES",
 ]
 
+#: Optional utterance-indexed files that follow Kaldi's rules for ``vad.scp``: when present
+#: they must list exactly the utterances of utt2spk (validate), they are filtered to the kept
+#: utterances but never remove one (fix_data_dir), and they are subset, combined and copied
+#: along, with utterance ids renamed by copy_data_dir's prefix/suffix.  Besides vad.scp:
+#: the per-utterance CMVN statistics written by stage 2 (``scripts/feats/make_fbank.sh``).
+VAD_LIKE_FILES = ("vad.scp", "cmvn_utt.scp", "cmvn_utt_voiced.scp")
 #: Files indexed by utterance id (or by recording id when ``segments`` exists, for wav.scp / reco2dur).
-UTT_FILES = ("utt2spk", "feats.scp", "vad.scp", "text", "segments", "wav.scp", "utt2lang",
+UTT_FILES = ("utt2spk", "feats.scp", *VAD_LIKE_FILES, "text", "segments", "wav.scp", "utt2lang",
              "utt2uniq", "utt2dur", "utt2num_frames", "utt2warp")
 #: Files indexed by speaker id.
 SPK_FILES = ("spk2utt", "spk2gender", "cmvn.scp", "spk2warp")
@@ -549,7 +555,7 @@ class DataDir:
                         raise InputError(t.path, n, "expected '<id> <warp factor in (0.5, 1.5)>', got "
                                                     f"{_show(t.lines[n - 1])}")
                 _same_keys(ref_path, ref, t.path, keys, what)
-        for name in ("vad.scp", "utt2lang", "utt2uniq"):
+        for name in (*VAD_LIKE_FILES, "utt2lang", "utt2uniq"):
             if self.has(name):
                 _same_keys(u2s_path, utts, self.file(name), table(name).check_sorted_unique(), "utterance")
         for name, integer in (("utt2dur", False), ("utt2num_frames", True)):

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from spkflow.datadir import (PathLike, Table, as_number, c_key, first_unsorted_k2, read_lines, split_fields,
-                             write_lines)
+from spkflow.datadir import (VAD_LIKE_FILES, PathLike, Table, as_number, c_key, first_unsorted_k2, read_lines,
+                             split_fields, write_lines)
 from spkflow.atomic import atomic_write
 from spkflow.errors import InputError
 
@@ -225,11 +225,42 @@ class _Files:
         return [n for n, v in self.cur.items() if n not in self.orig or v != self.orig[n]]
 
 
-# --------------------------------------------------------------------------- fix_data_dir
+# --------------------------------------------------------------------------- file lists
+#
+# The tables each operation handles, in Kaldi's order (the order fixes the order of log
+# lines).  The optional utterance-indexed files that follow vad.scp's rules
+# (:data:`spkflow.datadir.VAD_LIKE_FILES`: filtered to the kept utterances but never a
+# reason to drop one, subset / combined / copied along, renamed by copy's prefix/suffix)
+# appear wherever Kaldi names vad.scp.
 
-_FIX_FILES = ("utt2spk", "spk2utt", "feats.scp", "text", "segments", "wav.scp", "cmvn.scp", "vad.scp",
+#: fix_data_dir: every table it reads, sorts (``sort -k1,1 -u``) and may rewrite.
+_FIX_FILES = ("utt2spk", "spk2utt", "feats.scp", "text", "segments", "wav.scp", "cmvn.scp", *VAD_LIKE_FILES,
               "reco2file_and_channel", "spk2gender", "utt2lang", "utt2uniq", "utt2dur", "reco2dur",
               "utt2num_frames")
+#: fix_data_dir: utterance-indexed tables filtered to the kept utterances (+ wav.scp / reco2dur
+#: without segments).
+_FIX_UTT_FILTERED = ("utt2spk", "utt2uniq", "feats.scp", *VAD_LIKE_FILES, "text", "segments", "utt2lang", "utt2dur",
+                     "utt2num_frames")
+#: subset_data_dir: tables filtered by utterance / by speaker.
+_SUBSET_UTT_FILES = ("feats.scp", *VAD_LIKE_FILES, "utt2lang", "utt2dur", "utt2num_frames", "utt2uniq", "wav.scp",
+                     "utt2warp", "text")
+_SUBSET_SPK_FILES = ("spk2warp", "spk2gender", "cmvn.scp")
+#: combine_data: tables concatenated when every source has them.
+_COMBINE_FILES = ("utt2spk", "utt2lang", "utt2dur", "utt2num_frames", "reco2dur", "feats.scp", "text", "cmvn.scp",
+                  *VAD_LIKE_FILES, "reco2file_and_channel", "wav.scp", "spk2gender")
+#: copy_data_dir: utterance-indexed tables renamed by utterance id (segments or, without it,
+#: wav.scp go between the two parts; reco2dur is appended when it is utterance-indexed).
+_COPY_UTT_FILES_HEAD = ("feats.scp", *VAD_LIKE_FILES, "utt2lang")
+_COPY_UTT_FILES_TAIL = ("text", "utt2dur", "utt2num_frames")
+#: copy_data_dir: speaker-indexed tables renamed by speaker id, and tables copied byte for byte.
+_COPY_SPK_FILES = ("spk2gender", "cmvn.scp")
+_COPY_RAW_FILES = ("reco2file_and_channel", "frame_shift", "stm", "glm", "ctm")
+#: copy_data_dir: a file of dest that the source lacks is moved to dest/.backup.
+_COPY_STALE_FILES = ("feats.scp", "cmvn.scp", *VAD_LIKE_FILES, "utt2lang", "utt2uniq", "utt2dur", "utt2num_frames",
+                     "text", "wav.scp", "reco2file_and_channel", "frame_shift", "stm", "glm", "ctm")
+
+
+# --------------------------------------------------------------------------- fix_data_dir
 
 
 @dataclass
@@ -250,7 +281,8 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
     (when indexed by utterance), and utt2dur / utt2num_frames (lines with a
     positive value), filters every utterance-, speaker- and recording-indexed file
     to match, and regenerates spk2utt.  Like Kaldi, vad.scp and utt2uniq are
-    filtered but do not remove utterances.
+    filtered but do not remove utterances; so are cmvn_utt.scp and
+    cmvn_utt_voiced.scp (:data:`~spkflow.datadir.VAD_LIKE_FILES`).
 
     Raises InputError (file, line) when the data dir cannot be fixed: a malformed
     utt2spk line, a blank line, utterance ids that do not sort with their
@@ -360,8 +392,7 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
         else:
             log(f"fix_data_dir.sh: kept all {old} utterances.")
         utt_set = {u[:-1] for u in utts}
-        names = ["utt2spk", "utt2uniq", "feats.scp", "vad.scp", "text", "segments", "utt2lang", "utt2dur",
-                 "utt2num_frames"]
+        names = list(_FIX_UTT_FILTERED)
         if "segments" not in F:
             names.append("wav.scp")
             if "reco2dur" in F and F["reco2dur"]:
@@ -552,11 +583,10 @@ def subset_data_dir(src: PathLike, dest: PathLike, *, num_utt: int | None = None
 
     utts = _id_set(out["utt2spk"])
     spks = _id_set(out["spk2utt"]) if out["spk2utt"] else set()
-    for name in ("feats.scp", "vad.scp", "utt2lang", "utt2dur", "utt2num_frames", "utt2uniq", "wav.scp",
-                 "utt2warp", "text"):
+    for name in _SUBSET_UTT_FILES:
         if (s / name).is_file():
             out[name] = _filter_file(s / name, utts)
-    for name in ("spk2warp", "spk2gender", "cmvn.scp"):
+    for name in _SUBSET_SPK_FILES:
         if (s / name).is_file():
             out[name] = _filter_file(s / name, spks)
     if (s / "segments").is_file():
@@ -594,9 +624,6 @@ def _copy_atomic(src: Path, dst: Path) -> None:
 
 
 # --------------------------------------------------------------------------- combine_data
-
-_COMBINE_FILES = ("utt2spk", "utt2lang", "utt2dur", "utt2num_frames", "reco2dur", "feats.scp", "text", "cmvn.scp",
-                  "vad.scp", "reco2file_and_channel", "wav.scp", "spk2gender")
 
 
 def combine_data(dest: PathLike, srcs: Sequence[PathLike], *, extra_files: Sequence[str] = (),
@@ -726,7 +753,7 @@ def copy_data_dir(src: PathLike, dest: PathLike, *, utt_prefix: str = "", utt_su
         out["utt2uniq"] = [f"{utt_prefix}{f[0]}{utt_suffix} {f[0]}\n" for f in map(_awk_fields, u2s)]
     out["utt2spk"] = _apply_map(s / "utt2spk", _apply_map(s / "utt2spk", u2s, utt_map, 1), spk_map, 2)
     out["spk2utt"] = _utt2spk_to_spk2utt(out["utt2spk"])
-    by_utt = ["feats.scp", "vad.scp", "utt2lang"]
+    by_utt = list(_COPY_UTT_FILES_HEAD)
     has_seg = (s / "segments").is_file()
     if has_seg:
         by_utt.append("segments")
@@ -734,7 +761,7 @@ def copy_data_dir(src: PathLike, dest: PathLike, *, utt_prefix: str = "", utt_su
             raw["wav.scp"] = (s / "wav.scp").read_bytes()
     else:
         by_utt.append("wav.scp")
-    by_utt += ["text", "utt2dur", "utt2num_frames"]
+    by_utt += _COPY_UTT_FILES_TAIL
     if (s / "reco2dur").is_file():
         if has_seg:
             raw["reco2dur"] = (s / "reco2dur").read_bytes()
@@ -743,10 +770,10 @@ def copy_data_dir(src: PathLike, dest: PathLike, *, utt_prefix: str = "", utt_su
     for name in by_utt:
         if (s / name).is_file():
             out[name] = _apply_map(s / name, read_lines(s / name), utt_map, 1)
-    for name in ("spk2gender", "cmvn.scp"):
+    for name in _COPY_SPK_FILES:
         if (s / name).is_file():
             out[name] = _apply_map(s / name, read_lines(s / name), spk_map, 1)
-    for name in ("reco2file_and_channel", "frame_shift", "stm", "glm", "ctm"):
+    for name in _COPY_RAW_FILES:
         if (s / name).is_file():
             raw[name] = (s / name).read_bytes()
     t.mkdir(parents=True, exist_ok=True)
@@ -756,8 +783,7 @@ def copy_data_dir(src: PathLike, dest: PathLike, *, utt_prefix: str = "", utt_su
         with atomic_write(t / name, "wb", encoding=None) as g:
             g.write(data)
     log(f"copy_data_dir.sh: copied data from {s} to {t}")
-    for name in ("feats.scp", "cmvn.scp", "vad.scp", "utt2lang", "utt2uniq", "utt2dur", "utt2num_frames", "text",
-                 "wav.scp", "reco2file_and_channel", "frame_shift", "stm", "glm", "ctm"):
+    for name in _COPY_STALE_FILES:
         if (t / name).is_file() and not (s / name).is_file():
             log(f"copy_data_dir.sh: file {name} exists in dest {t} but not in src {s}.  Moving it to")
             log(f" ... {t}/.backup/{name}")
