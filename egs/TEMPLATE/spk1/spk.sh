@@ -34,6 +34,7 @@ local_data_opts=      # options passed to local/data.sh
 fbank_conf=conf/fbank.conf   # Kaldi-style fbank options, one --opt=value per line
 vad_conf=conf/vad.conf       # energy VAD options
 skip_bad=false               # leave out unreadable utterances (listed in bad_utts) instead of failing
+fbank_compress=false         # Kaldi-compress feature arks (two bytes per value: half the size, error ~3e-4)
 
 # Batch options (stage 3).
 num_spk=32            # N speakers per batch
@@ -46,26 +47,30 @@ short_speakers=drop   # speakers with fewer than num_utt utterances: drop | repe
 train_config=conf/train.yaml  # model, loss, optimiser, loader
 tag=                  # experiment tag (default: derived from train_config)
 resume=true           # continue from the last checkpoint in exp/<tag>
+train_threads=0       # torch threads per training process (0: the CPUs this job may use / processes)
 
 # Embedding options (stage 5).
 embed_sets=           # data dirs to embed (default: test sets and valid set)
 embed_batch_size=32   # utterances per batch in extraction
 extract_train=false   # also embed the training set (as a TTS recipe would)
+embed_opts=           # more options for scripts/spk/extract_embeddings.sh (e.g. "--num-workers 2 --max-frames 30000")
 
 # Scoring options (stage 6).
 score_norm=false      # adaptive s-norm with a cohort from the training set
 cohort_size=200       # cohort speakers for score normalisation
+score_center=false   # subtract the training speakers' mean embedding before scoring
+score_skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
 
 help_message=$(cat <<EOM
 Usage: $0 [options]
   --stage / --stop_stage   stages to run (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 score)
   --nj, --ngpu, --nproc    parallelism
   --train_set, --test_sets, --valid_set
-  --fbank_conf, --vad_conf, --skip_bad
+  --fbank_conf, --vad_conf, --skip_bad, --fbank_compress
   --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
-  --train_config, --tag, --resume
-  --embed_sets, --embed_batch_size, --gpu_inference, --extract_train
-  --score_norm, --cohort_size
+  --train_config, --tag, --resume, --train_threads
+  --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
+  --score_norm, --cohort_size, --score_center, --score_skip_missing
 EOM
 )
 
@@ -95,32 +100,179 @@ not_implemented() {
 
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1: data preparation (local/data.sh) into data/{${train_set},${test_sets// /,}}"
-    not_implemented 1 "data preparation"
+    local/data.sh ${local_data_opts}
+    # Every set must be a valid data dir; the sets that are scored need a trials list.
+    for dset in $(echo "${train_set} ${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++'); do
+        utils/validate_data_dir.sh --no-feats --no-text "data/${dset}"
+        if [ "${dset}" != "${train_set}" ] && [ ! -s "data/${dset}/trials" ]; then
+            log "Error: data/${dset}/trials is missing: local/data.sh must write a trials list for each test set"
+            exit 1
+        fi
+        info="$(wc -l < "data/${dset}/spk2utt") speakers, $(wc -l < "data/${dset}/utt2spk") utterances"
+        if [ -s "data/${dset}/utt2dur" ]; then
+            info+=$(awk '{s += $2} END {printf ", %.2f h", s / 3600}' "data/${dset}/utt2dur")
+        fi
+        if [ -s "data/${dset}/trials" ]; then
+            info+=$(awk '{n[$3]++} END {printf ", trials: %d target + %d nontarget", n["target"], n["nontarget"]}' "data/${dset}/trials")
+        fi
+        log "data/${dset}: ${info}"
+    done
+    log "Stage 1 output: data dirs in $(pwd)/data"
 fi
 
 if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     log "Stage 2: fbank + energy VAD with ${fbank_conf}, ${nj} jobs: data/<set> -> ${dumpdir}/fbank/<set>"
-    not_implemented 2 "feature extraction"
+    # Every set a later stage reads: training, validation, evaluation and embedding sets.
+    # scripts/feats/make_fbank.sh copies data/<set> to the dump dir and adds feats.scp, vad.scp,
+    # utt2num_frames and per-utterance CMVN stats; with --skip_bad true unreadable utterances
+    # are listed in bad_utts and left out of the copy.
+    _sets=$(echo "${train_set} ${valid_set} ${test_sets} ${embed_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++')
+    for _set in ${_sets}; do
+        if [ ! -f "data/${_set}/wav.scp" ]; then
+            log "Error: data/${_set}/wav.scp not found (run stage 1)"
+            exit 1
+        fi
+        scripts/feats/make_fbank.sh --cmd "${train_cmd}" --nj "${nj}" \
+            --fbank-conf "${fbank_conf}" --vad-conf "${vad_conf}" \
+            --compress "${fbank_compress}" --skip-bad "${skip_bad}" \
+            "data/${_set}" "${dumpdir}/fbank/${_set}"
+        if [ -s "${dumpdir}/fbank/${_set}/bad_utts" ]; then
+            log "Warning: $(wc -l < "${dumpdir}/fbank/${_set}/bad_utts") utterances of ${_set} left out, see ${dumpdir}/fbank/${_set}/bad_utts"
+        fi
+    done
 fi
 
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "Stage 3: ${num_spk} x ${num_utt} batch lists for ${num_epochs} epochs -> ${spk_exp}/batches"
-    not_implemented 3 "batch lists"
+    # One file per epoch, epochs numbered from 1 (ESPnet style): epoch<E>.txt, one batch per line,
+    # N*M utterance ids speaker-major (spkflow/batches.py plans them; make_batches writes them).
+    # Stage 2 copies the data dir to ${dumpdir}/fbank (minus unreadable utterances), so its
+    # spk2utt is the one training can load; fall back to data/ when stage 2 is not used.
+    _spk2utt=${dumpdir}/fbank/${train_set}/spk2utt
+    [ -f "${_spk2utt}" ] || _spk2utt=data/${train_set}/spk2utt
+    [ -f "${_spk2utt}" ] || { log "Error: no spk2utt: ${dumpdir}/fbank/${train_set}/spk2utt nor ${_spk2utt}"; exit 1; }
+    _bdir=${spk_exp}/batches
+    mkdir -p "${_bdir}/log"
+    # Plans already written are reused only if made from the same spk2utt and settings.
+    _settings="spk2utt=${_spk2utt} md5=$(md5sum < "${_spk2utt}" | cut -d' ' -f1) num_spk=${num_spk} num_utt=${num_utt} seed=${batch_seed} short_speakers=${short_speakers}"
+    if [ ! -f "${_bdir}/settings" ] || [ "$(cat "${_bdir}/settings")" != "${_settings}" ]; then
+        if compgen -G "${_bdir}/epoch*.txt" > /dev/null; then
+            log "Batch settings changed (now: ${_settings}): removing the old plans"
+            rm -f "${_bdir}"/epoch*.txt
+        fi
+        echo "${_settings}" > "${_bdir}/settings"
+    fi
+    for _epoch in $(seq 1 "${num_epochs}"); do
+        _out=${_bdir}/epoch${_epoch}.txt
+        if [ -f "${_out}" ]; then
+            log "Epoch ${_epoch}: ${_out} exists, skipped"
+            continue
+        fi
+        _log=${_bdir}/log/make_batches.epoch${_epoch}.log
+        if ! python -m spkflow.bin.make_batches --spk2utt "${_spk2utt}" --num-spk "${num_spk}" \
+                --num-utt "${num_utt}" --seed "${batch_seed}" --epoch "${_epoch}" \
+                --short-speakers "${short_speakers}" --out "${_out}" 2> "${_log}"; then
+            log "Error: batch planning for epoch ${_epoch} failed, see ${_log}:"
+            cat "${_log}" >&2
+            exit 1
+        fi
+        log "Epoch ${_epoch}: $(grep -o '[0-9]* batches of .*' "${_log}")"
+    done
 fi
 
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: training with ${train_config} -> ${spk_exp}"
-    not_implemented 4 "training"
+    # spkflow/trainer.py: N x M crops of the stage-2 features in the order of the stage-3 batch
+    # lists, a checkpoint each epoch (resumable mid-epoch), validation EER on ${valid_set}'s
+    # trials, model.pth = the model chosen by train.select; config.yaml records the frontend.
+    # ngpu > 1 or nproc > 1: DDP through torchrun, rank r trains on lines r, r+P, ... of each list.
+    _train_dir=${dumpdir}/fbank/${train_set}
+    [ -f "${_train_dir}/feats.scp" ] || { log "Error: ${_train_dir}/feats.scp not found (run stage 2)"; exit 1; }
+    for _epoch in $(seq 1 "${num_epochs}"); do
+        [ -f "${spk_exp}/batches/epoch${_epoch}.txt" ] || {
+            log "Error: ${spk_exp}/batches/epoch${_epoch}.txt not found (run stage 3 with --num_epochs ${num_epochs})"; exit 1; }
+    done
+    _opts=(--config "${train_config}" --train-data "${_train_dir}" --train-feats "${_train_dir}"
+           --batches-dir "${spk_exp}/batches" --num-epochs "${num_epochs}" --num-utt "${num_utt}"
+           --out-dir "${spk_exp}" --fbank-conf "${fbank_conf}" --vad-conf "${vad_conf}"
+           --num-threads "${train_threads}")
+    if [ -n "${valid_set}" ] && [ -f "data/${valid_set}/trials" ] && [ -f "${dumpdir}/fbank/${valid_set}/feats.scp" ]; then
+        _opts+=(--valid-data "data/${valid_set}" --valid-feats "${dumpdir}/fbank/${valid_set}")
+    else
+        log "No validation: data/${valid_set}/trials or ${dumpdir}/fbank/${valid_set}/feats.scp missing"
+    fi
+    ${resume} || _opts+=(--no-resume)
+    if [ "${ngpu}" -gt 0 ]; then
+        _nproc=${ngpu}; _opts+=(--device cuda)
+    else
+        _nproc=${nproc}; _opts+=(--device cpu)
+    fi
+    if [ "${_nproc}" -gt 1 ]; then
+        _launch=(python -m torch.distributed.run --standalone --nproc_per_node "${_nproc}")
+    else
+        _launch=(python)
+    fi
+    mkdir -p "${spk_exp}"
+    # one log per run: an earlier train.log is kept as train.log.<N>
+    if [ -f "${spk_exp}/train.log" ]; then
+        _n=1; while [ -f "${spk_exp}/train.log.${_n}" ]; do _n=$((_n + 1)); done
+        mv "${spk_exp}/train.log" "${spk_exp}/train.log.${_n}"
+    fi
+    log "Training ${_nproc} process(es), log: ${spk_exp}/train.log"
+    if ! ${cuda_cmd} --gpu "${ngpu}" "${spk_exp}/train.log" \
+            "${_launch[@]}" -m spkflow.bin.train "${_opts[@]}"; then
+        log "Error: training failed, see ${spk_exp}/train.log:"
+        grep -E "ERROR|Error|error:" "${spk_exp}/train.log" | tail -n 5 >&2 || tail -n 20 "${spk_exp}/train.log" >&2
+        exit 1
+    fi
+    if [ ! -f "${spk_exp}/model.pth" ]; then
+        log "Error: training stopped before epoch ${num_epochs} (${spk_exp}/checkpoint.pth kept): rerun stage 4 to resume"
+        exit 1
+    fi
+    grep -E "epoch [0-9]+ done|model.pth" "${spk_exp}/train.log" | sed 's/^.*INFO: //' | while read -r _line; do log "${_line}"; done
+    log "Stage 4 output: ${spk_exp}/model.pth, config.yaml, history.json, curves.png"
 fi
 
 if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
-    log "Stage 5: embedding extraction for ${embed_sets} -> ${spk_exp}/embed/<set>"
-    not_implemented 5 "embedding extraction"
+    _sets=${embed_sets}
+    if { ${score_norm} || ${score_center:-false}; } && [[ " ${_sets} " != *" ${train_set} "* ]]; then
+        _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
+    fi
+    log "Stage 5: embedding extraction for ${_sets} -> ${spk_exp}/embed/<set>"
+    for _f in config.yaml model.pth; do
+        [ -f "${spk_exp}/${_f}" ] || { log "Error: ${spk_exp}/${_f} not found (stage 4 writes the model)"; exit 1; }
+    done
+    if ${gpu_inference}; then
+        _cmd=${cuda_cmd}; _device=cuda   # one GPU per job (--gpu 1)
+    else
+        _cmd=${decode_cmd}; _device=cpu
+    fi
+    for dset in ${_sets}; do
+        # shellcheck disable=SC2086
+        scripts/spk/extract_embeddings.sh --cmd "${_cmd}" --nj "${nj}" --device "${_device}" \
+            --batch-size "${embed_batch_size}" --toolkit spkflow --skip-bad "${skip_bad}" ${embed_opts} \
+            --model-dir "${spk_exp}" "data/${dset}" "${spk_exp}/embed/${dset}"
+    done
 fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: scoring trials of ${test_sets} -> ${spk_exp}/eval/<set>"
-    not_implemented 6 "scoring"
+    _score_opts=(--model-tag "spk_${tag}" --skip-missing "${score_skip_missing}" --results-md "${spk_exp}")
+    _cohort=${spk_exp}/embed/${train_set}/spk_xvector.scp
+    if { ${score_norm} || ${score_center}; } && [ ! -f "${_cohort}" ]; then
+        log "Error: score_norm/score_center need the training speakers' embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
+        exit 1
+    fi
+    ${score_norm} && _score_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
+    ${score_center} && _score_opts+=(--mean-scp "${_cohort}")
+    for dset in ${test_sets}; do
+        for _f in "data/${dset}/trials" "${spk_exp}/embed/${dset}/xvector.scp"; do
+            [ -f "${_f}" ] || { log "Error: ${_f} not found (stage 1 writes trials, stage 5 embeddings)"; exit 1; }
+        done
+        scripts/spk/score.sh "${_score_opts[@]}" "data/${dset}/trials" \
+            "${spk_exp}/embed/${dset}/xvector.scp" "${spk_exp}/eval/${dset}"
+    done
+    log "Results: ${spk_exp}/RESULTS.md, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"
 fi
 
 log "Successfully finished. [elapsed=${SECONDS}s]"

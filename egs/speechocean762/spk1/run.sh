@@ -6,10 +6,18 @@ set -euo pipefail
 train_set=train
 test_sets="test dsp20"
 train_config=conf/train.yaml
+# 32 speakers x 4 utterances per batch: 11 batches per epoch over the 125 training speakers
+# (12 utterances each); 14 epochs = 154 GE2E steps, sized for a 2-core CPU.
+num_spk=32
+num_utt=4
+num_epochs=14
 
 ./spk.sh \
     --train_set "${train_set}" \
     --test_sets "${test_sets}" \
     --train_config "${train_config}" \
+    --num_spk "${num_spk}" \
+    --num_utt "${num_utt}" \
+    --num_epochs "${num_epochs}" \
     --nj 2 \
     "$@"

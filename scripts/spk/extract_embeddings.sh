@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Speaker embeddings for a data dir: --nj parallel jobs through $cmd, batched, CPU or GPU, resumable.
+#
+#   scripts/spk/extract_embeddings.sh [--cmd run.pl] [--nj 4] [--batch-size 32] [--max-frames 3000] \
+#       [--device cpu|cuda] [--toolkit spkflow|espnet] [--skip-bad false] [--num-workers 1] \
+#       [--num-threads 1] [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
+#       --model-dir DIR DATA_DIR OUT_DIR
+#
+# Writes (float32 Kaldi vectors; ESPnet reads them as type kaldi_ark):
+#   OUT_DIR/xvector.scp       one embedding per utterance, keys in the data dir's LC_ALL=C order
+#   OUT_DIR/spk_xvector.scp   mean of each speaker's utterance embeddings (spk2utt order)
+#   OUT_DIR/bad_utts          with --skip-bad true: utterances left out, "utt reason"
+#   OUT_DIR/bad_spks          speakers left without an embedding (all their utterances failed)
+# Job outputs and commit logs under OUT_DIR/jobs/, one log per job under OUT_DIR/log/.
+#
+# --toolkit spkflow: DIR is a stage-4 model dir (config.yaml + model.pth); audio -> fbank/VAD in
+#   DataLoader workers (or features from --feats-dir, a stage-2 dump dir with feats.scp + vad.scp).
+# --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
+#   only *.pth, or --model-file); audio at the frontend's rate.
+# --device cuda gives every job one GPU (--gpu 1 to $cmd; run.pl/queue.pl/slurm.pl set
+#   CUDA_VISIBLE_DEVICES; the job uses the first visible device).
+#
+# Re-running resumes: utterances committed by an earlier (killed or failed) run are not computed
+# again, unless the model changed (then the job outputs are discarded).  The final files are
+# written only after the merge has checked that every utterance has exactly one embedding
+# (listing missing and extra keys otherwise), xvector.scp last and atomically.
+set -euo pipefail
+
+root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export PATH=${root}/utils:${PATH}
+export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
+export LC_ALL=C
+
+log() {
+    local fname=${BASH_SOURCE[1]##*/}
+    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*" >&2
+}
+
+cmd=run.pl          # job runner: run.pl | queue.pl ... | slurm.pl ...
+nj=4                # number of parallel jobs
+batch_size=32       # utterances per batch
+max_frames=         # bound on padded 10 ms frames per batch (batch size x longest utterance);
+                    # default 3000 on cpu (bigger batches cost more CPU time: caches), 60000 on cuda
+device=cpu          # cpu | cuda (one GPU per job)
+toolkit=spkflow     # spkflow (stage-4 model dir) | espnet (ESPnet speaker model)
+model_dir=          # model directory (required)
+model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR)
+feats_dir=          # spkflow: read features (feats.scp + vad.scp) from here instead of the audio
+skip_bad=false      # leave unreadable utterances out (listed in OUT_DIR/bad_utts) instead of failing
+num_workers=1       # DataLoader worker processes per job (audio reading, resampling, features)
+num_threads=1       # torch threads per job (also passed to $cmd as --num-threads)
+spk_mean=raw        # speaker means of raw vectors (ESPnet's convention) | l2 (of L2-normalised vectors)
+python=             # python interpreter (default: python from the environment, else .venv)
+
+help_message=$(cat <<EOF
+Usage: $0 [options] --model-dir <model-dir> <data-dir> <out-dir>
+  e.g. $0 --nj 8 --model-dir exp/spk_train data/test exp/spk_train/embed/test
+Options:
+  --cmd CMD            job runner (default: ${cmd})
+  --nj N               parallel jobs (default: ${nj})
+  --batch-size B       utterances per batch (default: ${batch_size})
+  --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda)
+  --device DEV         cpu | cuda (default: ${device})
+  --toolkit T          spkflow | espnet (default: ${toolkit})
+  --model-dir DIR      model directory: config.yaml + weights (required)
+  --model-file F       espnet: the weights file, when DIR has several *.pth
+  --feats-dir D        spkflow: features from D/feats.scp (+ vad.scp) instead of audio
+  --skip-bad BOOL      leave bad utterances out instead of failing (default: ${skip_bad})
+  --num-workers K      DataLoader worker processes per job (default: ${num_workers})
+  --num-threads N      torch threads per job (default: ${num_threads})
+  --spk-mean M         raw | l2 speaker means (default: ${spk_mean})
+EOF
+)
+
+. "${root}/utils/parse_options.sh"
+
+if [ $# -ne 2 ]; then
+    echo "${help_message}" >&2
+    exit 1
+fi
+data=$1
+out=$2
+
+if [ -z "${python}" ]; then
+    if command -v python >/dev/null 2>&1 && python -c 'import spkflow, kaldiio' >/dev/null 2>&1; then
+        python=python
+    elif [ -x "${root}/.venv/bin/python" ]; then
+        python=${root}/.venv/bin/python
+    else
+        python=python3
+    fi
+fi
+export OMP_NUM_THREADS=${num_threads}
+if [ -z "${max_frames}" ]; then
+    if [[ "${device}" == cuda* ]]; then max_frames=60000; else max_frames=3000; fi
+fi
+
+# --- arguments, checked before any job starts
+for v in nj batch_size max_frames num_threads; do
+    if ! [[ "${!v}" =~ ^[0-9]+$ ]] || [ "${!v}" -lt 1 ]; then
+        log "Error: --${v//_/-} must be a positive integer, got '${!v}'"
+        exit 1
+    fi
+done
+if ! [[ "${num_workers}" =~ ^[0-9]+$ ]]; then
+    log "Error: --num-workers must be a non-negative integer, got '${num_workers}'"
+    exit 1
+fi
+case "${toolkit}" in spkflow|espnet) ;; *) log "Error: --toolkit must be spkflow or espnet, got '${toolkit}'"; exit 1 ;; esac
+case "${device}" in cpu|cuda|cuda:*) ;; *) log "Error: --device must be cpu or cuda, got '${device}'"; exit 1 ;; esac
+case "${spk_mean}" in raw|l2) ;; *) log "Error: --spk-mean must be raw or l2, got '${spk_mean}'"; exit 1 ;; esac
+if [ -z "${model_dir}" ]; then
+    log "Error: --model-dir is required"
+    echo "${help_message}" >&2
+    exit 1
+fi
+if [ ! -d "${model_dir}" ]; then
+    log "Error: --model-dir ${model_dir}: no such directory"
+    exit 1
+fi
+if [ ! -f "${model_dir}/config.yaml" ]; then
+    log "Error: ${model_dir}/config.yaml not found: a model directory holds config.yaml and the weights" \
+        "(stage 4 writes config.yaml + model.pth)"
+    exit 1
+fi
+if [ -n "${model_file}" ]; then
+    weights=${model_file}
+elif [ -f "${model_dir}/model.pth" ]; then
+    weights=${model_dir}/model.pth
+elif [ "${toolkit}" = espnet ]; then
+    weights=$(find "${model_dir}" -maxdepth 1 -name '*.pth' ! -name checkpoint.pth | sort)
+    if [ "$(echo "${weights}" | grep -c .)" -ne 1 ]; then
+        log "Error: cannot tell which weights in ${model_dir} to use (${weights:-no *.pth}); give --model-file"
+        exit 1
+    fi
+else
+    log "Error: ${model_dir}/model.pth not found: the model directory has no weights"
+    exit 1
+fi
+if [ ! -f "${weights}" ]; then
+    log "Error: model file ${weights} not found"
+    exit 1
+fi
+if [ -n "${feats_dir}" ] && [ ! -f "${feats_dir}/feats.scp" ]; then
+    log "Error: --feats-dir ${feats_dir}: no feats.scp there"
+    exit 1
+fi
+for f in wav.scp utt2spk; do
+    if [ ! -s "${data}/${f}" ]; then
+        log "Error: ${data}/${f} does not exist or is empty"
+        exit 1
+    fi
+done
+gpu_opt=
+if [[ "${device}" == cuda* ]]; then
+    gpu_opt="--gpu 1"
+    if [ -z "${CUDA_VISIBLE_DEVICES+x}" ] && ! command -v nvidia-smi >/dev/null 2>&1 && [[ "${cmd}" == run.pl* ]]; then
+        log "Warning: --device ${device} with run.pl but no nvidia-smi and no CUDA_VISIBLE_DEVICES here"
+    fi
+fi
+
+jobs=${out}/jobs
+mkdir -p "${jobs}" "${out}/log"
+
+# --- resume only with the same model: a stamp of the toolkit and the weights' and config's hashes
+stamp="toolkit=${toolkit} $(sha256sum "${model_dir}/config.yaml" "${weights}" | awk '{printf "%s ", $1}')"
+if [ -f "${jobs}/model.stamp" ] && [ "$(cat "${jobs}/model.stamp")" != "${stamp}" ]; then
+    log "The model changed since ${jobs} was written: discarding its partial outputs"
+    rm -rf "${jobs}"
+    mkdir -p "${jobs}"
+fi
+if [ ! -f "${jobs}/model.stamp" ]; then
+    echo "${stamp}" > "${jobs}/model.stamp.tmp"
+    mv "${jobs}/model.stamp.tmp" "${jobs}/model.stamp"
+fi
+# No complete-looking output until the merge has checked everything.
+rm -f "${out}"/{xvector.scp,spk_xvector.scp,bad_utts,bad_spks} "${jobs}"/bad_utts.*
+
+num_utts=$(wc -l < "${data}/utt2spk")
+if [ "${nj}" -gt "${num_utts}" ]; then
+    log "nj=${nj} is more than the ${num_utts} utterances of ${data}: using nj=${num_utts}"
+    nj=${num_utts}
+fi
+done_before=$(cat "${jobs}"/xvector.*.scp 2>/dev/null | wc -l) || done_before=0
+resumed=
+[ "${done_before}" -gt 0 ] && resumed=", resuming after ${done_before} embeddings committed by an earlier run"
+log "Embedding ${data} (${num_utts} utterances${resumed})" \
+    "with ${toolkit} model ${model_dir}, ${nj} jobs on ${device}, batch ${batch_size} -> ${out}"
+rm -rf "${jobs}/split${nj}"
+"${python}" -m spkflow.bin.split_by_duration "${data}" "${nj}" "${jobs}/split${nj}"
+
+name=$(basename "${out}")
+# shellcheck disable=SC2086
+if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/extract_${name}.JOB.log" \
+        "${python}" -m spkflow.bin.extract_embeddings --toolkit "${toolkit}" --model-dir "${model_dir}" \
+            ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
+            --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
+            --batch-size "${batch_size}" --max-frames "${max_frames}" --num-workers "${num_workers}" \
+            --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
+    for l in "${out}/log/extract_${name}".*.log; do
+        if grep -q "ERROR" "${l}" 2>/dev/null || ! grep -q "Ended (code 0)" "${l}" 2>/dev/null; then
+            log "Error: job failed, see ${l}:"
+            grep "ERROR" "${l}" | head -n 3 >&2 || tail -n 5 "${l}" >&2 || true
+        fi
+    done
+    log "Re-run the same command to resume: finished utterances are kept"
+    exit 1
+fi
+
+if ! "${python}" -m spkflow.bin.merge_embeddings --skip-bad "${skip_bad}" --spk-mean "${spk_mean}" \
+        "${data}" "${jobs}" "${out}" 2> "${out}/log/merge.log"; then
+    cat "${out}/log/merge.log" >&2
+    log "Error: merging the jobs of ${data} failed (${out}/log/merge.log)"
+    exit 1
+fi
+grep -E "WARNING|bad utterance" "${out}/log/merge.log" >&2 || true
+log "Succeeded: ${out}/xvector.scp ($(wc -l < "${out}/xvector.scp") utterances)," \
+    "${out}/spk_xvector.scp ($(wc -l < "${out}/spk_xvector.scp") speakers)"

@@ -1,0 +1,108 @@
+"""One extraction job: embed a list of utterances of a data dir into a job directory.
+
+    python -m spkflow.bin.extract_embeddings --toolkit spkflow --model-dir exp/spk_x \\
+        [--keys exp/spk_x/embed/test/jobs/utts.3 --job-id 3] [--device cpu|cuda] \\
+        [--batch-size 32] [--max-frames 3000] [--num-workers 1] [--num-threads 1] \\
+        [--skip-bad false] [--model-file F] [--feats-dir D] DATA_DIR JOB_DIR
+
+Normally started by ``scripts/spk/extract_embeddings.sh`` through ``$cmd JOB=1:N``; the merge
+(``spkflow.bin.merge_embeddings``) writes the final ``xvector.scp``.  Utterances already
+committed in JOB_DIR (by any job) are skipped, so re-running resumes.  Exit status 1 on bad
+input (the message names the utterance or file), 2 on bad arguments.  The work is
+:func:`spkflow.embed.run_job`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _int_at_least(lo: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+    return parse
+
+
+_positive = _int_at_least(1)
+_non_negative = _int_at_least(0)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spkflow.bin.extract_embeddings",
+                                description="Embed the utterances of one job (batched, resumable).")
+    p.add_argument("--toolkit", choices=("spkflow", "espnet"), default="spkflow", help="model type")
+    p.add_argument("--model-dir", required=True, help="model directory (config.yaml + weights)")
+    p.add_argument("--model-file", default=None, help="espnet: weights file (default: DIR/model.pth or the only *.pth)")
+    p.add_argument("--feats-dir", default=None, help="spkflow: read feats.scp (+ vad.scp) here instead of audio")
+    p.add_argument("--keys", default=None, help="file whose first fields are this job's utterances (default: all)")
+    p.add_argument("--job-id", default="1", help="job number (names the outputs)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (cuda = first visible device)")
+    p.add_argument("--batch-size", type=_positive, default=32, help="utterances per batch")
+    p.add_argument("--max-frames", type=_positive, default=None,
+                   help="bound on padded 10 ms frames per batch (batch size x longest utterance); "
+                        "default 3000 on cpu, 60000 on cuda")
+    p.add_argument("--num-workers", type=_non_negative, default=1, help="DataLoader worker processes (0: in process)")
+    p.add_argument("--num-threads", type=_positive, default=1, help="torch threads of the model")
+    p.add_argument("--skip-bad", type=_bool, default=False, help="list unreadable utterances instead of failing")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument("data_dir", help="Kaldi data directory")
+    p.add_argument("job_dir", help="directory of the jobs' partial outputs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    import torch
+
+    from spkflow.config import ConfigError
+    from spkflow.datadir import read_keys
+    from spkflow.embed import data_dir_keys, load_embedder, run_job
+    from spkflow.errors import InputError, UtteranceError
+
+    torch.set_num_threads(args.num_threads)
+    try:
+        utts, _ = data_dir_keys(args.data_dir)
+        if args.keys is not None:
+            wanted = read_keys(args.keys)
+            unknown = sorted(set(wanted) - set(utts))
+            if unknown:
+                raise InputError(args.keys, None, f"{len(unknown)} key(s) not in {args.data_dir}/utt2spk, "
+                                                  f"e.g. {unknown[0]!r}")
+            utts = wanted
+        embedder = load_embedder(args.toolkit, args.model_dir, args.device, model_file=args.model_file,
+                                 feats_dir=args.feats_dir)
+        logging.info("model %s (%s) on %s, %d-dim embeddings", args.model_dir, args.toolkit, args.device,
+                     embedder.dim)
+        max_frames = args.max_frames or (60000 if args.device.startswith("cuda") else 3000)
+        run_job(embedder, args.data_dir, utts, args.job_dir, args.job_id, batch_size=args.batch_size,
+                max_frames=max_frames, num_workers=args.num_workers, skip_bad=args.skip_bad,
+                progress=not args.no_progress)
+    except UtteranceError as err:
+        logging.error("%s (use --skip-bad true to leave it out and list it in bad_utts)", err)
+        return 1
+    except (InputError, ConfigError, FileNotFoundError, RuntimeError, ValueError) as err:
+        logging.error("%s", err)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Train a speaker embedder on N x M batch lists (stage 4 of spk.sh).
+
+    python -m spkflow.bin.train --config conf/train.yaml --train-data data/train \\
+        --train-feats dump/fbank/train --batches-dir exp/spk_x/batches --num-epochs 10 \\
+        --out-dir exp/spk_x [--valid-data data/test --valid-feats dump/fbank/test] \\
+        [--fbank-conf conf/fbank.conf --vad-conf conf/vad.conf] [--num-utt M] [--no-resume] \\
+        [--max-steps K] [--device auto|cpu|cuda]
+
+Several processes: ``torchrun --nproc_per_node P -m spkflow.bin.train ...`` (DDP; gloo on CPU,
+NCCL on GPU).  Exit status: 0 done (or stopped by --max-steps, with a checkpoint), 128 + N
+stopped by signal N (SIGINT/SIGTERM, with a checkpoint: rerun to resume), 1 bad input or a
+non-finite loss (the message names the file/line or the batch), 2 bad arguments.
+The training itself is :class:`spkflow.trainer.Trainer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spkflow.bin.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True, help="training config (YAML; see spkflow/config.py)")
+    p.add_argument("--train-data", required=True, help="training data dir (utt2spk)")
+    p.add_argument("--train-feats", required=True, help="its features dir (feats.scp, vad.scp) from stage 2")
+    p.add_argument("--batches-dir", required=True, help="dir with epoch<E>.txt batch lists from stage 3")
+    p.add_argument("--num-epochs", type=int, required=True, help="epochs to train (batch lists 1..E)")
+    p.add_argument("--out-dir", required=True, help="experiment dir (config.yaml, checkpoints, model.pth)")
+    p.add_argument("--num-utt", type=int, default=None, help="M utterances per speaker (default: from the lists)")
+    p.add_argument("--valid-data", default=None, help="data dir with a trials file for validation EER")
+    p.add_argument("--valid-feats", default=None, help="its features dir (default: --valid-data)")
+    p.add_argument("--fbank-conf", default=None, help="stage 2 fbank options, recorded in config.yaml")
+    p.add_argument("--vad-conf", default=None, help="stage 2 VAD options, recorded in config.yaml")
+    p.add_argument("--resume", dest="resume", action="store_true", default=True,
+                   help="continue from <out-dir>/checkpoint.pth when present (default)")
+    p.add_argument("--no-resume", dest="resume", action="store_false", help="start afresh")
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this global step (with a checkpoint)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--num-threads", type=int, default=0,
+                   help="torch threads per process (0: CPUs available to this job / local processes)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
+    p.add_argument("--trace-batches", action="store_true",
+                   help="log the batches each rank trains on to <out-dir>/batch_trace.rank<R>.txt")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
+                        format=f"%(asctime)s (%(module)s:%(lineno)d) [rank {rank}] %(levelname)s: %(message)s")
+    if args.num_epochs < 1:
+        get_parser().error("--num-epochs must be >= 1")
+    import torch
+
+    threads = args.num_threads
+    if threads <= 0:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = max(1, cpus // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    torch.set_num_threads(threads)
+    from spkflow.config import ConfigError, load_train_config
+    from spkflow.errors import InputError
+    from spkflow.trainer import TrainingDiverged, TrainOptions, Trainer
+
+    try:
+        config = load_train_config(args.config)
+        opts = TrainOptions(config=config, train_data=args.train_data, train_feats=args.train_feats,
+                            batches_dir=args.batches_dir, out_dir=args.out_dir, num_epochs=args.num_epochs,
+                            num_utt=args.num_utt, valid_data=args.valid_data, valid_feats=args.valid_feats,
+                            fbank_conf=args.fbank_conf, vad_conf=args.vad_conf, resume=args.resume,
+                            max_steps=args.max_steps, device=args.device, progress=args.progress,
+                            trace_batches=args.trace_batches)
+        trainer = Trainer(opts)
+        trainer.run()
+        if trainer.stopped_by == "signal":
+            return 128 + trainer.stop_signal  # the shell convention: the pipeline must not go on
+    except (ConfigError, InputError, TrainingDiverged, FileNotFoundError, KeyError) as err:
+        logging.getLogger("spkflow.bin.train").error("%s", err)
+        print(f"{os.path.basename(sys.argv[0])}: error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

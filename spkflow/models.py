@@ -1,0 +1,334 @@
+"""Speaker embedders: ``feats [B, T, F]`` + ``lengths [B]`` -> one embedding per utterance.
+
+What it guarantees
+------------------
+* Every model is a :class:`SpeakerEmbedder` built from a config section by
+  :func:`build_model`; an unknown ``name`` or key is a :class:`~spkflow.config.ConfigError`
+  that names it and lists the accepted keys (never silently ignored).
+* **Padding invariance**: an utterance padded at the end inside a batch gets the embedding it
+  gets alone (``test/test_models.py`` checks max |diff| <= 1e-4 between L2-normalised
+  vectors, in eval mode).  Training batches are N x M crops of one length, so no padding
+  reaches BatchNorm statistics in training.
+* :func:`load_model_dir` rebuilds a trained model from ``config.yaml`` + ``model.pth`` (a plain
+  state dict, loaded with ``torch.load(..., weights_only=True)``); the config's ``frontend``
+  section says what input the model expects.
+
+Models
+------
+``ecapa_tdnn`` (:class:`EcapaTdnn`)
+    ECAPA-TDNN (Desplanques et al., Interspeech 2020) assembled from ``espnet2.spk``:
+    ``EcapaTdnnEncoder`` (Res2Net/SE blocks), ``ChnAttnStatPooling`` (channel- and
+    context-dependent attentive statistics) and ``RawNet3Projector`` (BatchNorm + linear).
+    The parameters and state-dict keys are espnet2's.  espnet2's encoder ignores padding:
+    its dilated convolutions read the padded frames of the previous layer (which are no
+    longer zero after BatchNorm) and its SE blocks average over the padded frames, so a
+    padded utterance's embedding changes.  :meth:`EcapaTdnn.encode` runs the same modules
+    with a frame mask: padded frames are zeroed before every convolution that looks across
+    time (as the convolution's own zero padding does for an utterance alone) and the SE
+    squeeze is a masked mean.  espnet2's pooling already accepts lengths and is used as is.
+``dvector_lstm`` (:class:`DVectorLSTM`)
+    The d-vector network of the GE2E paper (Wan et al., ICASSP 2018): stacked LSTM layers
+    with a linear projection (paper: 3 x 768 cells, projection 256, 40-dim log-mel input,
+    140-180 frame crops); the embedding is the projected output at the last (valid) frame,
+    computed on packed sequences.  At inference the paper slides a window (140 frames, 50 %
+    overlap) and averages the L2-normalised window d-vectors; ``infer_window``/``infer_hop``
+    do that in eval mode (``infer_window: 0`` embeds the whole utterance in one pass).
+
+Both accept ``input_norm: global`` (a per-dimension mean/std of the training input kept as
+buffers, set once by the trainer with :meth:`SpeakerEmbedder.set_input_stats` and saved in the
+state dict; the analogue of ESPnet's ``global_mvn`` stats without a separate stats stage) and
+``specaug`` (frequency and time masks, training mode only; drawn from the global torch
+generator, which the trainer seeds per batch).
+
+Compared with the anchor (espnet2's ``ESPnetSpeakerModel``): the embedder is independent of the
+loss and of the frontend (features come from stage 2), it is padding invariant, and the model
+directory is self-describing, so extraction does not need the training task class.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+
+from spkflow.config import ConfigError, check_keys
+
+__all__ = [
+    "SpeakerEmbedder",
+    "EcapaTdnn",
+    "DVectorLSTM",
+    "SpecAugment",
+    "build_model",
+    "load_model_dir",
+    "lengths_to_mask",
+    "MODEL_DEFAULTS",
+]
+
+
+def lengths_to_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Bool mask [B, max_len], True on valid frames."""
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class SpecAugment(nn.Module):
+    """Frequency and time masks on a batch [B, T, F] (training mode only).
+
+    Each utterance gets ``num_freq_masks`` bands of width U[0, freq_width] set to zero and
+    ``num_time_masks`` spans of width U[0, time_width] frames set to zero (zero is the
+    training mean after ``input_norm: global``).  Time masks stay inside each utterance's
+    valid frames.
+    """
+
+    def __init__(self, freq_width: int = 0, num_freq_masks: int = 1, time_width: int = 0,
+                 num_time_masks: int = 1) -> None:
+        super().__init__()
+        self.freq_width, self.num_freq_masks = int(freq_width), int(num_freq_masks)
+        self.time_width, self.num_time_masks = int(time_width), int(num_time_masks)
+
+    @staticmethod
+    def _band(size: torch.Tensor, width: int, batch: int, device: torch.device, total: int) -> torch.Tensor:
+        w = torch.randint(0, width + 1, (batch,), device=device)
+        w = torch.minimum(w, size)
+        start = (torch.rand(batch, device=device) * (size - w + 1).float()).long()
+        idx = torch.arange(total, device=device)[None, :]
+        return (idx >= start[:, None]) & (idx < (start + w)[:, None])
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        if not self.training or (self.freq_width <= 0 and self.time_width <= 0):
+            return x
+        b, t, f = x.shape
+        keep = torch.ones(b, t, f, dtype=torch.bool, device=x.device)
+        if self.freq_width > 0:
+            full = torch.full((b,), f, device=x.device)
+            for _ in range(self.num_freq_masks):
+                keep &= ~self._band(full, self.freq_width, b, x.device, f)[:, None, :]
+        if self.time_width > 0:
+            for _ in range(self.num_time_masks):
+                keep &= ~self._band(lengths.to(x.device), self.time_width, b, x.device, t)[:, :, None]
+        return x * keep.to(x.dtype)
+
+
+class SpeakerEmbedder(nn.Module):
+    """Base class: input normalisation + SpecAugment + :meth:`embed`.
+
+    ``forward(feats [B, T, F], lengths [B]) -> [B, embed_dim]`` (not normalised; score with
+    cosine).  Subclasses implement :meth:`embed` on normalised features.
+    """
+
+    embed_dim: int
+    input_dim: int
+
+    def __init__(self, input_dim: int, input_norm: str = "global", specaug: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        if input_norm not in ("global", "none"):
+            raise ConfigError(f"model.input_norm must be 'global' or 'none', got {input_norm!r}")
+        self.input_dim = int(input_dim)
+        self.input_norm = input_norm
+        self.register_buffer("input_mean", torch.zeros(self.input_dim))
+        self.register_buffer("input_std", torch.ones(self.input_dim))
+        spec = dict(specaug or {})
+        check_keys("model.specaug", spec, ("freq_width", "num_freq_masks", "time_width", "num_time_masks"))
+        self.specaug = SpecAugment(**spec)
+
+    def set_input_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Per-dimension mean and std of the training input (used when ``input_norm: global``)."""
+        self.input_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.input_std.copy_(torch.as_tensor(std, dtype=torch.float32).clamp_min(1e-5))
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        if feats.dim() != 3 or feats.shape[-1] != self.input_dim:
+            raise ValueError(f"expected feats [B, T, {self.input_dim}], got {tuple(feats.shape)}")
+        b, t, _ = feats.shape
+        if lengths is None:
+            lengths = torch.full((b,), t, dtype=torch.long, device=feats.device)
+        lengths = lengths.to(device=feats.device, dtype=torch.long)
+        if lengths.shape != (b,) or bool((lengths < 1).any()) or bool((lengths > t).any()):
+            raise ValueError(f"lengths must be [B] in [1, {t}], got {lengths.tolist()}")
+        x = feats
+        if self.input_norm == "global":
+            x = (x - self.input_mean) / self.input_std
+        mask = lengths_to_mask(lengths, t)
+        x = x * mask[:, :, None].to(x.dtype)  # padding is exactly zero, whatever the caller put there
+        x = self.specaug(x, lengths)
+        return self.embed(x, lengths)
+
+    def embed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+class EcapaTdnn(SpeakerEmbedder):
+    """ECAPA-TDNN from espnet2.spk modules, run with a frame mask (see the module docstring).
+
+    ``channels`` is espnet2's ``ndim`` (paper: 512 or 1024), ``scale`` the Res2Net scale,
+    ``output_channels`` the frame-level output (default ``3 * channels`` as in the paper),
+    ``embed_dim`` the projector output (paper: 192).
+    """
+
+    def __init__(self, input_dim: int = 80, channels: int = 512, scale: int = 8,
+                 output_channels: int | None = None, embed_dim: int = 192, input_norm: str = "global",
+                 specaug: Mapping[str, Any] | None = None) -> None:
+        super().__init__(input_dim, input_norm, specaug)
+        from espnet2.spk.encoder.ecapa_tdnn_encoder import EcapaTdnnEncoder
+        from espnet2.spk.pooling.chn_attn_stat_pooling import ChnAttnStatPooling
+        from espnet2.spk.projector.rawnet3_projector import RawNet3Projector
+
+        if channels % scale:
+            raise ConfigError(f"model.channels ({channels}) must be a multiple of model.scale ({scale})")
+        out_ch = int(output_channels or 3 * channels)
+        self.encoder = EcapaTdnnEncoder(int(input_dim), model_scale=int(scale), ndim=int(channels), output_size=out_ch)
+        self.pooling = ChnAttnStatPooling(out_ch)
+        self.projector = RawNet3Projector(self.pooling.output_size(), int(embed_dim))
+        self.embed_dim = int(embed_dim)
+
+    @staticmethod
+    def _block(block: nn.Module, x: torch.Tensor, m: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """espnet2 ``EcapaBlock.forward`` with padded frames zeroed before each dilated conv and
+        a masked mean in the SE squeeze.  ``m``: [B, 1, T] float mask, ``n``: [B, 1, 1] lengths."""
+        residual = x
+        out = block.bn1(block.relu(block.conv1(x)))
+        spx = torch.split(out, block.width, 1)
+        pieces = []
+        sp = spx[0]
+        for i in range(block.nums):
+            sp = spx[i] if i == 0 else sp + spx[i]
+            sp = block.bns[i](block.relu(block.convs[i](sp * m)))
+            pieces.append(sp)
+        pieces.append(spx[block.nums])
+        out = block.bn3(block.relu(block.conv3(torch.cat(pieces, 1))))
+        se = block.se.se  # Sequential(AdaptiveAvgPool1d, Conv1d, ReLU, BatchNorm1d, Conv1d, Sigmoid)
+        s = (out * m).sum(dim=2, keepdim=True) / n
+        for layer in list(se)[1:]:
+            s = layer(s)
+        return out * s + residual
+
+    def encode(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Frame-level output [B, C, T] of espnet2's encoder, computed with a frame mask."""
+        enc = self.encoder
+        t = x.shape[1]
+        m = lengths_to_mask(lengths, t)[:, None, :].to(x.dtype)  # [B, 1, T]
+        n = lengths.to(x.dtype).view(-1, 1, 1)
+        h = x.transpose(1, 2) * m
+        h = enc.bn(enc.relu(enc.conv(h)))
+        x1 = self._block(enc.layer1, h, m, n)
+        x2 = self._block(enc.layer2, h + x1, m, n)
+        x3 = self._block(enc.layer3, h + x1 + x2, m, n)
+        return enc.relu(enc.layer4(torch.cat((x1, x2, x3), dim=1)))
+
+    def embed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        h = self.encode(x, lengths)
+        pooled = self.pooling(h, feat_lengths=lengths)
+        return self.projector(pooled)
+
+
+class DVectorLSTM(SpeakerEmbedder):
+    """GE2E d-vector LSTM: ``layers`` LSTM layers of ``hidden`` cells with projection ``embed_dim``.
+
+    Training: the projected output at each crop's last frame.  Eval with ``infer_window > 0``:
+    the mean of the L2-normalised last-frame outputs of windows of ``infer_window`` frames every
+    ``infer_hop`` frames (the last window ends at the last frame; shorter utterances are one
+    window).
+    """
+
+    def __init__(self, input_dim: int = 40, hidden: int = 768, embed_dim: int = 256, layers: int = 3,
+                 infer_window: int = 140, infer_hop: int = 70, input_norm: str = "global",
+                 specaug: Mapping[str, Any] | None = None) -> None:
+        super().__init__(input_dim, input_norm, specaug)
+        if int(infer_window) < 0 or (int(infer_window) > 0 and int(infer_hop) < 1):
+            raise ConfigError(f"model.infer_window must be >= 0 and infer_hop >= 1, got {infer_window}, {infer_hop}")
+        proj = int(embed_dim) if int(embed_dim) < int(hidden) else 0
+        self.lstm = nn.LSTM(int(input_dim), int(hidden), num_layers=int(layers), batch_first=True, proj_size=proj)
+        self.embed_dim = int(embed_dim) if proj else int(hidden)
+        self.infer_window, self.infer_hop = int(infer_window), int(infer_hop)
+
+    def _last(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, (h, _) = self.lstm(packed)
+        return h[-1]  # [B, embed_dim], in the caller's order
+
+    def embed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        if self.training or self.infer_window <= 0:
+            return self._last(x, lengths)
+        win, hop = self.infer_window, self.infer_hop
+        starts_all: list[int] = []
+        owners: list[int] = []
+        lens: list[int] = []
+        for b, n in enumerate(lengths.tolist()):
+            if n <= win:
+                starts, size = [0], n
+            else:
+                starts = list(range(0, n - win + 1, hop))
+                if starts[-1] != n - win:
+                    starts.append(n - win)
+                size = win
+            starts_all += starts
+            owners += [b] * len(starts)
+            lens += [size] * len(starts)
+        width = max(lens)
+        idx = torch.tensor(starts_all, device=x.device)[:, None] + torch.arange(width, device=x.device)[None, :]
+        idx = idx.clamp_max(x.shape[1] - 1)
+        windows = x[torch.tensor(owners, device=x.device)[:, None], idx]  # [W, width, F]
+        wl = torch.tensor(lens, device=x.device)
+        windows = windows * lengths_to_mask(wl, width)[:, :, None].to(x.dtype)
+        d = F.normalize(self._last(windows, wl), dim=-1)
+        out = torch.zeros(x.shape[0], d.shape[1], dtype=d.dtype, device=d.device)
+        own = torch.tensor(owners, device=x.device)
+        out.index_add_(0, own, d)
+        return out / torch.bincount(own, minlength=x.shape[0]).clamp_min(1)[:, None].to(d.dtype)
+
+
+MODELS: dict[str, type[SpeakerEmbedder]] = {"ecapa_tdnn": EcapaTdnn, "dvector_lstm": DVectorLSTM}
+
+# Accepted keys and defaults of each model (``name`` aside); ``build_model`` checks against these.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ecapa_tdnn": {"input_dim": 80, "channels": 512, "scale": 8, "output_channels": None, "embed_dim": 192,
+                   "input_norm": "global", "specaug": None},
+    "dvector_lstm": {"input_dim": 40, "hidden": 768, "embed_dim": 256, "layers": 3, "infer_window": 140,
+                     "infer_hop": 70, "input_norm": "global", "specaug": None},
+}
+
+
+def build_model(cfg: Mapping[str, Any]) -> SpeakerEmbedder:
+    """Build an embedder from its config section, e.g. ``{"name": "ecapa_tdnn", "channels": 256}``.
+
+    Raises :class:`~spkflow.config.ConfigError` for an unknown name or key.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"model config must be a mapping with a 'name', got {cfg!r}")
+    cfg = dict(cfg)
+    name = cfg.pop("name", None)
+    if name not in MODELS:
+        raise ConfigError(f"model.name must be one of {sorted(MODELS)}, got {name!r}")
+    check_keys("model", cfg, MODEL_DEFAULTS[name], source=f"model {name!r}")
+    return MODELS[name](**cfg)
+
+
+def load_model_dir(model_dir: str | os.PathLike[str], device: str | torch.device = "cpu",
+                   checkpoint: str = "model.pth") -> tuple[SpeakerEmbedder, dict[str, Any]]:
+    """Rebuild a trained embedder: ``config.yaml`` (sections ``frontend``, ``model``, ...) and
+    ``model.pth`` (a plain state dict) from ``model_dir``.  Returns ``(model in eval mode on
+    device, config)``.  Missing files or a state dict that does not fit the config raise
+    errors naming the file."""
+    model_dir = os.fspath(model_dir)
+    cfg_path = os.path.join(model_dir, "config.yaml")
+    ckpt_path = os.path.join(model_dir, checkpoint)
+    for p in (cfg_path, ckpt_path):
+        if not os.path.isfile(p):
+            raise FileNotFoundError(f"{p}: not found (is {model_dir} a trained model directory?)")
+    with open(cfg_path, encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    if not isinstance(config, dict) or "model" not in config:
+        raise ConfigError(f"{cfg_path}: no 'model' section")
+    model = build_model(config["model"])
+    state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]  # a full training checkpoint also works
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise ConfigError(f"{ckpt_path}: does not match the model in {cfg_path}: {err}") from None
+    return model.to(device).eval(), config

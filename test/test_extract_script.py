@@ -1,0 +1,193 @@
+"""End-to-end tests of scripts/spk/extract_embeddings.sh (spkflow toolkit) through run.pl,
+stage 5 of spk.sh, resume after SIGKILL, bad input, and scripts/spk/align_embed_scp.sh.
+
+Real audio files (wav/flac at 8, 16 and 22.05 kHz, and Kaldi ``cmd |`` pipes), a tiny real
+spkflow model with random weights, real processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+import pytest
+
+from conftest import ROOT, make_speakers
+from test_embed import l2, make_mixed_data, make_spkflow_model_dir
+
+SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
+ALIGN = ROOT / "scripts" / "spk" / "align_embed_scp.sh"
+PY = Path(sys.executable)
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = f"{PY.parent}:{e['PATH']}"
+    e["PYTHONPATH"] = str(ROOT)
+    e["OMP_NUM_THREADS"] = "1"
+    return e
+
+
+def run(args: list[str], cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(["bash", *map(str, args)], cwd=cwd, env=env(), capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_spkflow_model_dir(tmp_path_factory.mktemp("model") / "spk_tiny")
+
+
+def alone_embeddings(model_dir: Path, data: Path) -> dict[str, np.ndarray]:
+    """Batch-1 reference, one utterance at a time, in this process."""
+    from spkflow.embed import SpkflowEmbedder
+
+    emb = SpkflowEmbedder(model_dir)
+    prep = emb.preparer(data)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    return {u: emb.embed([prep(u)])[0] for u in utts}
+
+
+def test_stage5_nj2_batched_equals_batch1_on_mixed_rates(model_dir, tmp_path, monkeypatch):
+    """Stage 5 of spk.sh in a recipe dir: nj=2 jobs, batches of 4 over mixed rates and lengths."""
+    recipe = tmp_path / "egs" / "demo" / "spk1"
+    recipe.mkdir(parents=True)
+    for name in ("spk.sh", "cmd.sh", "db.sh"):
+        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
+    (recipe / "path.sh").write_text(f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
+                                    "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n")
+    data = make_mixed_data(recipe / "corpus")
+    (recipe / "data").mkdir()
+    os.rename(data, recipe / "data" / "test")
+    exp = recipe / "exp" / "spk_tiny"
+    exp.mkdir(parents=True)
+    for f in ("config.yaml", "model.pth"):
+        (exp / f).write_bytes((model_dir / f).read_bytes())
+    p = run(["spk.sh", "--stage", "5", "--stop_stage", "5", "--tag", "tiny", "--test_sets", "test",
+             "--nj", "2", "--embed_batch_size", "4"], cwd=recipe)
+    assert "Stage 5: embedding extraction for test" in p.stdout + p.stderr
+    out = exp / "embed" / "test"
+    monkeypatch.chdir(recipe)  # scp paths are relative to the recipe dir, as in Kaldi and ESPnet
+    assert (out / "xvector.scp").read_text().startswith("s0-u0 exp/spk_tiny/embed/test/xvector.ark:")
+    xv = kaldiio.load_scp(str(out / "xvector.scp"))
+    utts = (recipe / "data" / "test" / "utt2spk").read_text().split()[::2]
+    assert list(xv) == utts  # one per utterance, data-dir (LC_ALL=C) order
+    ref = alone_embeddings(model_dir, recipe / "data" / "test")
+    diff = max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts)
+    assert diff <= 1e-4, diff
+    # the jobs really were parallel and batched, with progress in their logs
+    logs = sorted((out / "log").glob("extract_test.*.log"))
+    assert len(logs) == 2
+    for lg in logs:
+        text = lg.read_text()
+        assert "utt/s" in text and "batches (at most 4 utterances" in text
+    # speaker means: the mean of the speaker's utterance vectors
+    sp = kaldiio.load_scp(str(out / "spk_xvector.scp"))
+    for line in (recipe / "data" / "test" / "spk2utt").read_text().splitlines():
+        spk, *members = line.split()
+        np.testing.assert_allclose(sp[spk], np.mean([xv[u] for u in members], axis=0), rtol=1e-5, atol=1e-6)
+
+
+def _commit_lines(jobs: Path) -> list[str]:
+    lines = []
+    for p in sorted(jobs.glob("xvector.*.scp")):
+        lines += [ln.split()[0] for ln in p.read_text().splitlines() if ln]
+    return lines
+
+
+def test_resume_after_sigkill_computes_only_the_missing(model_dir, tmp_path):
+    data = make_speakers(tmp_path, num_spk=3, num_utt=4, seed=7)
+    # Kaldi pipes that take a while: the job is slow enough to be killed mid-way
+    wav = "".join(f"{u} sleep 0.25; cat {p} |\n" for u, p in
+                  (ln.split() for ln in (data / "wav.scp").read_text().splitlines()))
+    (data / "wav.scp").write_text(wav)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    out = tmp_path / "out"
+    jobs = out / "jobs"
+    job = subprocess.Popen([str(PY), "-m", "spkflow.bin.extract_embeddings", "--model-dir", str(model_dir),
+                            "--batch-size", "1", "--num-workers", "0", "--no-progress", str(data), str(jobs)],
+                           env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(_commit_lines(jobs) if jobs.is_dir() else []) < 3:
+            time.sleep(0.05)
+        os.kill(job.pid, signal.SIGKILL)
+    finally:
+        job.wait()
+    done_before = _commit_lines(jobs)
+    assert 3 <= len(done_before) < len(utts), "the job should have been killed mid-way"
+    assert not (out / "xvector.scp").exists()
+    p = run([SCRIPT, "--nj", "2", "--batch-size", "3", "--model-dir", model_dir, data, out])
+    logs = "".join(lg.read_text() for lg in sorted((out / "log").glob("extract_out.*.log")))
+    resumed = [int(x) for x in re.findall(r"(\d+) already done by an earlier run", logs)]
+    assert len(resumed) == 2 and sum(resumed) == len(done_before)
+    assert "resuming after" in p.stderr
+    lines = _commit_lines(jobs)
+    assert sorted(lines) == sorted(utts), "every utterance computed exactly once over both runs"
+    xv = kaldiio.load_scp(str(out / "xvector.scp"))
+    assert list(xv) == utts
+    ref = alone_embeddings(model_dir, data)
+    assert max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts) <= 1e-4
+
+
+def test_bad_utterance_fails_naming_it_then_skip_bad(model_dir, tmp_path):
+    data = make_speakers(tmp_path, num_spk=3, num_utt=2, seed=9)
+    wav = dict(ln.split(" ", 1) for ln in (data / "wav.scp").read_text().splitlines())
+    Path(wav["spk000-utt01"]).write_bytes(b"RIFF\x00\x00not really a wav file")
+    wav["spk002-utt00"] = "/nonexistent/a.wav"
+    wav["spk002-utt01"] = "/nonexistent/b.wav"
+    (data / "wav.scp").write_text("".join(f"{k} {v}\n" for k, v in sorted(wav.items())))
+    out = tmp_path / "out"
+    p = run([SCRIPT, "--nj", "2", "--model-dir", model_dir, data, out], check=False)
+    assert p.returncode != 0
+    assert "spk000-utt01" in p.stderr or "spk002-utt0" in p.stderr
+    assert "--skip-bad true" in p.stderr
+    assert not (out / "xvector.scp").exists()
+    run([SCRIPT, "--nj", "1", "--skip-bad", "true", "--model-dir", model_dir, data, out])
+    bad = dict(ln.split(" ", 1) for ln in (out / "bad_utts").read_text().splitlines())
+    assert sorted(bad) == ["spk000-utt01", "spk002-utt00", "spk002-utt01"]
+    assert "not found" in bad["spk002-utt00"]
+    assert (out / "bad_spks").read_text().split()[0] == "spk002"
+    assert list(kaldiio.load_scp(str(out / "xvector.scp"))) == ["spk000-utt00", "spk001-utt00", "spk001-utt01"]
+    assert list(kaldiio.load_scp(str(out / "spk_xvector.scp"))) == ["spk000", "spk001"]
+
+
+def test_model_dir_is_checked_before_any_job(tmp_path, speakers):
+    p = run([SCRIPT, "--model-dir", tmp_path / "missing", speakers, tmp_path / "out"], check=False)
+    assert p.returncode == 1 and "no such directory" in p.stderr
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.pth").write_bytes(b"")
+    p = run([SCRIPT, "--model-dir", tmp_path / "m", speakers, tmp_path / "out"], check=False)
+    assert p.returncode == 1 and "config.yaml not found" in p.stderr
+    p = run([SCRIPT, speakers, tmp_path / "out"], check=False)
+    assert p.returncode == 1 and "--model-dir is required" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_align_embed_scp_script(tmp_path, speakers):
+    utts = (speakers / "utt2spk").read_text().split()[::2]
+    scp = tmp_path / "xvector.scp"
+    lines = [f"{u} x.ark:{i}\n" for i, u in enumerate(utts)]
+    scp.write_text("".join(reversed(lines)) + "other-utt x.ark:99\n")
+    spk = tmp_path / "spk_xvector.scp"
+    spk.write_text("spk003 y.ark:3\nspk000 y.ark:0\nspk002 y.ark:2\nspk001 y.ark:1\n")
+    p = run([ALIGN, speakers, scp, spk])
+    assert scp.read_text() == "".join(lines)
+    assert spk.read_text().split()[::2] == ["spk000", "spk001", "spk002", "spk003"]
+    assert "aligned with utt2spk, 1 dropped" in p.stderr
+    broken = tmp_path / "broken.scp"
+    broken.write_text("".join(lines[:4] + lines[5:]))
+    p = run([ALIGN, speakers, broken], check=False)
+    assert p.returncode == 1
+    assert f"line 5 should be '{utts[4]}'" in p.stderr
+    assert broken.read_text() == "".join(lines[:4] + lines[5:])

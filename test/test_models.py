@@ -1,0 +1,185 @@
+"""Speaker embedders: padding invariance, config errors, model-dir round trip (weights_only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from spkflow.config import ConfigError
+from spkflow.models import DVectorLSTM, EcapaTdnn, build_model, load_model_dir
+
+torch.set_num_threads(1)
+
+ECAPA = {"name": "ecapa_tdnn", "input_dim": 20, "channels": 32, "scale": 4, "embed_dim": 16}
+LSTM = {"name": "dvector_lstm", "input_dim": 20, "hidden": 24, "embed_dim": 12, "layers": 2,
+        "infer_window": 30, "infer_hop": 15}
+
+
+def _trained_bn(model: torch.nn.Module) -> torch.nn.Module:
+    """A few training-mode passes so BatchNorm statistics are not the identity."""
+    g = torch.Generator().manual_seed(1)
+    model.set_input_stats(torch.full((20,), 1.0), torch.full((20,), 2.0))
+    model.train()
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(6, 40, 20, generator=g) * 3 + 1, None)
+    return model.eval()
+
+
+def _padded_vs_alone(model: torch.nn.Module, lengths: list[int], pad_value: float) -> float:
+    g = torch.Generator().manual_seed(0)
+    t = max(lengths) + 7
+    x = torch.randn(len(lengths), t, 20, generator=g) * 2 + 1
+    for i, n in enumerate(lengths):
+        x[i, n:] = pad_value  # whatever the caller pads with
+    with torch.no_grad():
+        batch = F.normalize(model(x, torch.tensor(lengths)), dim=-1)
+        worst = 0.0
+        for i, n in enumerate(lengths):
+            alone = F.normalize(model(x[i:i + 1, :n], torch.tensor([n])), dim=-1)[0]
+            worst = max(worst, float((batch[i] - alone).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("cfg", [ECAPA, LSTM, {**LSTM, "infer_window": 0}], ids=["ecapa", "lstm-window", "lstm"])
+@pytest.mark.parametrize("pad_value", [0.0, 50.0])
+def test_padded_utterance_gets_the_embedding_it_gets_alone(cfg: dict, pad_value: float) -> None:
+    torch.manual_seed(0)
+    model = _trained_bn(build_model(cfg))
+    assert _padded_vs_alone(model, [90, 37, 61, 12], pad_value) <= 1e-4
+
+
+def test_espnet2_encoder_without_masks_is_not_padding_invariant() -> None:
+    """Why EcapaTdnn.encode masks: espnet2's own forward changes a padded utterance's output."""
+    torch.manual_seed(0)
+    model = _trained_bn(build_model(ECAPA))
+    x = torch.randn(1, 50, 20)
+    padded = torch.cat([x, torch.zeros(1, 30, 20)], dim=1)
+    with torch.no_grad():
+        xn = (x - model.input_mean) / model.input_std
+        pn = torch.cat([xn, torch.zeros(1, 30, 20)], dim=1)
+        raw_alone = model.encoder(xn)[..., :50]
+        raw_padded = model.encoder(pn)[..., :50]
+        ours_alone = model.encode(xn, torch.tensor([50]))
+        ours_padded = model.encode(pn, torch.tensor([50]))[..., :50]
+    assert float((raw_alone - raw_padded).abs().max()) > 1e-3
+    assert float((ours_alone - ours_padded).abs().max()) < 1e-4
+    torch.testing.assert_close(ours_alone, raw_alone, rtol=1e-4, atol=1e-4)  # same network when unpadded
+    assert model(padded, torch.tensor([50])).shape == (1, 16)
+
+
+def test_state_dict_keys_are_espnet2s() -> None:
+    from espnet2.spk.encoder.ecapa_tdnn_encoder import EcapaTdnnEncoder
+
+    model = build_model(ECAPA)
+    enc = EcapaTdnnEncoder(20, model_scale=4, ndim=32, output_size=96)
+    assert {k.split(".", 1)[1] for k in model.state_dict() if k.startswith("encoder.")} == set(enc.state_dict())
+
+
+def test_shapes_and_paper_lstm() -> None:
+    assert isinstance(build_model(ECAPA), EcapaTdnn)
+    paper = build_model({"name": "dvector_lstm"})  # 3 x 768 with projection 256 on 40-dim input
+    assert isinstance(paper, DVectorLSTM) and paper.embed_dim == 256
+    assert paper.lstm.num_layers == 3 and paper.lstm.hidden_size == 768 and paper.lstm.proj_size == 256
+    m = build_model(ECAPA).eval()
+    with pytest.raises(ValueError, match=r"feats \[B, T, 20\]"):
+        m(torch.zeros(2, 10, 21), torch.tensor([10, 10]))
+    with pytest.raises(ValueError, match="lengths"):
+        m(torch.zeros(2, 10, 20), torch.tensor([10, 11]))
+
+
+@pytest.mark.parametrize("cfg, match", [
+    ({**ECAPA, "chanels": 8}, "chanels"),
+    ({**ECAPA, "name": "resnet"}, "model.name"),
+    ({k: v for k, v in ECAPA.items() if k != "name"}, "model.name"),
+    ({**LSTM, "hidden_size": 8}, "hidden_size"),
+    ({**ECAPA, "specaug": {"freq_mask": 3}}, "freq_mask"),
+    ({**ECAPA, "input_norm": "utterance"}, "input_norm"),
+    ({**ECAPA, "channels": 30}, "multiple"),
+])
+def test_config_errors(cfg: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        build_model(cfg)
+
+
+def test_specaug_only_in_training() -> None:
+    model = build_model({**ECAPA, "specaug": {"freq_width": 8, "time_width": 10}})
+    x = torch.randn(4, 40, 20)
+    lengths = torch.tensor([40, 30, 20, 10])
+    model.train()
+    torch.manual_seed(3)
+    masked = model.specaug(x, lengths)
+    assert (masked == 0).any() and not torch.equal(masked, x)
+    model.eval()
+    assert torch.equal(model.specaug(x, lengths), x)
+
+
+def test_load_model_dir_round_trip(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _trained_bn(build_model(ECAPA))
+    cfg = {"frontend": {"vad": True, "mean_norm": False, "fbank": {"num_mel_bins": 20}}, "model": ECAPA,
+           "loss": {"name": "ge2e"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    state = torch.load(tmp_path / "model.pth", weights_only=True)
+    assert "input_mean" in state and float(state["input_mean"][0]) == 1.0  # input stats travel with the model
+    loaded, config = load_model_dir(tmp_path)
+    assert not loaded.training and config["frontend"]["vad"] is True
+    x = torch.randn(2, 33, 20)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x, torch.tensor([33, 20])), model(x, torch.tensor([33, 20])))
+    # a model.pth that does not fit the config is an error naming the file
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {**ECAPA, "channels": 64}}))
+    with pytest.raises(ConfigError, match="model.pth"):
+        load_model_dir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="config.yaml"):
+        load_model_dir(tmp_path / "nowhere")
+
+
+def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
+    from spkflow.augment import FbankSpeedPerturb, mel_centers
+
+    fb = {"num_mel_bins": 40, "sample_frequency": 16000.0, "low_freq": 20.0, "high_freq": 0.0}
+    c = mel_centers(40)
+    k = 20
+    x = torch.zeros(2, 55, 40)
+    x[:, :, k] = 1.0                                  # a spectral peak at bin k ...
+    x[:, :, 0] = torch.arange(55).float()             # ... and a time ramp in bin 0
+    for f in (0.9, 1.1):
+        sp = FbankSpeedPerturb([f], fb)
+        y, idx = sp(x, num_utt=2)
+        t_out = sp.out_frames(55)  # floor(T_read / largest factor)
+        assert t_out == {0.9: 61, 1.1: 50}[f]
+        assert y.shape == (2, t_out, 40) and idx.tolist() == [0]
+        band = y[0, 10, 10:]  # away from the ramp, which the lowest bins copy when f > 1
+        peak = float((band * torch.arange(10, 40)).sum() / band.sum())
+        want = float(np.interp(c[k] * f, c, np.arange(40)))   # the peak moves to frequency c_k * f
+        assert abs(peak - want) < 0.6, (f, peak, want)
+        if f > 1:  # bin 0 keeps the ramp (its source lies below the lowest centre): frame i = input i * f
+            torch.testing.assert_close(y[0, :, 0], torch.arange(t_out).float() * f, atol=1e-4, rtol=0)
+    mixed = FbankSpeedPerturb([1.0, 1.1], fb)
+    assert mixed.read_frames(50) == 55 and mixed.out_frames(55) == 50
+    same, _ = FbankSpeedPerturb([1.0, 1.0], fb)(x, num_utt=1)
+    torch.testing.assert_close(same, x)   # factor 1 is the identity
+
+
+def test_fbank_speed_perturb_one_factor_per_speaker() -> None:
+    from spkflow.augment import FbankSpeedPerturb
+
+    sp = FbankSpeedPerturb([0.9, 1.0, 1.1], {"num_mel_bins": 20})
+    x = torch.randn(1, 60, 20).expand(24, 60, 20).contiguous()  # 8 speakers x 3 identical crops
+    torch.manual_seed(0)
+    y, idx = sp(x, num_utt=3)
+    assert idx.shape == (8,) and len(set(idx.tolist())) > 1
+    for s in range(8):  # crops of a speaker are warped alike, speakers with another factor differently
+        torch.testing.assert_close(y[3 * s], y[3 * s + 2])
+        for r in range(8):
+            if idx[r] != idx[s]:
+                assert not torch.allclose(y[3 * s], y[3 * r])
+    with pytest.raises(ValueError, match="factors"):
+        FbankSpeedPerturb([3.0], {"num_mel_bins": 20})

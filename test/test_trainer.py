@@ -1,0 +1,296 @@
+"""Trainer (stage 4): outputs, weights_only checkpoints, exact resume, NaN handling, config errors.
+
+Everything runs on real files made here: synthetic voiced audio (``make_speakers``), Kaldi
+arks written by the stage-2 job code (:func:`spkflow.fbank_jobs.extract_job`), batch lists
+from the stage-3 planner, a trials list; a tiny ECAPA-TDNN trains for a few steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT, make_speakers
+
+TINY_MODEL = {"name": "ecapa_tdnn", "channels": 16, "scale": 4, "embed_dim": 8,
+              "specaug": {"freq_width": 3, "time_width": 4}}
+
+
+def make_train_setup(root: Path, num_spk: int = 6, num_utt: int = 4, N: int = 3, M: int = 2,
+                     epochs: int = 2, model: dict[str, Any] | None = None,
+                     loss: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Data dir + stage-2 features + stage-3 batch lists + trials + a training config."""
+    from spkflow.batches import plan_epoch, write_batch_list
+    from spkflow.features import FbankOptions, VadOptions
+    from spkflow.fbank_jobs import extract_job, merge_jobs
+
+    data = make_speakers(root, num_spk=num_spk, num_utt=num_utt, min_sec=0.5, max_sec=0.9)
+    utts = [line.split()[0] for line in (data / "utt2spk").read_text().splitlines()]
+    (root / "list").write_text("".join(u + "\n" for u in utts))
+    fb = FbankOptions(num_mel_bins=20)
+    conf = root / "conf"
+    conf.mkdir()
+    (conf / "fbank.conf").write_text(fb.to_kaldi_conf())
+    (conf / "vad.conf").write_text(VadOptions().to_kaldi_conf())
+    feats = root / "feats"
+    feats.mkdir()
+    extract_job(data, root / "list", root / "arks", "train", 1, fb, VadOptions(), progress=False)
+    merge_jobs(data, feats, root / "arks", "train", 1)
+    batches = root / "exp" / "batches"
+    batches.mkdir(parents=True)
+    for e in range(1, epochs + 1):
+        write_batch_list(batches / f"epoch{e}.txt", plan_epoch(data / "spk2utt", N, M, seed=0, epoch=e))
+    spk = {u: u.split("-")[0] for u in utts}
+    trials = [f"{a} {b} {'target' if spk[a] == spk[b] else 'nontarget'}\n" for a, b in itertools.combinations(utts, 2)]
+    (data / "trials").write_text("".join(trials))
+    config = {
+        "frontend": {"vad": True, "mean_norm": False},
+        "model": dict(model or TINY_MODEL),
+        "loss": dict(loss or {"name": "ge2e"}),
+        "optim": {"name": "adam", "lr": 0.01},
+        "scheduler": {"name": "warmup_cosine", "warmup_steps": 2},
+        "train": {"crop_min_frames": 20, "crop_max_frames": 30, "select": "average", "average_last": 2,
+                  "log_every": 1, "input_stats_utts": 10},
+    }
+    return {"data": data, "feats": feats, "batches": batches, "conf": conf, "config": config,
+            "epochs": epochs, "root": root}
+
+
+def options(setup: dict[str, Any], out: Path, **kw: Any):
+    from spkflow.trainer import TrainOptions
+
+    base = dict(config=setup["config"], train_data=str(setup["data"]), train_feats=str(setup["feats"]),
+                batches_dir=str(setup["batches"]), out_dir=str(out), num_epochs=setup["epochs"],
+                valid_data=str(setup["data"]), valid_feats=str(setup["feats"]),
+                fbank_conf=str(setup["conf"] / "fbank.conf"), vad_conf=str(setup["conf"] / "vad.conf"),
+                device="cpu", progress=False)
+    base.update(kw)
+    return TrainOptions(**base)
+
+
+def cli_args(setup: dict[str, Any], out: Path, config_path: Path) -> list[str]:
+    return ["--config", str(config_path), "--train-data", str(setup["data"]), "--train-feats", str(setup["feats"]),
+            "--batches-dir", str(setup["batches"]), "--num-epochs", str(setup["epochs"]), "--out-dir", str(out),
+            "--valid-data", str(setup["data"]), "--valid-feats", str(setup["feats"]),
+            "--fbank-conf", str(setup["conf"] / "fbank.conf"), "--vad-conf", str(setup["conf"] / "vad.conf"),
+            "--device", "cpu", "--no-progress", "--num-threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    return make_train_setup(tmp_path_factory.mktemp("train"))
+
+
+def params_of(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in state.items() if torch.is_floating_point(v)}
+
+
+def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path) -> None:
+    from spkflow.models import load_model_dir
+    from spkflow.trainer import Trainer, average_state_dicts
+
+    out = tmp_path / "exp"
+    history = Trainer(options(setup, out)).run()
+    assert [r["epoch"] for r in history] == [1, 2]
+    for r in history:
+        assert np.isfinite(r["train_loss"]) and 0.0 <= r["valid_eer"] <= 100.0
+    for name in ("config.yaml", "model.pth", "checkpoint.pth", "epoch1.pth", "epoch2.pth", "history.json",
+                 "curves.png"):
+        assert (out / name).is_file(), name
+    ck = torch.load(out / "checkpoint.pth", weights_only=True)
+    assert ck["epoch"] == 3 and ck["batch"] == 0 and ck["step"] == 8
+    assert {"model", "loss", "optimizer", "scheduler", "rng", "history", "sampler"} <= set(ck)
+    assert "w_raw" in ck["loss"] and "b" in ck["loss"]  # GE2E's learnable w, b are saved
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    assert cfg["frontend"]["fbank"]["num_mel_bins"] == 20 and cfg["frontend"]["vad"] is True
+    assert cfg["frontend"]["vad_conf"]["vad_energy_threshold"] == 5.5
+    assert cfg["model"]["input_dim"] == 20 and cfg["data"]["num_spk"] == 3 and cfg["data"]["num_utt"] == 2
+    # model.pth = mean of the last two epoch snapshots (select: average, average_last: 2)
+    e1, e2 = (torch.load(out / f"epoch{e}.pth", weights_only=True) for e in (1, 2))
+    final = torch.load(out / "model.pth", weights_only=True)
+    avg = average_state_dicts([e1, e2])
+    for k, v in params_of(final).items():
+        torch.testing.assert_close(v, avg[k])
+    assert not torch.equal(e1["projector.fc.weight"], e2["projector.fc.weight"])  # it did train
+    model, config = load_model_dir(out)
+    x = torch.randn(2, 40, 20) + 5
+    assert model(x, torch.tensor([40, 33])).shape == (2, 8)
+    assert json.loads((out / "history.json").read_text())["epochs"] == [1, 2]
+
+
+def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: Path) -> None:
+    from spkflow.trainer import Trainer
+
+    full = tmp_path / "full"
+    Trainer(options(setup, full)).run()
+    part = tmp_path / "part"
+    Trainer(options(setup, part, max_steps=3)).run()  # 4 batches per epoch: stops inside epoch 1
+    ck = torch.load(part / "checkpoint.pth", weights_only=True)
+    assert (ck["epoch"], ck["batch"], ck["step"]) == (1, 3, 3)
+    assert not (part / "model.pth").exists() and not (part / "epoch1.pth").exists()
+    Trainer(options(setup, part, max_steps=6)).run()  # resumes, crosses the epoch boundary, stops in epoch 2
+    ck = torch.load(part / "checkpoint.pth", weights_only=True)
+    assert (ck["epoch"], ck["batch"], ck["step"]) == (2, 2, 6)
+    Trainer(options(setup, part)).run()  # and finishes
+    a = torch.load(full / "model.pth", weights_only=True)
+    b = torch.load(part / "model.pth", weights_only=True)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+    ha = json.loads((full / "history.json").read_text())["history"]
+    hb = json.loads((part / "history.json").read_text())["history"]
+    assert [round(r["train_loss"], 5) for r in ha] == [round(r["train_loss"], 5) for r in hb]
+    ca = torch.load(full / "checkpoint.pth", weights_only=True)
+    cb = torch.load(part / "checkpoint.pth", weights_only=True)
+    torch.testing.assert_close(cb["loss"]["w_raw"], ca["loss"]["w_raw"])
+    # a restart without resume starts over instead
+    fresh = torch.load(full / "epoch1.pth", weights_only=True)
+    assert set(fresh) == set(a)
+
+
+def test_nan_loss_stops_naming_batch_and_keeps_checkpoint(setup: dict[str, Any], tmp_path: Path) -> None:
+    import kaldiio
+
+    from spkflow.trainer import Trainer, TrainingDiverged
+
+    out = tmp_path / "exp"
+    Trainer(options(setup, out, num_epochs=1)).run()
+    before = (out / "checkpoint.pth").read_bytes()
+    # poison one utterance's features: every epoch uses every utterance, so epoch 2 hits it
+    bad_feats = tmp_path / "bad_feats"
+    bad_feats.mkdir()
+    feats = dict(kaldiio.load_scp(str(setup["feats"] / "feats.scp")))
+    victim = sorted(feats)[5]
+    with kaldiio.WriteHelper(f"ark,scp:{bad_feats}/feats.ark,{bad_feats}/feats.scp") as w:
+        for k in sorted(feats):
+            m = np.array(feats[k])
+            if k == victim:
+                m[:] = np.nan
+            w(k, m)
+    for name in ("vad.scp", "cmvn_utt.scp", "cmvn_utt_voiced.scp"):
+        (bad_feats / name).write_text((setup["feats"] / name).read_text())
+    with pytest.raises(TrainingDiverged) as err:
+        Trainer(options(setup, out, train_feats=str(bad_feats), num_epochs=2)).run()
+    msg = str(err.value)
+    assert "non-finite loss" in msg and "epoch 2" in msg and "batch" in msg and "epoch2.txt" in msg
+    line = int(msg.split("(line ")[1].split()[0])
+    batch = (setup["batches"] / "epoch2.txt").read_text().splitlines()[line - 1].split()
+    assert victim in batch and batch[0] in msg
+    assert (out / "checkpoint.pth").read_bytes() == before  # last good checkpoint untouched
+    assert not (out / "epoch2.pth").exists()
+
+
+def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> None:
+    from spkflow.config import ConfigError, load_train_config
+    from spkflow.trainer import Trainer
+
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg["train"]["crop_frames"] = 10
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match=r"bad\.yaml: unknown key\(s\) train\.crop_frames"):
+        load_train_config(path)
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg["model"]["chanels"] = 8
+    with pytest.raises(ConfigError, match="chanels"):
+        Trainer(options(setup, tmp_path / "x", config=cfg)).run()
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg["loss"]["margn"] = 0.2
+    with pytest.raises(ValueError, match="margn"):
+        Trainer(options(setup, tmp_path / "y", config=cfg)).run()
+    # the command line reports it and exits 1
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg["optimizer"] = {"lr": 1}
+    path.write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, tmp_path / "z", path)],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 1 and "optimizer" in r.stderr and "bad.yaml" in r.stderr
+
+
+def test_bad_batch_list_names_file_and_line(setup: dict[str, Any], tmp_path: Path) -> None:
+    from spkflow.errors import InputError
+    from spkflow.trainer import Trainer
+
+    batches = tmp_path / "batches"
+    batches.mkdir()
+    lines = (setup["batches"] / "epoch1.txt").read_text().splitlines()
+    toks = lines[1].split()
+    toks[0], toks[2] = toks[2], toks[0]  # no longer speaker-major
+    lines[1] = " ".join(toks)
+    (batches / "epoch1.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"epoch1\.txt:2: .*speaker-major"):
+        Trainer(options(setup, tmp_path / "exp", batches_dir=str(batches), num_epochs=1)).run()
+    # a missing epoch is reported before any training
+    (batches / "epoch1.txt").write_text((setup["batches"] / "epoch1.txt").read_text())
+    with pytest.raises(InputError, match=r"epoch2\.txt: batch list of epoch 2 not found"):
+        Trainer(options(setup, tmp_path / "exp2", batches_dir=str(batches), num_epochs=2)).run()
+    assert not (tmp_path / "exp2" / "checkpoint.pth").exists()
+
+
+def test_aam_and_lstm_train(tmp_path: Path) -> None:
+    """The AAM-softmax baseline gets speaker labels (speaker x speed factor with speed
+    perturbation); the d-vector LSTM trains too."""
+    from spkflow.models import load_model_dir
+    from spkflow.trainer import Trainer
+
+    s = make_train_setup(tmp_path, epochs=1, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30},
+                         model={"name": "dvector_lstm", "hidden": 16, "embed_dim": 8, "layers": 2,
+                                "infer_window": 20, "infer_hop": 10})
+    s["config"]["train"]["select"] = "last"
+    s["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
+    history = Trainer(options(s, tmp_path / "exp")).run()
+    assert np.isfinite(history[0]["train_loss"]) and "acc" in history[0]
+    ck = torch.load(tmp_path / "exp" / "checkpoint.pth", weights_only=True)
+    assert ck["loss"]["inner.weight"].shape == (18, 8)  # one row per training speaker and speed
+    model, _ = load_model_dir(tmp_path / "exp")
+    assert model.embed_dim == 8
+
+
+def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any], tmp_path: Path) -> None:
+    """A real signal to the command-line trainer: it finishes the step, writes a checkpoint,
+    exits 128 + 15; a rerun resumes and ends with the uninterrupted run's weights."""
+    import signal
+    import time
+
+    from spkflow.trainer import Trainer
+
+    full = tmp_path / "full"
+    Trainer(options(setup, full)).run()
+    config_path = tmp_path / "train.yaml"
+    config_path.write_text(yaml.safe_dump(setup["config"]))
+    out = tmp_path / "exp"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    args = [sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, out, config_path), "--trace-batches"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    trace = out / "batch_trace.rank0.txt"
+    deadline = time.time() + 120
+    while not (trace.is_file() and trace.read_text().count("\n") >= 1) and proc.poll() is None:
+        assert time.time() < deadline, "training did not start"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by a signal" in err
+    ck = torch.load(out / "checkpoint.pth", weights_only=True)
+    assert 1 <= ck["step"] < 8 and not (out / "model.pth").exists()
+    r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = [tuple(line.split()[:2]) for line in trace.read_text().splitlines()]
+    # every batch of the two epochs trained exactly once across the interruption
+    assert sorted(steps) == [(str(e), str(b)) for e in (1, 2) for b in range(4)]
+    a = torch.load(full / "model.pth", weights_only=True)
+    b = torch.load(out / "model.pth", weights_only=True)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
