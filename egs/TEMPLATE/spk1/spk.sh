@@ -93,11 +93,6 @@ spk_exp=${expdir}/spk_${tag}
 [ -z "${embed_sets}" ] && embed_sets=$(echo "${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
 ${extract_train} && embed_sets="${train_set} ${embed_sets}"
 
-not_implemented() {
-    log "Error: stage $1 ($2) is not implemented yet"
-    exit 1
-}
-
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1: data preparation (local/data.sh) into data/{${train_set},${test_sets// /,}}"
     local/data.sh ${local_data_opts}
