@@ -8,13 +8,8 @@ log() {
 }
 
 spkflow_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-if [ -n "${VIRTUAL_ENV:-}" ] && command -v python >/dev/null 2>&1; then
-    python=python                              # path.sh activated the project's venv
-elif [ -x "${spkflow_root}/.venv/bin/python" ]; then
-    python=${spkflow_root}/.venv/bin/python
-else
-    python=python3
-fi
+. "${spkflow_root}/utils/spkflow_python.sh"   # $SPKFLOW_PYTHON, else python (path.sh's venv), else .venv
+python=${spkflow_python}
 export PYTHONPATH=${spkflow_root}${PYTHONPATH:+:${PYTHONPATH}}
 export LC_ALL=C
 

@@ -28,9 +28,7 @@ skip=()
 if ${skip_fix}; then skip=(--skip-fix); fi
 
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
-py=${SPKFLOW_PYTHON:-}
-if [ -z "${py}" ]; then
-    if [ -x "${root}/.venv/bin/python" ]; then py=${root}/.venv/bin/python; else py=python3; fi
-fi
+. "${root}/utils/spkflow_python.sh"
+py=${spkflow_python}
 PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}} exec "${py}" -m spkflow.bin.datadir combine \
     "--extra-files=${extra_files}" ${skip[@]+"${skip[@]}"} -- "$@"

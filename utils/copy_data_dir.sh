@@ -31,10 +31,8 @@ srcdir=$1
 destdir=$2
 
 root=$(cd "${here}/.." && pwd)
-py=${SPKFLOW_PYTHON:-}
-if [ -z "${py}" ]; then
-    if [ -x "${root}/.venv/bin/python" ]; then py=${root}/.venv/bin/python; else py=python3; fi
-fi
+. "${root}/utils/spkflow_python.sh"
+py=${spkflow_python}
 PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}} "${py}" -m spkflow.bin.datadir copy \
     "--utt-prefix=${utt_prefix}" "--utt-suffix=${utt_suffix}" \
     "--spk-prefix=${spk_prefix}" "--spk-suffix=${spk_suffix}" -- "${srcdir}" "${destdir}"

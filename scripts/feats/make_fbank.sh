@@ -38,7 +38,7 @@ compress=false      # Kaldi-compress the feature matrices (see --compression-met
 compression_method=3  # with --compress true: 3 = two bytes per value, half the size, error ~3e-4
                       # (fast crops); 1 = Kaldi's default 1-byte code, a quarter, ~1% error
 skip_bad=false      # leave unreadable / too short utterances out (listed in OUT_DIR/bad_utts)
-python=             # python interpreter (default: python from the environment, else .venv)
+python=             # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
 
 help_message=$(cat <<EOF
 Usage: $0 [options] <data-dir> <out-dir>
@@ -64,15 +64,9 @@ fi
 data=$1
 out=$2
 
-if [ -z "${python}" ]; then
-    if command -v python >/dev/null 2>&1 && python -c 'import spkflow, kaldiio' >/dev/null 2>&1; then
-        python=python
-    elif [ -x "${root}/.venv/bin/python" ]; then
-        python=${root}/.venv/bin/python
-    else
-        python=python3
-    fi
-fi
+spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
+. "${root}/utils/spkflow_python.sh"
+python=${spkflow_python}
 
 for f in wav.scp utt2spk; do
     if [ ! -s "${data}/${f}" ]; then

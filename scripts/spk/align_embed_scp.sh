@@ -17,7 +17,7 @@ export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
 export LC_ALL=C
 
 check_only=false    # only verify, do not rewrite the files
-python=             # python interpreter (default: python from the environment, else .venv)
+python=             # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
 
 help_message=$(cat <<EOF2
 Usage: $0 [--check-only false] <data-dir> <scp> [<scp> ...]
@@ -32,15 +32,9 @@ if [ $# -lt 2 ]; then
     echo "${help_message}" >&2
     exit 1
 fi
-if [ -z "${python}" ]; then
-    if command -v python >/dev/null 2>&1 && python -c 'import spkflow' >/dev/null 2>&1; then
-        python=python
-    elif [ -x "${root}/.venv/bin/python" ]; then
-        python=${root}/.venv/bin/python
-    else
-        python=python3
-    fi
-fi
+spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
+. "${root}/utils/spkflow_python.sh"
+python=${spkflow_python}
 data=$1
 shift
 if [ ! -s "${data}/utt2spk" ]; then

@@ -50,7 +50,7 @@ skip_bad=false      # leave unreadable utterances out (listed in OUT_DIR/bad_utt
 num_workers=1       # DataLoader worker processes per job (audio reading, resampling, features)
 num_threads=1       # torch threads per job (also passed to $cmd as --num-threads)
 spk_mean=raw        # speaker means of raw vectors (ESPnet's convention) | l2 (of L2-normalised vectors)
-python=             # python interpreter (default: python from the environment, else .venv)
+python=             # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
 
 help_message=$(cat <<EOF
 Usage: $0 [options] --model-dir <model-dir> <data-dir> <out-dir>
@@ -81,15 +81,9 @@ fi
 data=$1
 out=$2
 
-if [ -z "${python}" ]; then
-    if command -v python >/dev/null 2>&1 && python -c 'import spkflow, kaldiio' >/dev/null 2>&1; then
-        python=python
-    elif [ -x "${root}/.venv/bin/python" ]; then
-        python=${root}/.venv/bin/python
-    else
-        python=python3
-    fi
-fi
+spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
+. "${root}/utils/spkflow_python.sh"
+python=${spkflow_python}
 export OMP_NUM_THREADS=${num_threads}
 if [ -z "${max_frames}" ]; then
     if [[ "${device}" == cuda* ]]; then max_frames=60000; else max_frames=3000; fi

@@ -21,7 +21,7 @@ skip_missing=false  # leave out trials naming an utterance without an embedding 
 model_tag=        # experiment tag recorded in metrics.json
 set_name=         # name of the evaluation set (default: basename of <out-dir>)
 results_md=       # experiment dir whose RESULTS.md is rewritten afterwards
-python=python     # python interpreter (path.sh puts the project's venv first)
+python=           # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
 
 help_message=$(cat <<EOM
 Usage: $0 [options] <trials> <xvector.scp> <out-dir>
@@ -44,6 +44,9 @@ fi
 trials=$1
 xvector_scp=$2
 outdir=$3
+spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../utils/spkflow_python.sh"
+python=${spkflow_python}
 
 for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"}; do
     [ -f "${f}" ] || { log "Error: ${f} not found"; exit 1; }
