@@ -26,6 +26,9 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w", encoding: str | 
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp creates 0600; give the file the mode open() would (0666 less the umask),
+        # so outputs stay readable by the group as on any shared cluster file system.
+        os.fchmod(fd, 0o666 & ~_umask())
         binary = "b" in mode
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
             yield f
@@ -36,6 +39,12 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w", encoding: str | 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
