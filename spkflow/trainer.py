@@ -660,7 +660,9 @@ class Trainer:
                         stopped = True
                         self.stopped_by, self.stop_signal = "signal", stop.signum or int(signal.SIGTERM)
                 if stopped and epoch <= opts.num_epochs:
-                    log.info("stopped at the end of epoch %d (step %d); checkpoint %s", epoch - 1, step, ckpt_path)
+                    why = "a signal" if self.stopped_by == "signal" else f"max_steps={opts.max_steps}"
+                    log.info("stopped by %s at the end of epoch %d (step %d); checkpoint %s", why, epoch - 1, step,
+                             ckpt_path)
                     return history
 
         self.stopped_by, self.stop_signal = None, 0  # every epoch was trained

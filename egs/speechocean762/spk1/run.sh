@@ -7,10 +7,10 @@ train_set=train
 test_sets="test dsp20"
 train_config=conf/train.yaml
 # 32 speakers x 4 utterances per batch: 11 batches per epoch over the 125 training speakers
-# (12 utterances each); 14 epochs = 154 GE2E steps, sized for a 2-core CPU.
+# (12 utterances each); 28 epochs = 308 steps, sized for a 2-core CPU.
 num_spk=32
 num_utt=4
-num_epochs=14
+num_epochs=28
 
 ./spk.sh \
     --train_set "${train_set}" \
