@@ -26,7 +26,12 @@ as much as copying a crop) and read at the offsets of the scp; for float matrice
 rows of the crop are touched (a 1.6 s crop of a 10 s utterance reads 16% of it); compressed
 matrices are decoded only for the crop's rows; headers are cached per worker; VAD vectors and
 CMVN stats are read in place, without copies.
-The batch tensor is allocated in shared memory, so handing it to the trainer copies nothing.
+The batch tensor is made in shared memory, so handing it to the trainer copies nothing, and
+those buffers are recycled: a fresh 33 MB shared segment per batch cost a worker about as much
+CPU as reading the crops (page allocation, zeroing, mapping, unmapping), so the main process
+keeps a pool of them and sends a free one along with each batch index; a buffer counts as free
+only when it is back from its worker and nothing outside the pool refers to its storage (the
+storage's reference count, so a batch the caller keeps is never overwritten).
 Anchors: WeSpeaker's and voxceleb_trainer's loaders read audio and compute fbank per
 utterance per step; ESPnet's ``kaldiio.load_scp`` readers read whole matrices and reopen or
 LRU-cache file handles.
@@ -34,11 +39,12 @@ LRU-cache file handles.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import mmap
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -507,6 +513,24 @@ class NxMCropDataset(Dataset):
 
         return crop_frames(self.seed, self.epoch, b, lo, hi)
 
+    def batch_numel(self) -> int:
+        """Elements of the largest batch tensor this dataset can make (for buffer pools)."""
+        first = self.feats.header(self.batches[0][0]) if self.batches and self.batches[0] else None
+        dim = first.cols if first is not None else (self.feats.read(self.batches[0][0]).shape[1] if self.batches
+                                                    and self.batches[0] else 0)
+        return max((len(b) for b in self.batches), default=0) * self.crop_range[1] * dim
+
+    def _hold(self, buffer: torch.Tensor) -> torch.Tensor:
+        """Keep the last few pool buffers referenced in this worker: torch then finds their
+        mapping in its cache when the same buffer comes back, instead of mapping it again."""
+        held = self.__dict__.setdefault("_held", collections.OrderedDict())
+        key = buffer.untyped_storage().data_ptr()
+        held[key] = buffer
+        held.move_to_end(key)
+        while len(held) > 16:
+            held.popitem(last=False)
+        return buffer
+
     def _frames_kept(self, utt: str, rows: int) -> np.ndarray | None:
         """Indices of the voiced frames (None: all frames)."""
         if self.vad is None:
@@ -529,7 +553,11 @@ class NxMCropDataset(Dataset):
         full = self.feats.rows_view(utt, 0, rows)
         return (full if kept is None else full[kept]).mean(axis=0, dtype=np.float64)
 
-    def __getitem__(self, b: int) -> tuple[torch.Tensor, list[str]]:
+    def __getitem__(self, index: int | tuple[int, torch.Tensor | None]) -> tuple[torch.Tensor, list[str]]:
+        """Batch ``index``; or ``(index, buffer)``: the batch is written into the first elements of
+        ``buffer`` (a flat float32 tensor in shared memory from :func:`make_loader`'s pool) and
+        returned as a view of it."""
+        b, into = index if isinstance(index, tuple) else (index, None)
         utts = self.batches[b]
         T = self.crop_length(b)
         rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
@@ -546,7 +574,12 @@ class NxMCropDataset(Dataset):
         shape = (len(utts), T, dim)
         # In a worker the batch is made in shared memory and filled in place: handing it to the
         # trainer then copies nothing (torch would otherwise move it there, a 33 MB copy).
-        out = _shared_empty(shape) if torch.utils.data.get_worker_info() is not None else torch.empty(shape)
+        if into is not None and into.numel() >= int(np.prod(shape)):
+            out = self._hold(into)[:int(np.prod(shape))].view(shape)
+        elif torch.utils.data.get_worker_info() is not None:
+            out = _shared_empty(shape)
+        else:
+            out = torch.empty(shape)
         buf = out.numpy()
         offs = np.arange(T)
         means = np.empty((len(utts), dim), dtype=np.float64) if self.mean_norm == "utterance" else None
@@ -595,14 +628,87 @@ def _mask(buf: np.ndarray, sa: SpecAugment, rng: np.random.Generator) -> None:
                         buf[i, :, s[i, j]:s[i, j] + w[i, j]] = 0.0
 
 
+class _BufferPool:
+    """Shared-memory batch buffers owned by the main process (see the module docstring).
+
+    :meth:`take` hands out a buffer only when it is not on its way through a worker (sent with
+    an index and not yet back) and its storage has no reference outside the pool.  Batches come
+    back in the order their indices were sent, so :meth:`arrived` checks each against the
+    buffer sent with it; should torch ever hand a batch back in a storage other than the pool's
+    (its mapping cache missed), reuse stops for the rest of the epoch instead of guessing."""
+
+    def __init__(self, numel: int, limit: int) -> None:
+        self.numel, self.limit = numel, limit
+        self.buffers: list[tuple[torch.Tensor, int]] = []  # (buffer, storage use count when free)
+        self.sent: collections.deque[int | None] = collections.deque()  # storage pointers, in send order
+        self.enabled = numel > 0
+
+    @staticmethod
+    def _uses(t: torch.Tensor) -> int:
+        return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+    def take(self) -> torch.Tensor | None:
+        t = self._free() if self.enabled else None
+        self.sent.append(t.untyped_storage().data_ptr() if t is not None else None)
+        return t
+
+    def _free(self) -> torch.Tensor | None:
+        busy = set(self.sent)
+        for t, free_uses in self.buffers:
+            if t.untyped_storage().data_ptr() not in busy and self._uses(t) == free_uses:
+                return t
+        if len(self.buffers) >= self.limit:  # the caller keeps many batches: allocate as usual
+            return None
+        t = _shared_empty((self.numel,))
+        self.buffers.append((t, self._uses(t)))
+        return t
+
+    def arrived(self, x: torch.Tensor | None) -> None:
+        ptr = self.sent.popleft() if self.sent else None
+        if ptr is not None and (x is None or ptr != x.untyped_storage().data_ptr()):
+            self.enabled = False
+            self.buffers = []
+            self.sent = collections.deque([None] * len(self.sent))
+
+
+class _IndexSampler:
+    """Batch indices ``start..stop-1``, each with a free pool buffer when a pool is set."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.pool: _BufferPool | None = None
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __iter__(self) -> Iterator[int | tuple[int, torch.Tensor | None]]:
+        for b in range(self.start, self.stop):
+            yield b if self.pool is None else (b, self.pool.take())
+
+
+class _PooledLoader(DataLoader):
+    """A DataLoader whose workers fill recycled shared-memory buffers (:class:`_BufferPool`)."""
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        sampler: _IndexSampler = self.sampler  # type: ignore[assignment]
+        pool = _BufferPool(self.dataset.batch_numel(),  # type: ignore[attr-defined]
+                           limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4)
+        sampler.pool = pool
+        for item in super().__iter__():
+            pool.arrived(item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None)
+            yield item
+
+
 def make_loader(dataset: NxMCropDataset, *, start_batch: int = 0, num_workers: int = 2, prefetch_factor: int = 4,
                 pin_memory: bool = False, persistent_workers: bool = False,
-                multiprocessing_context: str | None = None) -> DataLoader:
+                multiprocessing_context: str | None = None, reuse_buffers: bool = True) -> DataLoader:
     """A DataLoader over batches ``start_batch, start_batch + 1, ...`` of ``dataset``.
 
     Each item is ``(feats [N*M, T, F], utt_ids)``.  Batches come in order whatever
     ``num_workers`` is; starting at ``k`` yields exactly batches ``k..`` of an uninterrupted
-    run (resume after a checkpoint at step k).
+    run (resume after a checkpoint at step k).  With workers, batch buffers are recycled once
+    nothing refers to them any more (``reuse_buffers``; keeping a batch is always safe; not with
+    ``pin_memory``, where the pinned copy is what the caller gets).
     """
     if not 0 <= start_batch <= len(dataset):
         raise ValueError(f"start_batch {start_batch} is outside [0, {len(dataset)}]")
@@ -610,8 +716,9 @@ def make_loader(dataset: NxMCropDataset, *, start_batch: int = 0, num_workers: i
     if num_workers > 0:
         kwargs.update(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                       multiprocessing_context=multiprocessing_context)
-    return DataLoader(dataset, batch_size=None, sampler=range(start_batch, len(dataset)), num_workers=num_workers,
-                      pin_memory=pin_memory, collate_fn=_identity, **kwargs)
+    cls = _PooledLoader if num_workers > 0 and reuse_buffers and not pin_memory else DataLoader
+    return cls(dataset, batch_size=None, sampler=_IndexSampler(start_batch, len(dataset)), num_workers=num_workers,
+               pin_memory=pin_memory, collate_fn=_identity, **kwargs)
 
 
 def _identity(x: Any) -> Any:

@@ -153,6 +153,32 @@ def test_deterministic_and_resumable_across_workers(synthetic, access):
         make_loader(d, start_batch=len(d) + 1)
 
 
+def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
+    """Workers fill recycled shared-memory buffers; a batch the caller keeps (the tensor, a view
+    of it or a numpy array of it) is never reused, the others are, and every batch equals the
+    in-process one."""
+    d = ds(synthetic, seed=3, epoch=1, crop=(60, 120), spec_augment=True)
+    ref = [d[b][0].clone() for b in range(len(d))]
+    for epoch in range(2):
+        loader = make_loader(d, num_workers=2, prefetch_factor=2)
+        kept: dict[int, object] = {}
+        ptrs = set()
+        for b, (x, _) in enumerate(loader):
+            assert torch.equal(x, ref[b])
+            ptrs.add(x.untyped_storage().data_ptr())
+            if b % 3 == 0:
+                kept[b] = x
+            elif b % 3 == 1:
+                kept[b] = x[1:].numpy()  # a view, through numpy
+            del x
+        for b, k in kept.items():
+            got = k if isinstance(k, torch.Tensor) else torch.from_numpy(k)
+            assert torch.equal(got, ref[b] if isinstance(k, torch.Tensor) else ref[b][1:]), f"batch {b} was overwritten"
+        assert len(ptrs) < len(d)  # the dropped batches' buffers did come back
+    plain = list(make_loader(d, num_workers=2, prefetch_factor=2, reuse_buffers=False))
+    assert all(torch.equal(x, r) for (x, _), r in zip(plain, ref))
+
+
 def test_spec_augment_masks(synthetic):
     plain = ds(synthetic, mean_norm="none", crop=120)[0][0]
     masked = ds(synthetic, mean_norm="none", crop=120,
