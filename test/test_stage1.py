@@ -17,7 +17,7 @@ import pytest
 
 from spkflow.corpora.trials import read_trials
 from spkflow.datadir import DataDir
-from test_corpora import make_dsp20_mini, make_speechocean_mini
+from test_corpora import make_dsp20_mini, make_fsdd_mini, make_librispeech_mini, make_speechocean_mini
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = Path("egs") / "speechocean762" / "spk1"
@@ -66,6 +66,26 @@ def test_stage1_on_mini_corpora(tmp_path: Path) -> None:
         trials = read_trials(data / name / "trials", DataDir(data / name).utt2spk())
         assert sum(t for *_, t in trials) == {"test": 9, "dsp20": 12}[name]
     assert data.resolve().is_relative_to(tmp_path.resolve()) and not data.is_symlink()
+
+
+def test_stage1_prepares_heldout_sets_on_request(tmp_path: Path) -> None:
+    """--librispeech true --fsdd true add data/libri and data/fsdd (with trials) as test sets."""
+    so762 = make_speechocean_mini(tmp_path / "so762", spk_train=("0001", "0005", "1027"),
+                                  spk_test=("0003", "9601", "9602"), n_train=3, n_test=3)
+    dsp = make_dsp20_mini(tmp_path / "dsp", spks=("15307110189", "15307130120"), words=2, rounds=2)
+    libri, fsdd = make_librispeech_mini(tmp_path / "libri"), make_fsdd_mini(tmp_path / "fsdd")
+    recipe = mirror_recipe(tmp_path)
+    env = {"SPEECHOCEAN762": str(so762), "DSPSPEECH20": str(dsp), "LIBRISPEECH": str(libri), "FSDD": str(fsdd)}
+    r = run_stage1(recipe, env, "--test_sets", "test dsp20 libri fsdd")
+    assert r.returncode != 0 and "data/libri" in r.stdout + r.stderr  # not prepared unless asked for
+    r = run_stage1(recipe, env, "--test_sets", "test dsp20 libri fsdd",
+                   "--local_data_opts", "--librispeech true --fsdd true")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "data/libri: 3 speakers, 8 utterances" in out and "data/fsdd: 3 speakers, 18 utterances" in out
+    for name in ("libri", "fsdd"):
+        trials = read_trials(recipe / "data" / name / "trials", DataDir(recipe / "data" / name).utt2spk())
+        assert sum(t for *_, t in trials) > 0
 
 
 def test_stage1_fails_clearly_without_corpus(tmp_path: Path) -> None:

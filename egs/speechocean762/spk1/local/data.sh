@@ -3,6 +3,9 @@
 #   data/train  speechocean762 official train split: 125 speakers x 12 utterances
 #   data/test   speechocean762 official test split: 125 other speakers x 4, with trials
 #   data/dsp20  DSPSpeech-20 (rounds 01-02): 33 speakers x 40, with trials (cross-corpus test)
+# and, on request (--librispeech true, --fsdd true), two more held-out test sets:
+#   data/libri  LibriSpeech mini (English read speech), with trials
+#   data/fsdd   Free Spoken Digit Dataset (English digits, 8 kHz), with trials
 # Corpus locations come from db.sh (SPEECHOCEAN762, DSPSPEECH20); the work is done by the
 # corpus scripts in the top-level local/.
 set -euo pipefail
@@ -16,8 +19,10 @@ nontarget_ratio=10       # at most this many non-target trials per target trial
 trials_seed=0            # seed of the non-target trial sample
 dsp20_rounds="01 02"     # DSPSpeech-20 rounds to use (the shared copy has 01-02; the release 01-20)
 download=true            # try to download a missing corpus (fails fast without network)
+librispeech=false        # also prepare data/libri (LIBRISPEECH in db.sh)
+fsdd=false               # also prepare data/fsdd (FSDD in db.sh)
 
-help_message="Usage: $0 [--nontarget-ratio 10] [--trials-seed 0] [--dsp20-rounds \"01 02\"] [--download true]"
+help_message="Usage: $0 [--nontarget-ratio 10] [--trials-seed 0] [--dsp20-rounds \"01 02\"] [--download true] [--librispeech false] [--fsdd false]"
 
 . utils/parse_options.sh
 if [ $# -ne 0 ]; then
@@ -40,4 +45,16 @@ log "DSPSpeech-20 from DSPSPEECH20=${DSPSPEECH20}"
 "${MAIN_ROOT}/local/dspspeech20.sh" --download "${download}" --rounds "${dsp20_rounds}" "${trial_opts[@]}" \
     "${DSPSPEECH20}" "data/dsp20"
 
-log "Successfully finished: data/{train,test,dsp20}"
+sets="train test dsp20"
+if ${librispeech}; then
+    log "LibriSpeech from LIBRISPEECH=${LIBRISPEECH}"
+    "${MAIN_ROOT}/local/librispeech.sh" "${trial_opts[@]}" "${LIBRISPEECH}" "data/libri"
+    sets+=" libri"
+fi
+if ${fsdd}; then
+    log "FSDD from FSDD=${FSDD}"
+    "${MAIN_ROOT}/local/fsdd.sh" --download "${download}" "${trial_opts[@]}" "${FSDD}" "data/fsdd"
+    sets+=" fsdd"
+fi
+
+log "Successfully finished: data/{${sets// /,}}"

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# GE2E vs GE2E-XS vs AAM-softmax on the same data, model and schedule, over several seeds.
+#
+#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train.yaml ..."] [run.sh options]
+#
+# Needs stages 1-2 (./run.sh --stop_stage 2, or the demo itself).  For each config and seed it
+# writes a copy of the config with train.seed set to the seed, trains and evaluates it with
+# ./run.sh --stage 3 --batch_seed <seed> --tag <config>_seed<seed> (so the batch plan changes with
+# the seed too), and finally prints a Markdown table of EER / minDCF per test set with the mean
+# over seeds (exp/compare_losses.md).  A run whose metrics already exist is not repeated.
+set -euo pipefail
+
+log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${0##*/}) $*"; }
+
+seeds="0 1"
+configs="conf/train.yaml conf/train_ge2e_xs.yaml conf/train_aam.yaml"
+test_sets="test dsp20"
+run_opts=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --seeds) seeds=$2; shift 2 ;;
+        --configs) configs=$2; shift 2 ;;
+        --test_sets) test_sets=$2; run_opts+=("$1" "$2"); shift 2 ;;
+        *) run_opts+=("$1"); shift ;;
+    esac
+done
+
+. ./path.sh
+confdir=exp/compare_losses/conf
+mkdir -p "${confdir}"
+tags=()
+for config in ${configs}; do
+    name=$(basename "${config}" .yaml)
+    if ! grep -q '^  seed: ' "${config}"; then
+        log "Error: ${config} has no '  seed:' line under train:"
+        exit 1
+    fi
+    for seed in ${seeds}; do
+        tag=${name}_seed${seed}
+        tags+=("${tag}")
+        done_all=true
+        for s in ${test_sets}; do
+            [ -s "exp/spk_${tag}/eval/${s}/metrics.json" ] || done_all=false
+        done
+        if ${done_all}; then
+            log "${tag}: metrics exist, skipped"
+            continue
+        fi
+        sed "s/^  seed: .*/  seed: ${seed}/" "${config}" > "${confdir}/${tag}.yaml"
+        log "${tag}: training and evaluation (log: exp/compare_losses/${tag}.log)"
+        start=$(date +%s)
+        ./run.sh --stage 3 --train_config "${confdir}/${tag}.yaml" --tag "${tag}" --batch_seed "${seed}" \
+            "${run_opts[@]}" > "exp/compare_losses/${tag}.log" 2>&1 \
+            || { log "Error: ${tag} failed, see exp/compare_losses/${tag}.log"; exit 1; }
+        echo $(( $(date +%s) - start )) > "exp/spk_${tag}/wall_seconds"
+        log "${tag}: done in $(cat "exp/spk_${tag}/wall_seconds") s"
+    done
+done
+
+python - "${test_sets}" "${tags[@]}" <<'EOF' | tee exp/compare_losses.md
+import json, statistics, sys
+from pathlib import Path
+
+sets, tags = sys.argv[1].split(), sys.argv[2:]
+groups = {}
+for tag in tags:
+    groups.setdefault(tag.rsplit("_seed", 1)[0], []).append(tag)
+head = "| config | loss | seed | " + " | ".join(f"{s} EER % | {s} minDCF0.01" for s in sets) + " | wall (stages 3-6) |"
+print(head)
+print("|" + "---|" * (head.count("|") - 1))
+for name, runs in groups.items():
+    eers = {s: [] for s in sets}
+    for tag in runs:
+        exp = Path(f"exp/spk_{tag}")
+        loss = (exp / "config.yaml").read_text().split("loss:", 1)[1].split("name:", 1)[1].split()[0]
+        cells = []
+        for s in sets:
+            m = json.loads((exp / "eval" / s / "metrics.json").read_text())
+            eers[s].append(m["eer"])
+            cells.append(f"{m['eer']:.2f} | {m['min_dcf_p0.01']:.3f}")
+        wall = exp / "wall_seconds"
+        wall = f"{int(wall.read_text()) / 60:.1f} min" if wall.exists() else "-"
+        print(f"| {name} | {loss} | {tag.rsplit('_seed', 1)[1]} | " + " | ".join(cells) + f" | {wall} |")
+    if len(runs) > 1:
+        print(f"| {name} | | mean | " + " | ".join(f"{statistics.mean(eers[s]):.2f} | " for s in sets) + " |")
+EOF
