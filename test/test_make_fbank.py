@@ -368,3 +368,29 @@ def test_segments_data_dir(tmp_path):
     x = sf.read(rec, dtype="float32")[0]
     for utt, (s, e) in {"a-1": (0, 12800), "a-2": (12800, 32000), "b-1": (32000, 48000)}.items():
         assert np.array_equal(feats[utt], compute_fbank(x[s:e], 16000))
+
+
+@pytest.mark.corpus
+def test_real_heldout_audio_16k_long_and_8k_short(tmp_path, corpus):
+    """Real recordings of two corpora the feature code was not written against: LibriSpeech
+    (16 kHz FLAC, 6-20 s) and FSDD (8 kHz digits, under 1 s, resampled to 16 kHz): two jobs give
+    every utterance once, sorted, with Kaldi's fbank values."""
+    libri = sorted(corpus("LIBRISPEECH").rglob("*.flac"))[:6]
+    fsdd = sorted((corpus("FSDD") / "recordings").glob("*"))[:6]
+    assert libri and fsdd
+    entries = {f"{p.stem.split('-')[0]}-{p.stem}": str(p) for p in libri}
+    entries.update({f"{p.stem.split('_')[1]}-{p.stem}": str(p) for p in fsdd})
+    data, out = tmp_path / "data", tmp_path / "dump"
+    write_data_dir(data, entries)
+    run_make_fbank("--nj", "2", data, out)
+    keys = list(read_kv(out / "feats.scp"))
+    assert keys == c_sorted(entries)
+    feats = kaldiio.load_scp(str(out / "feats.scp"))
+    reader = AudioReader(data, sample_rate=16000)
+    lengths = []
+    for utt in keys:
+        ours, ref = feats[utt], reference(reader.read(utt))
+        assert ours.shape == ref.shape and np.abs(ours - ref).max() < 1e-3, utt
+        lengths.append(len(ours))
+    assert min(lengths) < 100 and max(lengths) > 600  # short and long utterances were both there
+    assert {sf.info(p).samplerate for p in entries.values()} == {8000, 16000}
