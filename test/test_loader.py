@@ -173,7 +173,8 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
             del x
         for b, k in kept.items():
             got = k if isinstance(k, torch.Tensor) else torch.from_numpy(k)
-            assert torch.equal(got, ref[b] if isinstance(k, torch.Tensor) else ref[b][1:]), f"batch {b} was overwritten"
+            want = ref[b] if isinstance(k, torch.Tensor) else ref[b][1:]
+            assert torch.equal(got, want), f"batch {b} was overwritten"
         assert len(ptrs) < len(d)  # the dropped batches' buffers did come back
     plain = list(make_loader(d, num_workers=2, prefetch_factor=2, reuse_buffers=False))
     assert all(torch.equal(x, r) for (x, _), r in zip(plain, ref))
