@@ -29,6 +29,7 @@ how to stop them, instead of silently testing against them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -123,6 +124,27 @@ def _stop_process(proc: subprocess.Popen, grace: float = 10.0, sig: int = signal
 def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30, check: bool = False,
          input: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=check, input=input)
+
+
+def run_runner(script: Path, cluster_env: dict[str, str], args: list[str], cwd: Path,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    """``script args...`` (queue.pl or slurm.pl) in ``cwd`` against a test cluster, with the
+    project's venv first on PATH as after ``. path.sh``."""
+    env = {**os.environ, **cluster_env}
+    venv_bin = Path(__file__).resolve().parents[1] / ".venv" / "bin"
+    if venv_bin.is_dir():
+        env["PATH"] = f"{venv_bin}:{env.get('PATH', '')}"
+    return subprocess.run([str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def log_body(log: Path) -> list[str]:
+    """A job log's lines between the runner's header and its accounting/end lines."""
+    lines = log.read_text().splitlines()
+    start = lines.index("#") + 1
+    end = len(lines)
+    while end > start and re.match(r"# (Accounting|Ended)", lines[end - 1]):
+        end -= 1
+    return lines[start:end]
 
 
 class SlurmCluster:

@@ -16,29 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from schedulers import GridEngine, sge_cluster  # noqa: F401  (session fixture)
+from schedulers import GridEngine, log_body as body, run_runner, sge_cluster  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.sge
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE_PL = ROOT / "utils" / "queue.pl"
-VENV_BIN = ROOT / ".venv" / "bin"
 
 
 def queue_pl(engine: GridEngine, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, **engine.env}
-    if VENV_BIN.is_dir():
-        env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
-    return subprocess.run([str(QUEUE_PL), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def body(log: Path) -> list[str]:
-    lines = log.read_text().splitlines()
-    start = lines.index("#") + 1
-    end = len(lines)
-    while end > start and re.match(r"# (Accounting|Ended)", lines[end - 1]):
-        end -= 1
-    return lines[start:end]
+    return run_runner(QUEUE_PL, engine.env, args, cwd, timeout)
 
 
 def test_array_job_of_four_with_pipes_and_venv_python(sge_cluster: GridEngine, tmp_path: Path) -> None:

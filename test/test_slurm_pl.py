@@ -19,29 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from schedulers import SlurmCluster, slurm_cluster  # noqa: F401  (session fixture)
+from schedulers import SlurmCluster, log_body as body, run_runner, slurm_cluster  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_PL = ROOT / "utils" / "slurm.pl"
-VENV_BIN = ROOT / ".venv" / "bin"
 
 
 def slurm_pl(cluster: SlurmCluster, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, **cluster.env}
-    if VENV_BIN.is_dir():   # as after `. path.sh`: the recipe's python first on PATH
-        env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
-    return subprocess.run([str(SLURM_PL), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def body(log: Path) -> list[str]:
-    lines = log.read_text().splitlines()
-    start = lines.index("#") + 1
-    end = len(lines)
-    while end > start and re.match(r"# (Accounting|Ended)", lines[end - 1]):
-        end -= 1
-    return lines[start:end]
+    return run_runner(SLURM_PL, cluster.env, args, cwd, timeout)
 
 
 def squeue_ids(cluster: SlurmCluster) -> list[str]:
