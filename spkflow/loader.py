@@ -699,7 +699,7 @@ class _PooledLoader(DataLoader):
             yield item
 
 
-def make_loader(dataset: NxMCropDataset, *, start_batch: int = 0, num_workers: int = 2, prefetch_factor: int = 4,
+def make_loader(dataset: Dataset, *, start_batch: int = 0, num_workers: int = 2, prefetch_factor: int = 4,
                 pin_memory: bool = False, persistent_workers: bool = False,
                 multiprocessing_context: str | None = None, reuse_buffers: bool = True) -> DataLoader:
     """A DataLoader over batches ``start_batch, start_batch + 1, ...`` of ``dataset``.
@@ -708,7 +708,8 @@ def make_loader(dataset: NxMCropDataset, *, start_batch: int = 0, num_workers: i
     ``num_workers`` is; starting at ``k`` yields exactly batches ``k..`` of an uninterrupted
     run (resume after a checkpoint at step k).  With workers, batch buffers are recycled once
     nothing refers to them any more (``reuse_buffers``; keeping a batch is always safe; not with
-    ``pin_memory``, where the pinned copy is what the caller gets).
+    ``pin_memory``, where the pinned copy is what the caller gets; only for
+    :class:`NxMCropDataset`, other datasets get a plain DataLoader over the same indices).
     """
     if not 0 <= start_batch <= len(dataset):
         raise ValueError(f"start_batch {start_batch} is outside [0, {len(dataset)}]")
@@ -716,7 +717,8 @@ def make_loader(dataset: NxMCropDataset, *, start_batch: int = 0, num_workers: i
     if num_workers > 0:
         kwargs.update(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                       multiprocessing_context=multiprocessing_context)
-    cls = _PooledLoader if num_workers > 0 and reuse_buffers and not pin_memory else DataLoader
+    pooled = num_workers > 0 and reuse_buffers and not pin_memory and isinstance(dataset, NxMCropDataset)
+    cls = _PooledLoader if pooled else DataLoader
     return cls(dataset, batch_size=None, sampler=_IndexSampler(start_batch, len(dataset)), num_workers=num_workers,
                pin_memory=pin_memory, collate_fn=_identity, **kwargs)
 

@@ -3,6 +3,7 @@ path that reads audio and computes fbank per utterance per batch (WeSpeaker, vox
 
     OMP_NUM_THREADS=1 .venv/bin/python test/bench/bench_loader.py [--utts 200000] [--workers 2]
         [--batches 200] [--compression-method 0|3|1] [--access pread|mmap] [--work DIR] [--keep]
+        [--no-reuse-buffers]
 
 Features (generated; values are irrelevant to the speed): ``--utts`` utterances (default
 200,000; 2,000 speakers x 100) of 200-400 frames (2-4 s) x 80 bins, float32 Kaldi matrices
@@ -137,14 +138,15 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def cpu_per_batch(dataset, workers: int, k: int) -> float:
+def cpu_per_batch(dataset, workers: int, k: int, reuse_buffers: bool = True) -> float:
     """CPU seconds per batch over the last ``k`` batches, workers included (they are started,
     run to the end and joined, so every batch made is counted)."""
     import gc
 
     c0 = cpu_seconds()
     n = 0
-    for _ in make_loader(dataset, start_batch=len(dataset) - k, num_workers=workers, prefetch_factor=2):
+    for _ in make_loader(dataset, start_batch=len(dataset) - k, num_workers=workers, prefetch_factor=2,
+                         reuse_buffers=reuse_buffers):
         n += 1
     gc.collect()
     return (cpu_seconds() - c0) / n
@@ -184,6 +186,8 @@ def main() -> int:
     ap.add_argument("--work", default="")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--no-vad", action="store_true")
+    ap.add_argument("--no-reuse-buffers", action="store_true",
+                    help="a fresh shared-memory tensor per batch (the loader before buffer recycling)")
     a = ap.parse_args()
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench_loader.", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
@@ -207,10 +211,11 @@ def main() -> int:
               f"memory available {avail:.1f} GiB; load average {os.getloadavg()[0]:.2f}")
         ds = NxMCropDataset(work / "feats.scp", batches, seed=0, epoch=1, crop=T, use_vad=not a.no_vad,
                             mean_norm="utterance", access=a.access)
-        sec, k = timed(make_loader(ds, num_workers=a.workers, prefetch_factor=4), a.batches)
+        sec, k = timed(make_loader(ds, num_workers=a.workers, prefetch_factor=4,
+                                   reuse_buffers=not a.no_reuse_buffers), a.batches)
         ours = k / sec
         print(f"spkflow loader: {k} batches in {sec:.2f} s = {ours:.1f} batches/s ({ours * N * M:.0f} crops/s)")
-        cpu = cpu_per_batch(ds, a.workers, a.cpu_batches)
+        cpu = cpu_per_batch(ds, a.workers, a.cpu_batches, reuse_buffers=not a.no_reuse_buffers)
         print(f"  CPU per batch {cpu * 1000:.0f} ms (workers + main): {2 / cpu:.1f} batches/s on 2 free cores "
               "if the disk keeps up")
 

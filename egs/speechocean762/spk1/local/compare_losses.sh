@@ -82,5 +82,6 @@ for name, runs in groups.items():
         wall = f"{int(wall.read_text()) / 60:.1f} min" if wall.exists() else "-"
         print(f"| {name} | {loss} | {tag.rsplit('_seed', 1)[1]} | " + " | ".join(cells) + f" | {wall} |")
     if len(runs) > 1:
-        print(f"| {name} | | mean | " + " | ".join(f"{statistics.mean(eers[s]):.2f} | " for s in sets) + " |")
+        means = [c for s in sets for c in (f"{statistics.mean(eers[s]):.2f}", "")]
+        print(f"| {name} | | mean | " + " | ".join(means) + " | |")
 EOF
