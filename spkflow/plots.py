@@ -75,8 +75,14 @@ def plot_det(curves: Mapping[str, DetCurve], path: str | os.PathLike[str], title
         for p, marker in zip(p_targets, "^v<>"):
             value, thr = min_dcf_with_threshold(det, p)
             k = int(np.searchsorted(det.thresholds, thr))
-            ax.plot(_ppf(det.p_fa[k]), _ppf(det.p_miss[k]), marker, color=color, ms=7, mfc="none",
-                    label=f"{label}: minDCF(p={p:g}) {value:.3f}")
+            # an operating point beyond the axes (e.g. a false-alarm rate of 1e-5, or 0) is
+            # drawn on the border it lies beyond, and the legend says so
+            px, py = float(_ppf(det.p_fa[k])), float(_ppf(det.p_miss[k]))
+            cx, cy = min(max(px, lo), hi), min(max(py, lo), hi)
+            where = "" if (cx, cy) == (px, py) else (
+                f", at {100 * det.p_fa[k]:.2g}% FA / {100 * det.p_miss[k]:.2g}% miss (off scale)")
+            ax.plot(cx, cy, marker, color=color, ms=7, mfc="none", clip_on=False,
+                    label=f"{label}: minDCF(p={p:g}) {value:.3f}{where}")
     ax.plot([lo, hi], [lo, hi], color="0.6", lw=0.8, ls="--")
     ticks = _ppf(np.array(_DET_TICKS))
     labels = [_pct(p) for p in _DET_TICKS]

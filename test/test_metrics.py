@@ -131,3 +131,23 @@ def test_bad_input():
         compute_min_dcf([0.1, 0.2], [1, 1], 0.01)
     with pytest.raises(ValueError, match="p_target"):
         compute_min_dcf([0.1, 0.2], [1, 0], 1.5)
+
+
+def test_det_plot_keeps_off_scale_operating_points_visible(tmp_path, monkeypatch):
+    """A minDCF operating point beyond the DET axes (false-alarm rate far below 0.05%) is drawn
+    on the border and the legend gives its real rates, instead of vanishing from the plot."""
+    import spkflow.plots as plots
+
+    rng = np.random.default_rng(0)
+    labels = np.r_[np.ones(200), np.zeros(200_000)]
+    scores = np.r_[rng.normal(1.0, 1.0, 200), rng.normal(0.0, 1.0, 200_000)]
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig))
+    plots.plot_det({"sys": det_curve(scores, labels)}, tmp_path / "det.png", p_targets=(0.001,))
+    ax = figs[0].axes[0]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("minDCF(p=0.001)" in t and "(off scale)" in t for t in texts), texts
+    lo, hi = ax.get_xlim()
+    marker = [ln for ln in ax.get_lines() if ln.get_marker() == "^"][0]
+    x, y = float(marker.get_xdata()[0]), float(marker.get_ydata()[0])
+    assert lo <= x <= hi and lo <= y <= hi
