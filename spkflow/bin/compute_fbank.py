@@ -13,28 +13,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin.argtypes import boolean
 from spkflow.errors import InputError, UtteranceError
 from spkflow.fbank_jobs import DEFAULT_COMPRESSION_METHOD, extract_job
 from spkflow.features import FbankOptions, VadOptions
-
-
-def _bool(s: str) -> bool:
-    if s.lower() in ("true", "1", "yes"):
-        return True
-    if s.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{s}'")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fbank-conf", default="", help="Kaldi-style fbank options (default: FbankOptions())")
     p.add_argument("--vad-conf", default="", help="Kaldi-style compute-vad options (default: VadOptions())")
-    p.add_argument("--compress", type=_bool, default=False, help="Kaldi-compress the feature matrices")
+    p.add_argument("--compress", type=boolean, default=False, help="Kaldi-compress the feature matrices")
     p.add_argument("--compression-method", type=int, default=DEFAULT_COMPRESSION_METHOD,
                    help="Kaldi CompressionMethod for --compress true: 3 two-byte (default), 1 Kaldi's automatic "
                         "(1-byte per-column), 2 kSpeechFeature, 5 one-byte")
-    p.add_argument("--skip-bad", type=_bool, default=False, help="leave bad utterances out, listed in bad_utts")
+    p.add_argument("--skip-bad", type=boolean, default=False, help="leave bad utterances out, listed in bad_utts")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("data_dir")
     p.add_argument("utt_list")

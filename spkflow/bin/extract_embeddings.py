@@ -18,29 +18,10 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin.argtypes import boolean, int_at_least
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _int_at_least(lo: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
-        return v
-    return parse
-
-
-_positive = _int_at_least(1)
-_non_negative = _int_at_least(0)
+_positive = int_at_least(1)
+_non_negative = int_at_least(0)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -59,7 +40,7 @@ def get_parser() -> argparse.ArgumentParser:
                         "default 3000 on cpu, 60000 on cuda")
     p.add_argument("--num-workers", type=_non_negative, default=1, help="DataLoader worker processes (0: in process)")
     p.add_argument("--num-threads", type=_positive, default=1, help="torch threads of the model")
-    p.add_argument("--skip-bad", type=_bool, default=False, help="list unreadable utterances instead of failing")
+    p.add_argument("--skip-bad", type=boolean, default=False, help="list unreadable utterances instead of failing")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("data_dir", help="Kaldi data directory")
     p.add_argument("job_dir", help="directory of the jobs' partial outputs")

@@ -16,31 +16,20 @@ import sys
 import time
 
 from spkflow.batches import SHORT_SPEAKER_POLICIES, format_summary, load_spk2utt, plan_epoch, write_batch_list
+from spkflow.bin.argtypes import int_at_least
 from spkflow.errors import InputError
-
-
-def _int_at_least(lo: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
-        return v
-    return parse
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.make_batches",
                                 description="Plan one epoch of N x M batches (N speakers x M utterances).")
     p.add_argument("--spk2utt", required=True, help="Kaldi spk2utt file")
-    p.add_argument("--num-spk", type=_int_at_least(1), required=True, help="N: speakers per batch")
-    p.add_argument("--num-utt", type=_int_at_least(1), required=True, help="M: utterances per speaker")
-    p.add_argument("--seed", type=_int_at_least(0), required=True, help="seed of the plan")
-    p.add_argument("--epoch", type=_int_at_least(0), required=True, help="epoch (recipes count from 1)")
-    p.add_argument("--world-size", type=_int_at_least(1), default=1, help="number of ranks (default 1)")
-    p.add_argument("--rank", type=_int_at_least(0), default=0, help="this rank, 0 <= rank < world size")
+    p.add_argument("--num-spk", type=int_at_least(1), required=True, help="N: speakers per batch")
+    p.add_argument("--num-utt", type=int_at_least(1), required=True, help="M: utterances per speaker")
+    p.add_argument("--seed", type=int_at_least(0), required=True, help="seed of the plan")
+    p.add_argument("--epoch", type=int_at_least(0), required=True, help="epoch (recipes count from 1)")
+    p.add_argument("--world-size", type=int_at_least(1), default=1, help="number of ranks (default 1)")
+    p.add_argument("--rank", type=int_at_least(0), default=0, help="this rank, 0 <= rank < world size")
     p.add_argument("--short-speakers", choices=SHORT_SPEAKER_POLICIES, default="drop",
                    help="speakers with fewer than M utterances: drop (default) or repeat utterances")
     p.add_argument("--out", required=True, help="batch-list file to write")

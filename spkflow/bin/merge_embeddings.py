@@ -14,13 +14,13 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin.extract_embeddings import _bool
+from spkflow.bin.argtypes import boolean
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.merge_embeddings",
                                 description="Check and merge per-job embeddings into xvector.scp + spk_xvector.scp.")
-    p.add_argument("--skip-bad", type=_bool, default=False,
+    p.add_argument("--skip-bad", type=boolean, default=False,
                    help="utterances that failed in the jobs are listed in OUT_DIR/bad_utts instead of failing")
     p.add_argument("--spk-mean", choices=("raw", "l2"), default="raw",
                    help="speaker means of raw vectors (ESPnet's convention) or of L2-normalised ones")
