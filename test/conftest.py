@@ -43,6 +43,33 @@ def synth_voice(rng: np.random.Generator, f0: float, formants: tuple[float, ...]
     return sig.astype(np.float32)
 
 
+def write_data_dir(data: Path, wav: dict[str, str], utt2spk: dict[str, str]) -> Path:
+    """wav.scp, utt2spk and spk2utt for ``utt -> wav.scp entry`` / ``utt -> speaker``, all
+    LC_ALL=C sorted.  Returns ``data``."""
+    data.mkdir(parents=True, exist_ok=True)
+    utts = sorted(wav, key=str.encode)
+    (data / "wav.scp").write_text("".join(f"{u} {wav[u]}\n" for u in utts))
+    (data / "utt2spk").write_text("".join(f"{u} {utt2spk[u]}\n" for u in utts))
+    spk2utt: dict[str, list[str]] = {}
+    for u in utts:
+        spk2utt.setdefault(utt2spk[u], []).append(u)
+    (data / "spk2utt").write_text("".join(f"{s} {' '.join(v)}\n" for s, v in sorted(spk2utt.items(),
+                                                                                   key=lambda kv: kv[0].encode())))
+    return data
+
+
+def perturb_batchnorm(model, seed: int) -> None:
+    """Non-trivial BatchNorm running statistics, so that a padding leak would show."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.BatchNorm1d):
+                mod.running_mean.normal_(0.0, 0.5, generator=g)
+                mod.running_var.uniform_(0.5, 2.0, generator=g)
+
+
 def make_speakers(root: Path, num_spk: int = 4, num_utt: int = 3, sample_rate: int = 16000,
                   fmt: str = "wav", seed: int = 0, min_sec: float = 0.6, max_sec: float = 1.6) -> Path:
     """Write ``num_spk`` x ``num_utt`` synthetic utterances and a sorted Kaldi data dir.
@@ -52,9 +79,7 @@ def make_speakers(root: Path, num_spk: int = 4, num_utt: int = 3, sample_rate: i
     Returns the data dir.
     """
     rng = np.random.default_rng(seed)
-    data = root / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    wav_lines, u2s = [], []
+    wav, u2s = {}, {}
     for s in range(num_spk):
         spk = f"spk{s:03d}"
         f0 = 90 + 25 * s + rng.uniform(-5, 5)
@@ -65,16 +90,8 @@ def make_speakers(root: Path, num_spk: int = 4, num_utt: int = 3, sample_rate: i
             sig = synth_voice(rng, f0, formants, rng.uniform(min_sec, max_sec), sample_rate)
             path = root / "audio" / spk / f"{utt}.{fmt}"
             sf.write(path, sig, sample_rate, subtype="PCM_16")
-            wav_lines.append(f"{utt} {path}\n")
-            u2s.append(f"{utt} {spk}\n")
-    (data / "wav.scp").write_text("".join(sorted(wav_lines)))
-    (data / "utt2spk").write_text("".join(sorted(u2s)))
-    spk2utt: dict[str, list[str]] = {}
-    for line in sorted(u2s):
-        utt, spk = line.split()
-        spk2utt.setdefault(spk, []).append(utt)
-    (data / "spk2utt").write_text("".join(f"{k} {' '.join(v)}\n" for k, v in sorted(spk2utt.items())))
-    return data
+            wav[utt], u2s[utt] = str(path), spk
+    return write_data_dir(root / "data", wav, u2s)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_speakers, synth_voice
+from conftest import make_speakers, perturb_batchnorm, synth_voice, write_data_dir
 from spkflow.embed import (
     JobWriter,
     MergeError,
@@ -50,12 +50,7 @@ def make_spkflow_model_dir(path: Path, seed: int = 0, mean_norm: bool = False) -
            "model": {"name": "ecapa_tdnn", "input_dim": 24, "channels": 32, "scale": 4, "embed_dim": 16}}
     torch.manual_seed(seed)
     model = build_model(cfg["model"])
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # non-trivial running statistics: padding leaks would show
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.BatchNorm1d):
-                mod.running_mean.normal_(0.0, 0.5, generator=g)
-                mod.running_var.uniform_(0.5, 2.0, generator=g)
+    perturb_batchnorm(model, seed)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     torch.save(model.state_dict(), path / "model.pth")
@@ -66,10 +61,8 @@ def make_mixed_data(root: Path, num_spk: int = 3, num_utt: int = 4, seed: int = 
     """Speakers recorded at 8, 16 and 22.05 kHz (wav and flac), 0.3-3.5 s long: held-out audio
     of mixed rates and lengths.  Returns a sorted data dir."""
     rng = np.random.default_rng(seed)
-    data = root / "data"
-    data.mkdir(parents=True, exist_ok=True)
     rates = [8000, 16000, 22050]
-    wav, u2s = [], []
+    wav, u2s = {}, {}
     for s in range(num_spk):
         spk = f"s{s}"
         f0 = 100 + 35 * s
@@ -82,16 +75,8 @@ def make_mixed_data(root: Path, num_spk: int = 3, num_utt: int = 4, seed: int = 
             path = root / "audio" / f"{utt}.{fmt}"
             path.parent.mkdir(parents=True, exist_ok=True)
             sf.write(path, sig, rate, subtype="PCM_16")
-            wav.append(f"{utt} {path}\n")
-            u2s.append(f"{utt} {spk}\n")
-    (data / "wav.scp").write_text("".join(sorted(wav)))
-    (data / "utt2spk").write_text("".join(sorted(u2s)))
-    spk2utt: dict[str, list[str]] = {}
-    for line in sorted(u2s):
-        u, s_ = line.split()
-        spk2utt.setdefault(s_, []).append(u)
-    (data / "spk2utt").write_text("".join(f"{k} {' '.join(v)}\n" for k, v in sorted(spk2utt.items())))
-    return data
+            wav[utt], u2s[utt] = str(path), spk
+    return write_data_dir(root / "data", wav, u2s)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, perturb_batchnorm
 from test_embed import l2, make_mixed_data
 from test_extract_script import SCRIPT, env
 
@@ -47,12 +47,7 @@ CONFIGS = {
 def save_espnet_model(path: Path, cfg: dict, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = SpeakerTask.build_model(argparse.Namespace(**cfg))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # non-trivial BatchNorm statistics (weights: ESPnet's random init)
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.BatchNorm1d):
-                mod.running_mean.normal_(0.0, 0.5, generator=g)
-                mod.running_var.uniform_(0.5, 2.0, generator=g)
+    perturb_batchnorm(model, seed)  # weights: ESPnet's random init
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     torch.save(model.state_dict(), path / "model.pth")

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import ROOT, make_speakers
 from test_embed import l2, make_mixed_data, make_spkflow_model_dir
+from test_make_fbank import write_data_dir
 
 SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
 ALIGN = ROOT / "scripts" / "spk" / "align_embed_scp.sh"
@@ -206,14 +207,11 @@ def test_real_heldout_audio_nj2_batched_equals_batch1(model_dir, tmp_path, corpu
     entries = {f"{p.stem.split('-')[0]}-{p.stem}": str(p) for p in libri}
     entries.update({f"{p.stem.split('_')[1]}-{p.stem}": str(p) for p in fsdd})
     data = tmp_path / "data"
-    data.mkdir()
+    write_data_dir(data, entries)
     utts = sorted(entries, key=str.encode)
-    (data / "wav.scp").write_text("".join(f"{u} {entries[u]}\n" for u in utts))
-    (data / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in utts))
     spk2utt: dict[str, list[str]] = {}
     for u in utts:
         spk2utt.setdefault(u.split("-")[0], []).append(u)
-    (data / "spk2utt").write_text("".join(f"{s} {' '.join(v)}\n" for s, v in sorted(spk2utt.items())))
     out = tmp_path / "out"
     run([SCRIPT, "--nj", "2", "--batch-size", "8", "--model-dir", model_dir, data, out])
     xv = kaldiio.load_scp(str(out / "xvector.scp"))

@@ -16,6 +16,7 @@ import torch
 import torchaudio.compliance.kaldi as kaldi
 
 from conftest import ROOT, synth_voice
+from conftest import write_data_dir as write_kaldi_dir  # speakers given explicitly
 from spkflow.audio import AudioReader
 from spkflow.datadir import DataDir, c_sorted, read_kv, read_spk2utt
 from spkflow.errors import UtteranceError
@@ -66,16 +67,9 @@ def run_make_fbank(*args: str | Path, check: bool = True) -> subprocess.Complete
     return p
 
 
-def write_data_dir(data: Path, entries: dict[str, str]) -> None:
+def write_data_dir(data: Path, entries: dict[str, str]) -> Path:
     """wav.scp / utt2spk / spk2utt for ``utt -> wav.scp entry`` (speaker = id prefix)."""
-    data.mkdir(parents=True, exist_ok=True)
-    utts = c_sorted(entries)
-    (data / "wav.scp").write_text("".join(f"{u} {entries[u]}\n" for u in utts))
-    (data / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in utts))
-    spk2utt: dict[str, list[str]] = {}
-    for u in utts:
-        spk2utt.setdefault(u.split("-")[0], []).append(u)
-    (data / "spk2utt").write_text("".join(f"{s} {' '.join(v)}\n" for s, v in sorted(spk2utt.items())))
+    return write_kaldi_dir(data, entries, {u: u.split("-")[0] for u in entries})
 
 
 def good_audio(root: Path) -> dict[str, str]:

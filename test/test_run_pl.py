@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from schedulers import log_body as body
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN_PL = ROOT / "utils" / "run.pl"
 
@@ -20,16 +22,6 @@ RUN_PL = ROOT / "utils" / "run.pl"
 def run_pl(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([str(RUN_PL), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
-
-
-def body(log: Path) -> list[str]:
-    """The job's own output: the lines between the header and the footer."""
-    lines = log.read_text().splitlines()
-    start = lines.index("#") + 1
-    end = len(lines)
-    while end > start and re.match(r"# (Accounting|Ended)", lines[end - 1]):
-        end -= 1
-    return lines[start:end]
 
 
 def intervals(paths: list[Path]) -> list[tuple[float, float]]:
