@@ -491,6 +491,7 @@ class NxMCropDataset(Dataset):
             path = cmvn_scp or _sibling(self.feats.scp, "cmvn_utt_voiced.scp" if self.use_vad else "cmvn_utt.scp")
             self.cmvn = KaldiArkReader(path) if path is not None else None
         self.spec_augment = SpecAugment.from_config(spec_augment)
+        self._held: collections.OrderedDict[int, torch.Tensor] = collections.OrderedDict()  # see _hold
         self._check_ids()
 
     def _check_ids(self) -> None:
@@ -513,22 +514,24 @@ class NxMCropDataset(Dataset):
 
         return crop_frames(self.seed, self.epoch, b, lo, hi)
 
+    def _dim(self, utt: str) -> int:
+        h = self.feats.header(utt)
+        return h.cols if h is not None else self.feats.read(utt).shape[1]
+
     def batch_numel(self) -> int:
         """Elements of the largest batch tensor this dataset can make (for buffer pools)."""
-        first = self.feats.header(self.batches[0][0]) if self.batches and self.batches[0] else None
-        dim = first.cols if first is not None else (self.feats.read(self.batches[0][0]).shape[1] if self.batches
-                                                    and self.batches[0] else 0)
-        return max((len(b) for b in self.batches), default=0) * self.crop_range[1] * dim
+        if not self.batches or not self.batches[0]:
+            return 0
+        return max(len(b) for b in self.batches) * self.crop_range[1] * self._dim(self.batches[0][0])
 
     def _hold(self, buffer: torch.Tensor) -> torch.Tensor:
         """Keep the last few pool buffers referenced in this worker: torch then finds their
         mapping in its cache when the same buffer comes back, instead of mapping it again."""
-        held = self.__dict__.setdefault("_held", collections.OrderedDict())
         key = buffer.untyped_storage().data_ptr()
-        held[key] = buffer
-        held.move_to_end(key)
-        while len(held) > 16:
-            held.popitem(last=False)
+        self._held[key] = buffer
+        self._held.move_to_end(key)
+        while len(self._held) > 16:
+            self._held.popitem(last=False)
         return buffer
 
     def _frames_kept(self, utt: str, rows: int) -> np.ndarray | None:
@@ -569,13 +572,13 @@ class NxMCropDataset(Dataset):
             raise ValueError(f"utterance '{bad}' has no frames in {self.feats.scp}")
         # start in [0, n - T] when the utterance is long enough, else a random rotation of it
         starts = rng.integers(0, np.where(n >= T, n - T + 1, n)).tolist()
-        first = self.feats.header(utts[0])
-        dim = first.cols if first is not None else self.feats.read(utts[0]).shape[1]
+        dim = self._dim(utts[0])
         shape = (len(utts), T, dim)
+        numel = len(utts) * T * dim
         # In a worker the batch is made in shared memory and filled in place: handing it to the
         # trainer then copies nothing (torch would otherwise move it there, a 33 MB copy).
-        if into is not None and into.numel() >= int(np.prod(shape)):
-            out = self._hold(into)[:int(np.prod(shape))].view(shape)
+        if into is not None and into.numel() >= numel:
+            out = self._hold(into)[:numel].view(shape)
         elif torch.utils.data.get_worker_info() is not None:
             out = _shared_empty(shape)
         else:
@@ -645,6 +648,8 @@ class _BufferPool:
 
     @staticmethod
     def _uses(t: torch.Tensor) -> int:
+        # references to the storage from any tensor, view or storage object (a private torch
+        # function; make_loader does not pool when a torch build lacks it)
         return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
     def take(self) -> torch.Tensor | None:
@@ -717,7 +722,8 @@ def make_loader(dataset: Dataset, *, start_batch: int = 0, num_workers: int = 2,
     if num_workers > 0:
         kwargs.update(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                       multiprocessing_context=multiprocessing_context)
-    pooled = num_workers > 0 and reuse_buffers and not pin_memory and isinstance(dataset, NxMCropDataset)
+    pooled = (num_workers > 0 and reuse_buffers and not pin_memory and isinstance(dataset, NxMCropDataset)
+              and hasattr(torch._C, "_storage_Use_Count"))
     cls = _PooledLoader if pooled else DataLoader
     return cls(dataset, batch_size=None, sampler=_IndexSampler(start_batch, len(dataset)), num_workers=num_workers,
                pin_memory=pin_memory, collate_fn=_identity, **kwargs)
