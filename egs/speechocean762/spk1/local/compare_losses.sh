@@ -61,6 +61,8 @@ python - "${test_sets}" "${tags[@]}" <<'EOF' | tee exp/compare_losses.md
 import json, statistics, sys
 from pathlib import Path
 
+import yaml
+
 sets, tags = sys.argv[1].split(), sys.argv[2:]
 groups = {}
 for tag in tags:
@@ -72,7 +74,7 @@ for name, runs in groups.items():
     eers = {s: [] for s in sets}
     for tag in runs:
         exp = Path(f"exp/spk_{tag}")
-        loss = (exp / "config.yaml").read_text().split("loss:", 1)[1].split("name:", 1)[1].split()[0]
+        loss = yaml.safe_load((exp / "config.yaml").read_text())["loss"]["name"]
         cells = []
         for s in sets:
             m = json.loads((exp / "eval" / s / "metrics.json").read_text())

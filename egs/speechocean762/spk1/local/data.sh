@@ -6,7 +6,7 @@
 # and, on request (--librispeech true, --fsdd true), two more held-out test sets:
 #   data/libri  LibriSpeech mini (English read speech), with trials
 #   data/fsdd   Free Spoken Digit Dataset (English digits, 8 kHz), with trials
-# Corpus locations come from db.sh (SPEECHOCEAN762, DSPSPEECH20); the work is done by the
+# Corpus locations come from db.sh (SPEECHOCEAN762, DSPSPEECH20, LIBRISPEECH, FSDD); the work is done by the
 # corpus scripts in the top-level local/.
 set -euo pipefail
 
