@@ -48,7 +48,7 @@ import os
 import re
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +59,7 @@ from spkflow.errors import InputError, UtteranceError
 
 __all__ = [
     "AudioReader",
+    "known_durations",
     "Segment",
     "load_audio",
     "read_audio",
@@ -492,6 +493,41 @@ def utt2dur(data_dir: str | os.PathLike[str], progress: bool = False) -> dict[st
 
         keys = tqdm(keys, desc=f"utt2dur {data_dir}", unit="utt", mininterval=2.0)
     return {utt: reader.duration(utt) for utt in keys}
+
+
+_PIPE_RE = re.compile(r"\|\s*(\[[^\]]*\])?\s*$")  # a "cmd |" entry, with or without segment times
+
+
+def known_durations(data_dir: str | os.PathLike[str], utts: Iterable[str]) -> dict[str, float | None]:
+    """Seconds per utterance where they are known without running anything, for planning work
+    (job splits, length-sorted batches); None where they are not.
+
+    From ``utt2dur``, else ``utt2num_frames`` (10 ms frames), else file headers / segment times
+    (:meth:`AudioReader.duration`); never by running a ``cmd |`` pipe.  Errors are not reported
+    here: the utterance is read later and fails there with its own message.
+    """
+    from spkflow.datadir import read_kv
+
+    d = Path(data_dir)
+    utts = list(utts)
+    for name, scale in (("utt2dur", 1.0), ("utt2num_frames", 0.01)):
+        if (d / name).is_file():
+            table = read_kv(d / name)
+            out: dict[str, float | None] = {}
+            for u in utts:
+                try:
+                    out[u] = float(table[u].split()[0]) * scale
+                except (KeyError, ValueError, IndexError):
+                    out[u] = None
+            return out
+    reader = AudioReader(d, sample_rate=None)
+    out = {}
+    for u in utts:
+        try:
+            out[u] = None if _PIPE_RE.search(reader.source(u)) else reader.duration(u)
+        except (UtteranceError, KeyError, OSError):
+            out[u] = None
+    return out
 
 
 def write_utt2dur(data_dir: str | os.PathLike[str], progress: bool = False) -> Path:

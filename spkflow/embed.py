@@ -95,6 +95,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from spkflow.atomic import atomic_write, write_text_atomic
+from spkflow.audio import known_durations
 from spkflow.errors import InputError, UtteranceError
 
 __all__ = [
@@ -105,7 +106,6 @@ __all__ = [
     "PaddingMask",
     "load_embedder",
     "data_dir_keys",
-    "utterance_durations",
     "plan_batches",
     "split_by_frames",
     "read_commit_log",
@@ -162,40 +162,6 @@ def data_dir_keys(data_dir: str | os.PathLike[str]) -> tuple[list[str], dict[str
         raise InputError(d.file("spk2utt"), None, f"spk2utt and utt2spk list different utterances: "
                                                    f"{_show_keys(only)} (run utils/fix_data_dir.sh)")
     return list(utt2spk), spk2utt
-
-
-_PIPE_RE = re.compile(r"\|\s*(\[[^\]]*\])?\s*$")
-
-
-def utterance_durations(data_dir: str | os.PathLike[str], utts: Sequence[str]) -> dict[str, float | None]:
-    """Duration in seconds of each utterance, for planning batches (None: not known cheaply).
-
-    From ``utt2dur``, else ``utt2num_frames`` (10 ms frames), else file headers / segment times
-    (:meth:`spkflow.audio.AudioReader.duration`); never by running a ``cmd |`` pipe.  An error here
-    is not reported: the utterance is read later and fails there with its own message.
-    """
-    from spkflow.datadir import read_kv
-
-    d = Path(data_dir)
-    out: dict[str, float | None] = {}
-    for name, scale in (("utt2dur", 1.0), ("utt2num_frames", 1.0 / FRAME_RATE)):
-        if (d / name).is_file():
-            table = read_kv(d / name)
-            for u in utts:
-                try:
-                    out[u] = float(table[u].split()[0]) * scale
-                except (KeyError, ValueError, IndexError):
-                    out[u] = None
-            return out
-    from spkflow.audio import AudioReader
-
-    reader = AudioReader(d, sample_rate=None)
-    for u in utts:
-        try:
-            out[u] = None if _PIPE_RE.search(reader.source(u)) else reader.duration(u)
-        except (UtteranceError, KeyError, OSError):
-            out[u] = None
-    return out
 
 
 # =============================================================================== batches
@@ -865,7 +831,7 @@ def run_job(embedder: Embedder, data_dir: str | os.PathLike[str], utts: Sequence
         with contextlib.suppress(FileNotFoundError):
             os.unlink(bad_path)
         return JobSummary(len(utts), resumed, 0, bad)
-    durations = utterance_durations(data_dir, todo)
+    durations = known_durations(data_dir, todo)
     batches = plan_batches(todo, durations, batch_size, max_frames)
     index = {u: i for i, u in enumerate(todo)}
     log.info("job %s: %d batches (at most %d utterances, %d padded frames each); %d DataLoader workers",

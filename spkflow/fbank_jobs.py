@@ -89,41 +89,17 @@ def _log(msg: str) -> None:
 def utterance_durations(data_dir: str | os.PathLike[str]) -> dict[str, float]:
     """Seconds per utterance (utt2spk order) for balancing jobs; exactness is not needed.
 
-    ``utt2dur`` when present; else ``segments`` (end - start; ``-1`` counts as 1 s); else the
-    file header (``soundfile.info``).  Entries whose duration cannot be known cheaply (pipes,
-    unreadable headers) get the mean of the others: the job will read them and report errors.
+    :func:`spkflow.audio.known_durations` (utt2dur, utt2num_frames, file headers, segment
+    times); entries whose duration cannot be known cheaply (pipes, unreadable headers) get the
+    mean of the others: the job will read them and report errors.
     """
-    d = Path(data_dir)
-    utts = list(read_kv(d / "utt2spk"))
-    if (d / "utt2dur").is_file():
-        durs = {k: float(v) for k, v in read_kv(d / "utt2dur").items()}
-        missing = [u for u in utts if u not in durs]
-        if not missing:
-            return {u: durs[u] for u in utts}
-    out: dict[str, float | None] = {}
-    if (d / "segments").is_file():
-        for utt, rest in read_kv(d / "segments").items():
-            f = rest.split()
-            with contextlib.suppress(ValueError, IndexError):
-                start, end = float(f[1]), float(f[2])
-                out[utt] = end - start if end > start else 1.0
-    else:
-        import soundfile as sf
+    from spkflow.audio import known_durations
 
-        wav = read_kv(d / "wav.scp")
-        for utt in utts:
-            spec = wav.get(utt, "").strip()
-            if not spec or spec.endswith("|") or not os.path.isfile(spec):
-                out[utt] = None
-                continue
-            try:
-                info = sf.info(spec)
-                out[utt] = info.frames / info.samplerate if info.samplerate > 0 else None
-            except Exception:
-                out[utt] = None
-    known = [v for v in out.values() if v is not None and v > 0]
-    fill = float(np.mean(known)) if known else 1.0
-    return {u: (out.get(u) or fill) for u in utts}
+    utts = list(read_kv(Path(data_dir) / "utt2spk"))
+    known = known_durations(data_dir, utts)
+    given = [v for v in known.values() if v is not None and v > 0]
+    fill = float(np.mean(given)) if given else 1.0
+    return {u: (known[u] or fill) for u in utts}
 
 
 def split_by_duration(utts: list[str], durations: dict[str, float], nj: int) -> list[list[str]]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from spkflow.audio import AudioReader, load_audio, resample, utt2dur, write_utt2dur
+from spkflow.audio import AudioReader, known_durations, load_audio, resample, utt2dur, write_utt2dur
 from spkflow.errors import InputError, UtteranceError
 
 
@@ -228,3 +228,19 @@ def test_unknown_utterance_is_a_key_error(speakers: Path) -> None:
     assert len(reader) == 12
     with pytest.raises(KeyError, match="nope"):
         reader.read("nope")
+
+
+def test_known_durations_never_run_a_pipe(tmp_path: Path) -> None:
+    """Headers and segment times (``-1`` resolved against the recording) are used, a pipe is
+    None rather than run; utt2dur, else utt2num_frames (10 ms frames), wins when present."""
+    sf.write(tmp_path / "r.wav", sine(300, 2.0, 16000), 16000)
+    marker = tmp_path / "ran"
+    d = write_dir(tmp_path / "d", {"r": str(tmp_path / "r.wav"), "p": f"touch {marker}; cat {tmp_path / 'r.wav'} |"},
+                  segments={"s-a": "r 0.5 1.25", "s-b": "r 1.5 -1", "s-p": "p 0 1"})
+    got = known_durations(d, ["s-a", "s-b", "s-p"])
+    assert got["s-a"] == pytest.approx(0.75) and got["s-b"] == pytest.approx(0.5) and got["s-p"] is None
+    assert not marker.exists()
+    (d / "utt2num_frames").write_text("s-a 123\ns-b 7\n")
+    assert known_durations(d, ["s-a", "s-b", "s-p"]) == {"s-a": 1.23, "s-b": 0.07, "s-p": None}
+    (d / "utt2dur").write_text("s-a 9.5\n")
+    assert known_durations(d, ["s-a", "s-b"]) == {"s-a": 9.5, "s-b": None}
