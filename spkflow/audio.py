@@ -126,11 +126,11 @@ def _fix_streamed_wav(raw: bytes) -> bytes | None:
         return None
     pos = 12
     while pos + 8 <= len(raw):
-        cid, size = raw[pos:pos + 4], struct.unpack("<I", raw[pos + 4:pos + 8])[0]
+        cid, size = raw[pos : pos + 4], struct.unpack("<I", raw[pos + 4 : pos + 8])[0]
         if cid == b"data":
             fixed = bytearray(raw)
             fixed[4:8] = struct.pack("<I", min(len(raw) - 8, 0xFFFFFFFF))
-            fixed[pos + 4:pos + 8] = struct.pack("<I", min(len(raw) - pos - 8, 0xFFFFFFFF))
+            fixed[pos + 4 : pos + 8] = struct.pack("<I", min(len(raw) - pos - 8, 0xFFFFFFFF))
             return bytes(fixed)
         pos += 8 + size + (size & 1)
     return None
@@ -144,22 +144,24 @@ def _decode_bytes(raw: bytes, utt: str, source: str) -> tuple[np.ndarray, int]:
             if fixed is not None:
                 data, rate = sf.read(io.BytesIO(fixed), dtype="float32", always_2d=True)
     except Exception as exc:  # soundfile raises LibsndfileError/RuntimeError/TypeError
-        raise UtteranceError(utt, source, f"cannot decode audio from command output "
-                                          f"({len(raw)} bytes): {exc}") from exc
+        raise UtteranceError(utt, source, f"cannot decode audio from command output ({len(raw)} bytes): {exc}") from exc
     return data, int(rate)
 
 
 def _run_pipe(command: str, utt: str) -> bytes:
     try:
-        proc = subprocess.run(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.run(
+            command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, check=False
+        )
     except OSError as exc:
         raise UtteranceError(utt, f"{command} |", f"cannot start command: {exc}") from exc
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL:]
-        raise UtteranceError(utt, f"{command} |",
-                             f"command failed with exit code {proc.returncode}"
-                             + (f"; stderr: {err}" if err else "; no stderr"))
+        raise UtteranceError(
+            utt,
+            f"{command} |",
+            f"command failed with exit code {proc.returncode}" + (f"; stderr: {err}" if err else "; no stderr"),
+        )
     if not proc.stdout:
         raise UtteranceError(utt, f"{command} |", "command wrote no audio to stdout")
     return proc.stdout
@@ -181,8 +183,10 @@ def _wav_truncation(path: str) -> str | None:
                 cid, n = chunk[:4], struct.unpack("<I", chunk[4:8])[0]
                 if cid == b"data":
                     if n not in (0, 0xFFFFFFFF) and pos + 8 + n > size:
-                        return (f"file is truncated: its header declares {n} bytes of audio, "
-                                f"the file holds {size - pos - 8}")
+                        return (
+                            f"file is truncated: its header declares {n} bytes of audio, "
+                            f"the file holds {size - pos - 8}"
+                        )
                     return None
                 pos += 8 + n + (n & 1)
     except OSError:
@@ -429,12 +433,17 @@ class AudioReader:
         start = int(round(seg.start * rate))
         stop = frames if seg.end == -1 else int(round(seg.end * rate))
         if start >= frames:
-            raise UtteranceError(utt, source, f"segment starts at {seg.start} s, after the end of the "
-                                              f"recording ({frames / rate:.3f} s)")
+            raise UtteranceError(
+                utt, source, f"segment starts at {seg.start} s, after the end of the recording ({frames / rate:.3f} s)"
+            )
         if stop > frames:
             if stop - frames > MAX_OVERSHOOT * rate:
-                raise UtteranceError(utt, source, f"segment ends at {seg.end} s, more than {MAX_OVERSHOOT} s "
-                                                  f"after the end of the recording ({frames / rate:.3f} s)")
+                raise UtteranceError(
+                    utt,
+                    source,
+                    f"segment ends at {seg.end} s, more than {MAX_OVERSHOOT} s "
+                    f"after the end of the recording ({frames / rate:.3f} s)",
+                )
             stop = frames
         return start, stop
 
@@ -449,8 +458,12 @@ class AudioReader:
         data, rate = _read_file(path, utt, start, stop)
         wave = _to_mono_float(data, utt, path)
         if wave.shape[0] != stop - start:
-            raise UtteranceError(utt, path, f"file is truncated: read {wave.shape[0]} of {stop - start} "
-                                            f"samples of segment [{seg.start}, {seg.end}]")
+            raise UtteranceError(
+                utt,
+                path,
+                f"file is truncated: read {wave.shape[0]} of {stop - start} "
+                f"samples of segment [{seg.start}, {seg.end}]",
+            )
         return wave, rate
 
     def recording_duration(self, rec: str) -> float:
@@ -474,8 +487,11 @@ class AudioReader:
         except UtteranceError as exc:
             raise UtteranceError(utt, exc.source, exc.message) from None
         if seg.start >= total or (seg.end != -1 and seg.end - total > MAX_OVERSHOOT):
-            raise UtteranceError(utt, self._wav[seg.recording],
-                                 f"segment [{seg.start}, {seg.end}] lies outside the recording ({total:.3f} s)")
+            raise UtteranceError(
+                utt,
+                self._wav[seg.recording],
+                f"segment [{seg.start}, {seg.end}] lies outside the recording ({total:.3f} s)",
+            )
         end = total if seg.end == -1 else min(seg.end, total)
         return end - seg.start
 

@@ -45,8 +45,9 @@ def _inv_mel(m: np.ndarray) -> np.ndarray:
     return 700.0 * (np.exp(m / 1127.0) - 1.0)
 
 
-def mel_centers(num_mel_bins: int, sample_frequency: float = 16000.0, low_freq: float = 20.0,
-                high_freq: float = 0.0) -> np.ndarray:
+def mel_centers(
+    num_mel_bins: int, sample_frequency: float = 16000.0, low_freq: float = 20.0, high_freq: float = 0.0
+) -> np.ndarray:
     """Centre frequencies (Hz) of Kaldi's triangular mel filters."""
     nyquist = 0.5 * float(sample_frequency)
     high = float(high_freq) if high_freq > 0 else nyquist + float(high_freq)
@@ -71,8 +72,9 @@ class FbankSpeedPerturb:
         self.energy = bool(fbank.get("use_energy", False))
         self.energy_last = bool(fbank.get("htk_compat", False))
         self.dim = bins + int(self.energy)
-        c = mel_centers(bins, fbank.get("sample_frequency", 16000.0), fbank.get("low_freq", 20.0),
-                        fbank.get("high_freq", 0.0))
+        c = mel_centers(
+            bins, fbank.get("sample_frequency", 16000.0), fbank.get("low_freq", 20.0), fbank.get("high_freq", 0.0)
+        )
         mc = _mel(c)
         self._freq: list[torch.Tensor] = []
         for f in self.factors:

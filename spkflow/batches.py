@@ -268,7 +268,7 @@ def load_spk2utt(path: str | os.PathLike[str]) -> Spk2Utt:
     if order != list(range(len(speakers))):  # not LC_ALL=C sorted: repack in sorted order
         packed: list[str] = []
         for i in order:
-            packed.extend(utts[offsets_in[i]:offsets_in[i + 1]])
+            packed.extend(utts[offsets_in[i] : offsets_in[i + 1]])
         utts = packed
         speakers = [speakers[i] for i in order]
         line_of = [line_of[i] for i in order]
@@ -292,15 +292,18 @@ def _check_unique_utts(table: Spk2Utt) -> None:
     for i in order:
         line = table.lines[i] if table.lines is not None else None
         mine: set[str] = set()
-        for u in table.utts[table.offsets[i]:table.offsets[i + 1]]:
+        for u in table.utts[table.offsets[i] : table.offsets[i + 1]]:
             if u in mine:
                 raise InputError(table.path, line, f"utterance '{u}' is listed twice for speaker '{table.speakers[i]}'")
             mine.add(u)
             j = seen.setdefault(u, i)
             if j != i:
-                raise InputError(table.path, line,
-                                 f"utterance '{u}' of speaker '{table.speakers[i]}' is also listed under "
-                                 f"speaker '{table.speakers[j]}' ({table.where(j)})")
+                raise InputError(
+                    table.path,
+                    line,
+                    f"utterance '{u}' of speaker '{table.speakers[i]}' is also listed under "
+                    f"speaker '{table.speakers[j]}' ({table.where(j)})",
+                )
     raise AssertionError("duplicate utterance not located")  # pragma: no cover
 
 
@@ -357,8 +360,13 @@ def crop_frames(seed: int, epoch: int, batch_index: int, min_frames: int, max_fr
     seed = _check_nonneg_int("seed", seed)
     epoch = _check_nonneg_int("epoch", epoch)
     batch_index = _check_nonneg_int("batch_index", batch_index)
-    if isinstance(min_frames, bool) or isinstance(max_frames, bool) or int(min_frames) != min_frames \
-            or int(max_frames) != max_frames or not 1 <= min_frames <= max_frames:
+    if (
+        isinstance(min_frames, bool)
+        or isinstance(max_frames, bool)
+        or int(min_frames) != min_frames
+        or int(max_frames) != max_frames
+        or not 1 <= min_frames <= max_frames
+    ):
         raise ValueError(f"need 1 <= min_frames <= max_frames, got {min_frames!r}, {max_frames!r}")
     word = int(_Stream(seed, epoch, _PURPOSE_CROP, batch_index).raw(1)[0])
     span = int(max_frames) - int(min_frames) + 1
@@ -372,18 +380,18 @@ def crop_frames(seed: int, epoch: int, batch_index: int, min_frames: int, max_fr
 class PlanStats:
     """What an epoch plan used and left out (global over ranks unless said otherwise)."""
 
-    num_utt: int                 # M
-    num_speakers: int            # speakers in spk2utt
-    num_utts: int                # utterances in spk2utt
-    eligible_speakers: int       # speakers that enter the epoch (>= M utterances, or repeated)
-    dropped_speakers: int        # speakers with < M utterances left out ("drop")
-    repeated_speakers: int       # speakers with < M utterances filled by repetition ("repeat")
-    groups_possible: int         # sum_s floor(n_s / M) (+1 per repeated speaker)
-    groups_used: int             # groups in the batches of all ranks
-    batches_global: int          # B: batches the packing made before the rank split
-    batches_per_rank: int        # floor(B / W)
+    num_utt: int  # M
+    num_speakers: int  # speakers in spk2utt
+    num_utts: int  # utterances in spk2utt
+    eligible_speakers: int  # speakers that enter the epoch (>= M utterances, or repeated)
+    dropped_speakers: int  # speakers with < M utterances left out ("drop")
+    repeated_speakers: int  # speakers with < M utterances filled by repetition ("repeat")
+    groups_possible: int  # sum_s floor(n_s / M) (+1 per repeated speaker)
+    groups_used: int  # groups in the batches of all ranks
+    batches_global: int  # B: batches the packing made before the rank split
+    batches_per_rank: int  # floor(B / W)
     remainder_batches_dropped: int  # B mod W
-    utts_used: int               # distinct real utterances in the batches of all ranks
+    utts_used: int  # distinct real utterances in the batches of all ranks
 
     @property
     def utts_possible(self) -> int:
@@ -433,7 +441,7 @@ class EpochPlan:
 
     def batch_speakers(self, i: int) -> list[str]:
         """The N speakers of batch ``i``, in batch order."""
-        spk = np.searchsorted(self.table.offsets, self.indices[i, ::self.num_utt], side="right") - 1
+        spk = np.searchsorted(self.table.offsets, self.indices[i, :: self.num_utt], side="right") - 1
         return [self.table.speakers[s] for s in spk]
 
 
@@ -470,16 +478,22 @@ def _max_batches(groups: np.ndarray, num_spk: int) -> int:
     return lo
 
 
-def num_batches(spk2utt: Spk2Utt | Mapping[str, Sequence[str]] | str | os.PathLike[str], num_spk: int,
-                num_utt: int, world_size: int = 1, short_speakers: str = "drop") -> int:
+def num_batches(
+    spk2utt: Spk2Utt | Mapping[str, Sequence[str]] | str | os.PathLike[str],
+    num_spk: int,
+    num_utt: int,
+    world_size: int = 1,
+    short_speakers: str = "drop",
+) -> int:
     """Batches each rank gets per epoch (the same for every epoch and seed)."""
     table = _as_table(spk2utt)
     _check_params(num_spk, num_utt, world_size, 0, short_speakers)
     return _max_batches(_groups(table.counts, num_utt, short_speakers), num_spk) // world_size
 
 
-def _plan_global(table: Spk2Utt, num_spk: int, num_utt: int, seed: int, epoch: int,
-                 short_speakers: str) -> tuple[np.ndarray, np.ndarray]:
+def _plan_global(
+    table: Spk2Utt, num_spk: int, num_utt: int, seed: int, epoch: int, short_speakers: str
+) -> tuple[np.ndarray, np.ndarray]:
     """The epoch's global plan: ([B, N*M] utterance positions, groups per speaker)."""
     N, M = num_spk, num_utt
     counts = table.counts
@@ -488,8 +502,7 @@ def _plan_global(table: Spk2Utt, num_spk: int, num_utt: int, seed: int, epoch: i
     eligible = int(np.count_nonzero(groups))
     if eligible < N:
         why = f"at least {M} utterances" if short_speakers == "drop" else "utterances"
-        raise InputError(table.path, None,
-                         f"--num-spk {N} is more than the {eligible} speakers with {why}")
+        raise InputError(table.path, None, f"--num-spk {N} is more than the {eligible} speakers with {why}")
     B = _max_batches(groups, N)
     rs = _Stream(seed, epoch, _PURPOSE_PLAN)
 
@@ -550,7 +563,7 @@ def _plan_global(table: Spk2Utt, num_spk: int, num_utt: int, seed: int, epoch: i
         s0, s1 = int(start[i]), int(start[i] + run[i])
         prev = sigma[k - 1]
         if s0 < p0 < s1:
-            a, r = s0 - (k - 1) * B, s1 - p0          # r <= a because run <= B
+            a, r = s0 - (k - 1) * B, s1 - p0  # r <= a because run <= B
             head = prev[:a][rs.permutation(a)]
             rest = np.concatenate([head[r:], prev[a:]])
             sigma[k, :r] = head[:r]
@@ -574,13 +587,20 @@ def _plan_global(table: Spk2Utt, num_spk: int, num_utt: int, seed: int, epoch: i
     indices = np.empty((B * N, M), dtype=np.int64)
     step = max(_CHUNK // M, 1)
     for lo in range(0, B * N, step):
-        np.take(pool, base[lo:lo + step, None] + np.arange(M, dtype=np.int64)[None, :], out=indices[lo:lo + step])
+        np.take(pool, base[lo : lo + step, None] + np.arange(M, dtype=np.int64)[None, :], out=indices[lo : lo + step])
     return indices.reshape(B, N * M), groups
 
 
-def plan_epoch(spk2utt: Spk2Utt | Mapping[str, Sequence[str]] | str | os.PathLike[str], num_spk: int,
-               num_utt: int, seed: int, epoch: int, world_size: int = 1, rank: int = 0,
-               short_speakers: str = "drop") -> EpochPlan:
+def plan_epoch(
+    spk2utt: Spk2Utt | Mapping[str, Sequence[str]] | str | os.PathLike[str],
+    num_spk: int,
+    num_utt: int,
+    seed: int,
+    epoch: int,
+    world_size: int = 1,
+    rank: int = 0,
+    short_speakers: str = "drop",
+) -> EpochPlan:
     """Plan one epoch of ``num_spk`` x ``num_utt`` batches for ``rank`` of ``world_size``.
 
     ``spk2utt`` is a :class:`Spk2Utt`, a path to a spk2utt file, or a mapping
@@ -594,12 +614,23 @@ def plan_epoch(spk2utt: Spk2Utt | Mapping[str, Sequence[str]] | str | os.PathLik
     epoch = _check_nonneg_int("epoch", epoch)
     table = _as_table(spk2utt)
     indices, groups = _plan_global(table, int(num_spk), int(num_utt), seed, epoch, short_speakers)
-    return _rank_plan(table, indices, groups, int(num_spk), int(num_utt), seed, epoch, int(world_size),
-                      int(rank), short_speakers)
+    return _rank_plan(
+        table, indices, groups, int(num_spk), int(num_utt), seed, epoch, int(world_size), int(rank), short_speakers
+    )
 
 
-def _rank_plan(table: Spk2Utt, indices: np.ndarray, groups: np.ndarray, N: int, M: int, seed: int,
-               epoch: int, W: int, rank: int, short_speakers: str) -> EpochPlan:
+def _rank_plan(
+    table: Spk2Utt,
+    indices: np.ndarray,
+    groups: np.ndarray,
+    N: int,
+    M: int,
+    seed: int,
+    epoch: int,
+    W: int,
+    rank: int,
+    short_speakers: str,
+) -> EpochPlan:
     B = indices.shape[0]
     per_rank = B // W
     if per_rank == 0:
@@ -621,9 +652,19 @@ def _rank_plan(table: Spk2Utt, indices: np.ndarray, groups: np.ndarray, N: int, 
         remainder_batches_dropped=B - per_rank * W,
         utts_used=int(np.unique(used).size) if short_speakers == "repeat" else int(used.size),
     )
-    mine = np.ascontiguousarray(indices[rank: per_rank * W: W])
-    return EpochPlan(table=table, indices=mine, num_spk=N, num_utt=M, seed=seed, epoch=epoch, world_size=W,
-                     rank=rank, short_speakers=short_speakers, stats=stats)
+    mine = np.ascontiguousarray(indices[rank : per_rank * W : W])
+    return EpochPlan(
+        table=table,
+        indices=mine,
+        num_spk=N,
+        num_utt=M,
+        seed=seed,
+        epoch=epoch,
+        world_size=W,
+        rank=rank,
+        short_speakers=short_speakers,
+        stats=stats,
+    )
 
 
 def format_summary(plan: EpochPlan) -> str:
@@ -652,7 +693,7 @@ def write_batch_list(path: str | os.PathLike[str], plan: EpochPlan) -> None:
     with atomic_write(path) as f:
         step = 256
         for i in range(0, len(plan), step):
-            rows = ids[plan.indices[i:i + step]]
+            rows = ids[plan.indices[i : i + step]]
             f.write("".join(" ".join(r) + "\n" for r in rows.tolist()))
 
 
@@ -690,7 +731,7 @@ def rank_share(batches: Sequence[Any], world_size: int, rank: int) -> list[Any]:
     """
     _check_params(1, 1, world_size, rank, "drop")
     per_rank = len(batches) // world_size
-    return list(batches[rank:per_rank * world_size:world_size])
+    return list(batches[rank : per_rank * world_size : world_size])
 
 
 # --------------------------------------------------------------------------- sampler
@@ -724,9 +765,18 @@ class NxMBatchSampler:
     it over.
     """
 
-    def __init__(self, spk2utt: Spk2Utt | Mapping[str, Sequence[str]] | str | os.PathLike[str], num_spk: int,
-                 num_utt: int, seed: int = 0, epoch: int = 1, world_size: int = 1, rank: int = 0,
-                 short_speakers: str = "drop", yield_indices: bool = False) -> None:
+    def __init__(
+        self,
+        spk2utt: Spk2Utt | Mapping[str, Sequence[str]] | str | os.PathLike[str],
+        num_spk: int,
+        num_utt: int,
+        seed: int = 0,
+        epoch: int = 1,
+        world_size: int = 1,
+        rank: int = 0,
+        short_speakers: str = "drop",
+        yield_indices: bool = False,
+    ) -> None:
         _check_params(num_spk, num_utt, world_size, rank, short_speakers)
         self.table = _as_table(spk2utt)
         self.num_spk, self.num_utt = int(num_spk), int(num_utt)
@@ -738,8 +788,16 @@ class NxMBatchSampler:
         self.yield_indices = yield_indices
         self._len = num_batches(self.table, self.num_spk, self.num_utt, self.world_size, short_speakers)
         if self._len == 0:
-            plan_epoch(self.table, self.num_spk, self.num_utt, self.seed, self.epoch, self.world_size, self.rank,
-                       short_speakers)  # raises the InputError that says why
+            plan_epoch(
+                self.table,
+                self.num_spk,
+                self.num_utt,
+                self.seed,
+                self.epoch,
+                self.world_size,
+                self.rank,
+                short_speakers,
+            )  # raises the InputError that says why
         self._plan: EpochPlan | None = None
 
     def __len__(self) -> int:
@@ -749,8 +807,16 @@ class NxMBatchSampler:
     def plan(self) -> EpochPlan:
         """This rank's plan of the current epoch (computed once per epoch)."""
         if self._plan is None or self._plan.epoch != self.epoch or self._plan.seed != self.seed:
-            self._plan = plan_epoch(self.table, self.num_spk, self.num_utt, self.seed, self.epoch,
-                                    self.world_size, self.rank, self.short_speakers)
+            self._plan = plan_epoch(
+                self.table,
+                self.num_spk,
+                self.num_utt,
+                self.seed,
+                self.epoch,
+                self.world_size,
+                self.rank,
+                self.short_speakers,
+            )
         return self._plan
 
     def set_epoch(self, epoch: int) -> None:
@@ -789,8 +855,10 @@ class NxMBatchSampler:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key in ("num_spk", "num_utt", "world_size", "short_speakers", "num_batches"):
             if key in state and state[key] != getattr(self, key if key != "num_batches" else "_len"):
-                raise ValueError(f"sampler state has {key}={state[key]!r} but this sampler has "
-                                 f"{getattr(self, key if key != 'num_batches' else '_len')!r}")
+                raise ValueError(
+                    f"sampler state has {key}={state[key]!r} but this sampler has "
+                    f"{getattr(self, key if key != 'num_batches' else '_len')!r}"
+                )
         position = int(state["position"])
         if not 0 <= position <= self._len:
             raise ValueError(f"sampler state position {position} is outside [0, {self._len}]")

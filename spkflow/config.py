@@ -30,8 +30,12 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the key and the file."""
 
 
-def check_keys(section: str, cfg: Mapping[str, Any], allowed: Mapping[str, Any] | set[str] | tuple[str, ...],
-               source: str = "config") -> None:
+def check_keys(
+    section: str,
+    cfg: Mapping[str, Any],
+    allowed: Mapping[str, Any] | set[str] | tuple[str, ...],
+    source: str = "config",
+) -> None:
     """Raise :class:`ConfigError` when ``cfg`` has a key that ``allowed`` lacks."""
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"{source}: '{section}' must be a mapping, got {type(cfg).__name__}")
@@ -45,38 +49,38 @@ def check_keys(section: str, cfg: Mapping[str, Any], allowed: Mapping[str, Any] 
 # checked by their builders.
 TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "frontend": {
-        "vad": True,          # keep voiced frames only (vad.scp from stage 2)
-        "mean_norm": False,   # subtract the per-utterance mean (over the kept frames)
-        "fbank": None,        # filled by the trainer from stage 2's fbank.conf (FbankOptions dict)
-        "vad_conf": None,     # filled by the trainer from stage 2's vad.conf (VadOptions dict)
+        "vad": True,  # keep voiced frames only (vad.scp from stage 2)
+        "mean_norm": False,  # subtract the per-utterance mean (over the kept frames)
+        "fbank": None,  # filled by the trainer from stage 2's fbank.conf (FbankOptions dict)
+        "vad_conf": None,  # filled by the trainer from stage 2's vad.conf (VadOptions dict)
     },
     "optim": {
-        "name": "adam",       # adam | adamw | sgd
+        "name": "adam",  # adam | adamw | sgd
         "lr": 0.001,
         "weight_decay": 0.0,
-        "momentum": 0.9,      # sgd only
+        "momentum": 0.9,  # sgd only
     },
     "scheduler": {
         "name": "warmup_cosine",  # constant | warmup_cosine | exponential
         "warmup_steps": 0,
-        "final_lr_ratio": 0.0,    # warmup_cosine: lr at the last step / peak lr
-        "gamma": 0.5,             # exponential: factor per epoch
+        "final_lr_ratio": 0.0,  # warmup_cosine: lr at the last step / peak lr
+        "gamma": 0.5,  # exponential: factor per epoch
     },
     "train": {
-        "grad_clip": 3.0,          # max global L2 norm of the gradients (GE2E paper: 3); 0 = off
-        "crop_min_frames": 140,    # per-batch crop length is drawn in [min, max] (GE2E paper: 140-180)
+        "grad_clip": 3.0,  # max global L2 norm of the gradients (GE2E paper: 3); 0 = off
+        "crop_min_frames": 140,  # per-batch crop length is drawn in [min, max] (GE2E paper: 140-180)
         "crop_max_frames": 180,
-        "seed": 0,                 # model init, crop offsets, SpecAugment masks
-        "amp": True,               # mixed precision (CUDA only; ignored on CPU)
-        "select": "average",       # model.pth: best | last | average (mean of the last `average_last`)
+        "seed": 0,  # model init, crop offsets, SpecAugment masks
+        "amp": True,  # mixed precision (CUDA only; ignored on CPU)
+        "select": "average",  # model.pth: best | last | average (mean of the last `average_last`)
         "average_last": 3,
-        "valid_batch_size": 32,    # utterances per forward in validation
+        "valid_batch_size": 32,  # utterances per forward in validation
         "valid_max_frames": 3000,  # longer validation utterances are cut (memory bound)
-        "log_every": 10,           # steps between log lines
-        "num_workers": 0,          # DataLoader workers for the training loader (0 = in process)
-        "input_stats_utts": 500,   # utterances used to estimate the global mean/std of the input
-        "speed_perturb": None,     # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch, on the
-                                   # fbank crops (spkflow/augment.py); perturbed speakers are new voices
+        "log_every": 10,  # steps between log lines
+        "num_workers": 0,  # DataLoader workers for the training loader (0 = in process)
+        "input_stats_utts": 500,  # utterances used to estimate the global mean/std of the input
+        "speed_perturb": None,  # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch, on the
+        # fbank crops (spkflow/augment.py); perturbed speakers are new voices
     },
 }
 
@@ -99,27 +103,32 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     for required in ("model", "loss"):
         if not isinstance(cfg.get(required), Mapping) or "name" not in cfg[required]:
             raise ConfigError(f"{source}: section '{required}' with a 'name' is required")
-    out: dict[str, Any] = {name: _merge(name, cfg.get(name), defaults, source)
-                           for name, defaults in TRAIN_DEFAULTS.items()}
+    out: dict[str, Any] = {
+        name: _merge(name, cfg.get(name), defaults, source) for name, defaults in TRAIN_DEFAULTS.items()
+    }
     out["model"] = copy.deepcopy(dict(cfg["model"]))
     out["loss"] = copy.deepcopy(dict(cfg["loss"]))
     if "data" in cfg:  # written by the trainer (batch shape, speakers); informative
         out["data"] = copy.deepcopy(dict(cfg["data"]))
     t = out["train"]
     if not 1 <= int(t["crop_min_frames"]) <= int(t["crop_max_frames"]):
-        raise ConfigError(f"{source}: need 1 <= train.crop_min_frames <= train.crop_max_frames, "
-                          f"got {t['crop_min_frames']} and {t['crop_max_frames']}")
+        raise ConfigError(
+            f"{source}: need 1 <= train.crop_min_frames <= train.crop_max_frames, "
+            f"got {t['crop_min_frames']} and {t['crop_max_frames']}"
+        )
     sp = t["speed_perturb"]
-    if sp is not None and (not isinstance(sp, list) or not sp
-                           or not all(isinstance(f, (int, float)) and 0.5 <= f <= 2.0 for f in sp)):
+    if sp is not None and (
+        not isinstance(sp, list) or not sp or not all(isinstance(f, (int, float)) and 0.5 <= f <= 2.0 for f in sp)
+    ):
         raise ConfigError(f"{source}: train.speed_perturb must be null or a list of factors in [0.5, 2], got {sp!r}")
     if t["select"] not in ("best", "last", "average"):
         raise ConfigError(f"{source}: train.select must be best | last | average, got {t['select']!r}")
     if out["optim"]["name"] not in ("adam", "adamw", "sgd"):
         raise ConfigError(f"{source}: optim.name must be adam | adamw | sgd, got {out['optim']['name']!r}")
     if out["scheduler"]["name"] not in ("constant", "warmup_cosine", "exponential"):
-        raise ConfigError(f"{source}: scheduler.name must be constant | warmup_cosine | exponential, "
-                          f"got {out['scheduler']['name']!r}")
+        raise ConfigError(
+            f"{source}: scheduler.name must be constant | warmup_cosine | exponential, got {out['scheduler']['name']!r}"
+        )
     return out
 
 

@@ -45,10 +45,27 @@ WHITESPACE = " \t\n\r\f\v"
 _FIELDS_RE = re.compile(r"[^ \t\n\r\f\v]+")
 
 __all__ = [
-    "WHITESPACE", "c_key", "c_sorted", "read_lines", "split_fields", "read_kv_lines", "read_kv",
-    "read_spk2utt", "read_keys", "write_lines", "write_kv", "format_kv", "check_sorted_unique", "Table",
+    "WHITESPACE",
+    "c_key",
+    "c_sorted",
+    "read_lines",
+    "split_fields",
+    "read_kv_lines",
+    "read_kv",
+    "read_spk2utt",
+    "read_keys",
+    "write_lines",
+    "write_kv",
+    "format_kv",
+    "check_sorted_unique",
+    "Table",
     "first_unsorted_k2",
-    "utt2spk_to_spk2utt", "spk2utt_to_utt2spk", "DataDir", "UTT_FILES", "SPK_FILES", "VAD_LIKE_FILES",
+    "utt2spk_to_spk2utt",
+    "spk2utt_to_utt2spk",
+    "DataDir",
+    "UTT_FILES",
+    "SPK_FILES",
+    "VAD_LIKE_FILES",
 ]
 
 #: Optional utterance-indexed files that follow Kaldi's rules for ``vad.scp``: when present
@@ -58,13 +75,25 @@ __all__ = [
 #: the per-utterance CMVN statistics written by stage 2 (``scripts/feats/make_fbank.sh``).
 VAD_LIKE_FILES = ("vad.scp", "cmvn_utt.scp", "cmvn_utt_voiced.scp")
 #: Files indexed by utterance id (or by recording id when ``segments`` exists, for wav.scp / reco2dur).
-UTT_FILES = ("utt2spk", "feats.scp", *VAD_LIKE_FILES, "text", "segments", "wav.scp", "utt2lang",
-             "utt2uniq", "utt2dur", "utt2num_frames", "utt2warp")
+UTT_FILES = (
+    "utt2spk",
+    "feats.scp",
+    *VAD_LIKE_FILES,
+    "text",
+    "segments",
+    "wav.scp",
+    "utt2lang",
+    "utt2uniq",
+    "utt2dur",
+    "utt2num_frames",
+    "utt2warp",
+)
 #: Files indexed by speaker id.
 SPK_FILES = ("spk2utt", "spk2gender", "cmvn.scp", "spk2warp")
 
 
 # --------------------------------------------------------------------------- primitives
+
 
 def c_key(s: str) -> bytes:
     """Sort key giving ``LC_ALL=C sort`` order (UTF-8 bytes, unsigned)."""
@@ -99,7 +128,7 @@ def _key_value(line: str) -> tuple[str, str] | None:
         return None
     m = _FIELDS_RE.match(s)
     assert m is not None
-    return m.group(0), s[m.end():].lstrip(WHITESPACE)
+    return m.group(0), s[m.end() :].lstrip(WHITESPACE)
 
 
 def _show(s: str, limit: int = 60) -> str:
@@ -107,8 +136,9 @@ def _show(s: str, limit: int = 60) -> str:
     return repr(s if len(s) <= limit else s[:limit] + "...")
 
 
-def read_kv_lines(path: PathLike, *, value_required: bool = True,
-                  num_fields: int | None = None) -> list[tuple[str, str]]:
+def read_kv_lines(
+    path: PathLike, *, value_required: bool = True, num_fields: int | None = None
+) -> list[tuple[str, str]]:
     """``(key, rest of line)`` for every line, in file order (duplicates kept).
 
     Raises :class:`InputError` (file, line) for a blank line, a line with a key but
@@ -195,8 +225,12 @@ def write_lines(path: PathLike, lines: Iterable[str]) -> None:
         f.write("".join(lines).encode("utf-8", "surrogateescape"))
 
 
-def write_kv(path: PathLike, items: Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str | Sequence[str]]],
-             *, sort: bool = True) -> None:
+def write_kv(
+    path: PathLike,
+    items: Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str | Sequence[str]]],
+    *,
+    sort: bool = True,
+) -> None:
     """Write a table atomically, one ``key value`` per line, in ``LC_ALL=C`` key order
     (``sort=False`` keeps the given order).  Raises ValueError on a duplicate or bad key."""
     pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
@@ -258,7 +292,7 @@ class Table:
     def keys(self) -> list[str]:
         """First field of every line ('' for a blank line)."""
         if self._keys is None:
-            self._keys = _KEYS_RE.findall(self.text)[:len(self.lines)]
+            self._keys = _KEYS_RE.findall(self.text)[: len(self.lines)]
         return self._keys
 
     def is_two_column(self) -> bool:
@@ -283,8 +317,12 @@ class Table:
             if k in first:
                 raise InputError(path, n, f"duplicate key {k!r} (first on line {first[k]})")
             if n > 1 and ks[n - 1] < ks[n - 2]:
-                raise InputError(path, n, f"not sorted: {k!r} comes after {keys[n - 2]!r} (line {n - 1}); "
-                                          "sort with LC_ALL=C sort, or run utils/fix_data_dir.sh")
+                raise InputError(
+                    path,
+                    n,
+                    f"not sorted: {k!r} comes after {keys[n - 2]!r} (line {n - 1}); "
+                    "sort with LC_ALL=C sort, or run utils/fix_data_dir.sh",
+                )
             first[k] = n
         raise AssertionError("unreachable")
 
@@ -361,14 +399,21 @@ def _same_keys(ref_path: PathLike, ref: Sequence[str], path: PathLike, keys: Seq
     ref_name, name = os.path.basename(os.fspath(ref_path)), os.path.basename(os.fspath(path))
     ref_set, key_set = set(ref), set(keys)
     if i < len(keys) and keys[i] not in ref_set:
-        raise InputError(path, i + 1, f"{what} {keys[i]!r} is not in {ref_name} "
-                                      f"({name} has {len(keys)} lines, {ref_name} {len(ref)}; "
-                                      "utils/fix_data_dir.sh keeps the common ones)")
+        raise InputError(
+            path,
+            i + 1,
+            f"{what} {keys[i]!r} is not in {ref_name} "
+            f"({name} has {len(keys)} lines, {ref_name} {len(ref)}; "
+            "utils/fix_data_dir.sh keeps the common ones)",
+        )
     if i < len(ref) and ref[i] not in key_set:
-        raise InputError(path, i + 1 if i < len(keys) else None,
-                         f"{what} {ref[i]!r} ({ref_name} line {i + 1}) is missing from {name} "
-                         f"({name} has {len(keys)} lines, {ref_name} {len(ref)}; "
-                         "utils/fix_data_dir.sh keeps the common ones)")
+        raise InputError(
+            path,
+            i + 1 if i < len(keys) else None,
+            f"{what} {ref[i]!r} ({ref_name} line {i + 1}) is missing from {name} "
+            f"({name} has {len(keys)} lines, {ref_name} {len(ref)}; "
+            "utils/fix_data_dir.sh keeps the common ones)",
+        )
     raise InputError(path, i + 1, f"{what} order differs from {ref_name} (line {i + 1})")
 
 
@@ -381,8 +426,9 @@ def _non_printable(ch: str) -> bool:
 
 
 # Symbols Kaldi forbids in text, matched as whole words like ``LC_ALL=C grep -w``.
-_ILLEGAL_TEXT_SYMBOLS = [(s, re.compile(r"(?<![A-Za-z0-9_])" + re.escape(s) + r"(?![A-Za-z0-9_])"))
-                         for s in ("<s>", "</s>", "#0")]
+_ILLEGAL_TEXT_SYMBOLS = [
+    (s, re.compile(r"(?<![A-Za-z0-9_])" + re.escape(s) + r"(?![A-Za-z0-9_])")) for s in ("<s>", "</s>", "#0")
+]
 
 
 class DataDir:
@@ -440,8 +486,15 @@ class DataDir:
 
     # ------------------------------------------------------------------ validation
 
-    def validate(self, *, no_feats: bool = True, no_text: bool = True, no_wav: bool = False,
-                 no_spk_sort: bool = False, non_print: bool = False) -> list[str]:
+    def validate(
+        self,
+        *,
+        no_feats: bool = True,
+        no_text: bool = True,
+        no_wav: bool = False,
+        no_spk_sort: bool = False,
+        non_print: bool = False,
+    ) -> list[str]:
         """Check the data dir like Kaldi's ``validate_data_dir.sh``; return warnings.
 
         The ``no_*`` flags mean "this file need not exist" (it is still checked when it
@@ -477,8 +530,9 @@ class DataDir:
         u2s_path, s2u_path = u2s_t.path, s2u_t.path
         for n, f in enumerate(u2s_t.fields, 1):
             if len(f) != 2:
-                raise InputError(u2s_path, n, f"expected '<utt> <spk>' (2 fields), got {len(f)}: "
-                                              f"{_show(u2s_t.lines[n - 1])}")
+                raise InputError(
+                    u2s_path, n, f"expected '<utt> <spk>' (2 fields), got {len(f)}: {_show(u2s_t.lines[n - 1])}"
+                )
         u2s = [(f[0], f[1]) for f in u2s_t.fields]
         if len(s2u_t.lines) == 1:
             warnings.append(f"{s2u_path}: only one speaker; this is probably a bad idea")
@@ -486,9 +540,13 @@ class DataDir:
         if not no_spk_sort:
             n = first_unsorted_k2(u2s_t)
             if n is not None:
-                raise InputError(u2s_path, n, "utt2spk is not sorted by speaker as well as by utterance "
-                                              f"({u2s[n - 1][1]!r} after {u2s[n - 2][1]!r}); make speaker ids "
-                                              "prefixes of utterance ids (or pass --no-spk-sort)")
+                raise InputError(
+                    u2s_path,
+                    n,
+                    "utt2spk is not sorted by speaker as well as by utterance "
+                    f"({u2s[n - 1][1]!r} after {u2s[n - 2][1]!r}); make speaker ids "
+                    "prefixes of utterance ids (or pass --no-spk-sort)",
+                )
         spks = s2u_t.check_sorted_unique()
         self._check_spk2utt_matches(u2s, u2s_path, s2u_t)
 
@@ -516,8 +574,9 @@ class DataDir:
                 reco_set: set[str] = set()
                 for n, f in enumerate(seg_t.fields, 1):
                     if len(f) != 4:
-                        raise InputError(segments, n, "expected '<utt> <recording> <start> <end>', got "
-                                                      f"{_show(seg_t.lines[n - 1])}")
+                        raise InputError(
+                            segments, n, f"expected '<utt> <recording> <start> <end>', got {_show(seg_t.lines[n - 1])}"
+                        )
                     if not _awk_greater(f[3], f[2]):
                         raise InputError(segments, n, f"end time {f[3]} is not after start time {f[2]}")
                     reco_set.add(f[1])
@@ -544,16 +603,19 @@ class DataDir:
                 if len(f) != 2 or f[1] not in ("m", "f"):
                     raise InputError(t.path, n, f"expected '<spk> m|f', got {_show(t.lines[n - 1])}")
             _same_keys(s2u_path, spks, t.path, keys, "speaker")
-        for name, ref_path, ref, what in (("spk2warp", s2u_path, spks, "speaker"),
-                                          ("utt2warp", u2s_path, utts, "utterance")):
+        for name, ref_path, ref, what in (
+            ("spk2warp", s2u_path, spks, "speaker"),
+            ("utt2warp", u2s_path, utts, "utterance"),
+        ):
             if self.has(name):
                 t = table(name)
                 keys = t.check_sorted_unique()
                 for n, f in enumerate(t.fields, 1):
                     x = as_number(f[1]) if len(f) == 2 else None
                     if x is None or not 0.5 < x < 1.5:
-                        raise InputError(t.path, n, "expected '<id> <warp factor in (0.5, 1.5)>', got "
-                                                    f"{_show(t.lines[n - 1])}")
+                        raise InputError(
+                            t.path, n, f"expected '<id> <warp factor in (0.5, 1.5)>', got {_show(t.lines[n - 1])}"
+                        )
                 _same_keys(ref_path, ref, t.path, keys, what)
         for name in (*VAD_LIKE_FILES, "utt2lang", "utt2uniq"):
             if self.has(name):
@@ -592,18 +654,30 @@ class DataDir:
             if a is not None and b is not None and a == b[:2]:
                 continue
             if a is not None and a[0] not in listed:
-                raise InputError(u2s_path, i + 1, f"utterance {a[0]!r} of speaker {a[1]!r} is not in spk2utt "
-                                                  "(regenerate it: utils/utt2spk_to_spk2utt.pl utt2spk > spk2utt)")
+                raise InputError(
+                    u2s_path,
+                    i + 1,
+                    f"utterance {a[0]!r} of speaker {a[1]!r} is not in spk2utt "
+                    "(regenerate it: utils/utt2spk_to_spk2utt.pl utt2spk > spk2utt)",
+                )
             if a is not None and listed[a[0]][0] != a[1]:
-                raise InputError(s2u_path, listed[a[0]][1], f"spk2utt and utt2spk disagree: spk2utt puts {a[0]!r} "
-                                                            f"under {listed[a[0]][0]!r}, utt2spk line {i + 1} says {a[1]!r}")
+                raise InputError(
+                    s2u_path,
+                    listed[a[0]][1],
+                    f"spk2utt and utt2spk disagree: spk2utt puts {a[0]!r} "
+                    f"under {listed[a[0]][0]!r}, utt2spk line {i + 1} says {a[1]!r}",
+                )
             assert b is not None
             if b[0] not in where:
                 raise InputError(s2u_path, b[2], f"utterance {b[0]!r} (speaker {b[1]!r}) is not in utt2spk")
             other = f"'{a[0]} {a[1]}'" if a is not None else "nothing"
-            raise InputError(s2u_path, b[2], f"spk2utt and utt2spk do not match: expanding spk2utt gives "
-                                             f"'{b[0]} {b[1]}' where utt2spk line {i + 1} has {other} "
-                                             "(regenerate it: utils/utt2spk_to_spk2utt.pl utt2spk > spk2utt)")
+            raise InputError(
+                s2u_path,
+                b[2],
+                f"spk2utt and utt2spk do not match: expanding spk2utt gives "
+                f"'{b[0]} {b[1]}' where utt2spk line {i + 1} has {other} "
+                "(regenerate it: utils/utt2spk_to_spk2utt.pl utt2spk > spk2utt)",
+            )
 
     @staticmethod
     def _check_text(t: Table, utts: list[str], u2s_path: Path, non_print: bool) -> None:
@@ -614,7 +688,7 @@ class DataDir:
             for n, line in enumerate(lines, 1):
                 if any(_non_printable(c) for c in line):
                     raise InputError(text, n, "non-printable character (use --non-print to allow)")
-        if t.key is _same:        # the whole file is UTF-8 (Kaldi's validate_text.pl checks only then)
+        if t.key is _same:  # the whole file is UTF-8 (Kaldi's validate_text.pl checks only then)
             for n, line in enumerate(lines, 1):
                 if not line.endswith("\n"):
                     raise InputError(text, n, "no newline at end of file")
@@ -663,11 +737,14 @@ def first_unsorted_k2(t: Table) -> int | None:
         s = line[:-1] if line.endswith("\n") else line
         f0 = f[0] if f else ""
         if t.key is _same and s.startswith(f0) and (len(s) == len(f0) or s[len(f0)] in " \t"):
-            keys.append((s[len(f0):], s))
+            keys.append((s[len(f0) :], s))
         else:
             k2, whole = sort_k2_key(line)
-            keys.append((k2, whole) if t.key is not _same else (k2.decode("utf-8", "surrogateescape"),
-                                                                  whole.decode("utf-8", "surrogateescape")))
+            keys.append(
+                (k2, whole)
+                if t.key is not _same
+                else (k2.decode("utf-8", "surrogateescape"), whole.decode("utf-8", "surrogateescape"))
+            )
     if not any(map(operator.gt, keys, keys[1:])):
         return None
     return next(i + 2 for i in range(len(keys) - 1) if keys[i] > keys[i + 1])

@@ -41,16 +41,33 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from spkflow.datadir import (VAD_LIKE_FILES, PathLike, Table, as_number, c_key, first_unsorted_k2, read_lines,
-                             split_fields, write_lines)
+from spkflow.datadir import (
+    VAD_LIKE_FILES,
+    PathLike,
+    Table,
+    as_number,
+    c_key,
+    first_unsorted_k2,
+    read_lines,
+    split_fields,
+    write_lines,
+)
 from spkflow.atomic import atomic_write
 from spkflow.errors import InputError
 
 Log = Callable[[str], None]
 Lines = list[str]
 
-__all__ = ["FixReport", "fix_data_dir", "subset_data_dir", "combine_data", "copy_data_dir",
-           "filter_lines", "subset_lines", "PerlRandom"]
+__all__ = [
+    "FixReport",
+    "fix_data_dir",
+    "subset_data_dir",
+    "combine_data",
+    "copy_data_dir",
+    "filter_lines",
+    "subset_lines",
+    "PerlRandom",
+]
 
 
 def _quiet(_: str) -> None:
@@ -59,7 +76,7 @@ def _quiet(_: str) -> None:
 
 # --------------------------------------------------------------------------- line primitives
 
-_AWK_FIELDS_RE = re.compile(r"[^ \t\n]+")       # awk's default field splitting
+_AWK_FIELDS_RE = re.compile(r"[^ \t\n]+")  # awk's default field splitting
 _PERL_FIRST_RE = re.compile(r"[^ \t\n\r\f\v]+")  # Perl's \S+
 
 
@@ -97,8 +114,9 @@ def _id_set(lines: Sequence[str]) -> set[str]:
     return set(keys)
 
 
-def filter_lines(lines: Sequence[str], ids: Iterable[str] | set[str], *, exclude: bool = False,
-                 field_no: int = 1) -> Lines:
+def filter_lines(
+    lines: Sequence[str], ids: Iterable[str] | set[str], *, exclude: bool = False, field_no: int = 1
+) -> Lines:
     """``filter_scp.pl [--exclude] [-f field_no]``: the lines whose field is (not) in ``ids``."""
     ids = ids if isinstance(ids, set) else set(ids)
     if field_no == 1:
@@ -125,7 +143,7 @@ def _sort_k1_unique(lines: Sequence[str]) -> Lines:
     keys: list[str] | list[bytes] = [_K1_RE.match(line).group(0) for line in lines]  # type: ignore[union-attr]
     if not _clean(lines):
         keys = [c_key(k) for k in keys]  # type: ignore[arg-type]
-    if not any(map(operator.ge, keys, keys[1:])):           # already sorted and unique
+    if not any(map(operator.ge, keys, keys[1:])):  # already sorted and unique
         return [_nl(x) for x in lines]
     out: Lines = []
     prev = None
@@ -234,20 +252,64 @@ class _Files:
 # appear wherever Kaldi names vad.scp.
 
 #: fix_data_dir: every table it reads, sorts (``sort -k1,1 -u``) and may rewrite.
-_FIX_FILES = ("utt2spk", "spk2utt", "feats.scp", "text", "segments", "wav.scp", "cmvn.scp", *VAD_LIKE_FILES,
-              "reco2file_and_channel", "spk2gender", "utt2lang", "utt2uniq", "utt2dur", "reco2dur",
-              "utt2num_frames")
+_FIX_FILES = (
+    "utt2spk",
+    "spk2utt",
+    "feats.scp",
+    "text",
+    "segments",
+    "wav.scp",
+    "cmvn.scp",
+    *VAD_LIKE_FILES,
+    "reco2file_and_channel",
+    "spk2gender",
+    "utt2lang",
+    "utt2uniq",
+    "utt2dur",
+    "reco2dur",
+    "utt2num_frames",
+)
 #: fix_data_dir: utterance-indexed tables filtered to the kept utterances (+ wav.scp / reco2dur
 #: without segments).
-_FIX_UTT_FILTERED = ("utt2spk", "utt2uniq", "feats.scp", *VAD_LIKE_FILES, "text", "segments", "utt2lang", "utt2dur",
-                     "utt2num_frames")
+_FIX_UTT_FILTERED = (
+    "utt2spk",
+    "utt2uniq",
+    "feats.scp",
+    *VAD_LIKE_FILES,
+    "text",
+    "segments",
+    "utt2lang",
+    "utt2dur",
+    "utt2num_frames",
+)
 #: subset_data_dir: tables filtered by utterance / by speaker.
-_SUBSET_UTT_FILES = ("feats.scp", *VAD_LIKE_FILES, "utt2lang", "utt2dur", "utt2num_frames", "utt2uniq", "wav.scp",
-                     "utt2warp", "text")
+_SUBSET_UTT_FILES = (
+    "feats.scp",
+    *VAD_LIKE_FILES,
+    "utt2lang",
+    "utt2dur",
+    "utt2num_frames",
+    "utt2uniq",
+    "wav.scp",
+    "utt2warp",
+    "text",
+)
 _SUBSET_SPK_FILES = ("spk2warp", "spk2gender", "cmvn.scp")
 #: combine_data: tables concatenated when every source has them.
-_COMBINE_FILES = ("utt2spk", "utt2lang", "utt2dur", "utt2num_frames", "reco2dur", "feats.scp", "text", "cmvn.scp",
-                  *VAD_LIKE_FILES, "reco2file_and_channel", "wav.scp", "spk2gender")
+_COMBINE_FILES = (
+    "utt2spk",
+    "utt2lang",
+    "utt2dur",
+    "utt2num_frames",
+    "reco2dur",
+    "feats.scp",
+    "text",
+    "cmvn.scp",
+    *VAD_LIKE_FILES,
+    "reco2file_and_channel",
+    "wav.scp",
+    "spk2gender",
+)
 #: copy_data_dir: utterance-indexed tables renamed by utterance id (segments or, without it,
 #: wav.scp go between the two parts; reco2dur is appended when it is utterance-indexed).
 _COPY_UTT_FILES_HEAD = ("feats.scp", *VAD_LIKE_FILES, "utt2lang")
@@ -256,8 +318,22 @@ _COPY_UTT_FILES_TAIL = ("text", "utt2dur", "utt2num_frames")
 _COPY_SPK_FILES = ("spk2gender", "cmvn.scp")
 _COPY_RAW_FILES = ("reco2file_and_channel", "frame_shift", "stm", "glm", "ctm")
 #: copy_data_dir: a file of dest that the source lacks is moved to dest/.backup.
-_COPY_STALE_FILES = ("feats.scp", "cmvn.scp", *VAD_LIKE_FILES, "utt2lang", "utt2uniq", "utt2dur", "utt2num_frames",
-                     "text", "wav.scp", "reco2file_and_channel", "frame_shift", "stm", "glm", "ctm")
+_COPY_STALE_FILES = (
+    "feats.scp",
+    "cmvn.scp",
+    *VAD_LIKE_FILES,
+    "utt2lang",
+    "utt2uniq",
+    "utt2dur",
+    "utt2num_frames",
+    "text",
+    "wav.scp",
+    "reco2file_and_channel",
+    "frame_shift",
+    "stm",
+    "glm",
+    "ctm",
+)
 
 
 # --------------------------------------------------------------------------- fix_data_dir
@@ -266,13 +342,15 @@ _COPY_STALE_FILES = ("feats.scp", "cmvn.scp", *VAD_LIKE_FILES, "utt2lang", "utt2
 @dataclass
 class FixReport:
     """What :func:`fix_data_dir` did."""
-    kept: int                      # utterances kept
-    total: int                     # utterances in utt2spk before (after removing duplicate keys)
-    changed: list[str] = field(default_factory=list)   # files rewritten (originals in .backup/)
+
+    kept: int  # utterances kept
+    total: int  # utterances in utt2spk before (after removing duplicate keys)
+    changed: list[str] = field(default_factory=list)  # files rewritten (originals in .backup/)
 
 
-def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_extra_files: Sequence[str] = (),
-                 log: Log = _quiet) -> FixReport:
+def fix_data_dir(
+    data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_extra_files: Sequence[str] = (), log: Log = _quiet
+) -> FixReport:
     """Make a data dir consistent, exactly like Kaldi's ``utils/fix_data_dir.sh``.
 
     Sorts every table by key (dropping later duplicates of a key), keeps only the
@@ -298,7 +376,7 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
     names = list(dict.fromkeys([*_FIX_FILES, *utt_extra_files, *spk_extra_files]))
     for name in names:
         if F.load(name):
-            if name != "spk2utt":   # spk2utt is regenerated from utt2spk, as in Kaldi
+            if name != "spk2utt":  # spk2utt is regenerated from utt2spk, as in Kaldi
                 _check_no_blank(d / name, F[name])
             s = _sort_k1_unique(F[name])
             if s != F[name]:
@@ -332,6 +410,7 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
                 f = _awk_fields(line) + ["", "", "", ""]
                 out.append(f"{f[1]} {f[0]} {f[2]} {f[3]}\n")
             return out
+
         before = swap(F["segments"])
         after = filter_lines(before, reco_set)
         if len(after) != len(before):
@@ -343,7 +422,7 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
 
     def filter_speakers() -> None:
         spk2utt = _utt2spk_to_spk2utt(F["utt2spk"])
-        speakers = [_first(x) + "\n" for x in spk2utt]   # type: ignore[operator]
+        speakers = [_first(x) + "\n" for x in spk2utt]  # type: ignore[operator]
         for name in ("cmvn.scp", "spk2gender"):
             if name in F:
                 speakers = filter_lines(speakers, _id_set(F[name]))
@@ -363,15 +442,22 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
             i = _is_sorted_k2(sorted_u2s)
             line = sorted_u2s[i if i is not None else 0]
             n = F.orig["utt2spk"].index(line) + 1 if line in F.orig["utt2spk"] else None
-            raise InputError(d / "utt2spk", n, f"utterance {_first(line)!r} does not sort with its speaker "
-                                               "(utt2spk sorted by utterance must also be sorted by speaker): "
-                                               "make speaker ids prefixes of utterance ids")
+            raise InputError(
+                d / "utt2spk",
+                n,
+                f"utterance {_first(line)!r} does not sort with its speaker "
+                "(utt2spk sorted by utterance must also be sorted by speaker): "
+                "make speaker ids prefixes of utterance ids",
+            )
         if _sort_lines(F["spk2utt"]) != F["spk2utt"]:
-            raise InputError(d / "spk2utt", None, "speakers do not sort like their utterances "
-                                                  "(make speaker ids prefixes of utterance ids)")
+            raise InputError(
+                d / "spk2utt",
+                None,
+                "speakers do not sort like their utterances (make speaker ids prefixes of utterance ids)",
+            )
         if "utt2uniq" in F and _sort_lines(F["utt2uniq"]) != F["utt2uniq"]:
             raise InputError(d / "utt2uniq", None, "not in sorted order (fix this yourself)")
-        utts = [k + "\n" for k in _keys(u2s)]      # u2s is "<utt> <spk>\n" lines here
+        utts = [k + "\n" for k in _keys(u2s)]  # u2s is "<utt> <spk>\n" lines here
         sources: list[tuple[str, Lines]] = []
         for name in ("feats.scp", "text", "segments", "utt2lang"):
             if name in F:
@@ -384,8 +470,12 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
         for _, lines in sources:
             utts = filter_lines(utts, _id_set(lines))
         if not utts:
-            raise InputError(d, None, "fix_data_dir.sh: no utterances remained: not proceeding further "
-                                      "(no utterance is in all of " + ", ".join(["utt2spk"] + [n for n, _ in sources]) + ")")
+            raise InputError(
+                d,
+                None,
+                "fix_data_dir.sh: no utterances remained: not proceeding further "
+                "(no utterance is in all of " + ", ".join(["utt2spk"] + [n for n, _ in sources]) + ")",
+            )
         new, old = len(utts), len(u2s)
         if new != old:
             log(f"fix_data_dir.sh: kept {new} utterances out of {old}")
@@ -423,6 +513,7 @@ def fix_data_dir(data: PathLike, *, utt_extra_files: Sequence[str] = (), spk_ext
 
 # --------------------------------------------------------------------------- subset_data_dir
 
+
 class PerlRandom:
     """Perl's ``srand``/``rand`` (Perl >= 5.20 uses its own drand48 on every platform)."""
 
@@ -451,7 +542,7 @@ def subset_lines(lines: Sequence[str], n: int, mode: str = "spread") -> Lines:
     if mode == "first":
         return list(lines[:n])
     if mode == "last":
-        return list(lines[len(lines) - n:]) if n > 0 else []
+        return list(lines[len(lines) - n :]) if n > 0 else []
     out: Lines = []
 
     def select(start: int, end: int, needed: int) -> None:
@@ -463,6 +554,7 @@ def subset_lines(lines: Sequence[str], n: int, mode: str = "spread") -> Lines:
         half, half_needed = diff // 2, needed // 2
         select(start, start + half, half_needed)
         select(start + half, end, needed - half_needed)
+
     if n > 0:
         select(0, len(lines), n)
     return out
@@ -499,12 +591,20 @@ def _sort_n_k2(lines: Sequence[str]) -> Lines:
         except InvalidOperation:
             v = Decimal(0)
         return v, c_key(s)
+
     return sorted(lines, key=key)
 
 
-def subset_data_dir(src: PathLike, dest: PathLike, *, num_utt: int | None = None, mode: str = "spread",
-                    utt_list: PathLike | None = None, spk_list: PathLike | None = None,
-                    log: Log = _quiet) -> int:
+def subset_data_dir(
+    src: PathLike,
+    dest: PathLike,
+    *,
+    num_utt: int | None = None,
+    mode: str = "spread",
+    utt_list: PathLike | None = None,
+    spk_list: PathLike | None = None,
+    log: Log = _quiet,
+) -> int:
     """Kaldi's ``utils/subset_data_dir.sh``; returns the number of utterances kept.
 
     ``mode`` (with ``num_utt``): ``spread`` (Kaldi's default, evenly spread utterances),
@@ -572,6 +672,7 @@ def subset_data_dir(src: PathLike, dest: PathLike, *, num_utt: int | None = None
                 lens = read_lines(s / "utt2num_frames")
             else:
                 import kaldiio  # noqa: PLC0415 - only this rarely used mode needs it
+
                 lens = [f"{k} {m.shape[0]}\n" for k, m in kaldiio.load_scp_sequential(os.fspath(s / "feats.scp"))]
             keep = {_awk_fields(x)[0] for x in _sort_n_k2(lens)[:num_utt]}
             out["utt2spk"] = filter_lines(src_u2s, keep)
@@ -626,8 +727,14 @@ def _copy_atomic(src: Path, dst: Path) -> None:
 # --------------------------------------------------------------------------- combine_data
 
 
-def combine_data(dest: PathLike, srcs: Sequence[PathLike], *, extra_files: Sequence[str] = (),
-                 skip_fix: bool = False, log: Log = _quiet) -> None:
+def combine_data(
+    dest: PathLike,
+    srcs: Sequence[PathLike],
+    *,
+    extra_files: Sequence[str] = (),
+    skip_fix: bool = False,
+    log: Log = _quiet,
+) -> None:
     """Kaldi's ``utils/combine_data.sh``: concatenate and sort the tables of ``srcs``
     into a fresh ``dest`` (replacing it), then run :func:`fix_data_dir` on it.
 
@@ -650,10 +757,13 @@ def combine_data(dest: PathLike, srcs: Sequence[PathLike], *, extra_files: Seque
     frame_shift_dir: Path | None = None
     for x in dirs:
         if (x / "feats.scp").is_file() and (x / "frame_shift").is_file():
-            if frame_shift_dir is not None and \
-                    (frame_shift_dir / "frame_shift").read_bytes() != (x / "frame_shift").read_bytes():
-                raise InputError(x / "frame_shift", None, f"differs from {frame_shift_dir / 'frame_shift'}; "
-                                                          "cannot combine features")
+            if (
+                frame_shift_dir is not None
+                and (frame_shift_dir / "frame_shift").read_bytes() != (x / "frame_shift").read_bytes()
+            ):
+                raise InputError(
+                    x / "frame_shift", None, f"differs from {frame_shift_dir / 'frame_shift'}; cannot combine features"
+                )
             frame_shift_dir = x
     out: dict[str, Lines] = {}
     if any((x / "utt2uniq").is_file() for x in dirs):
@@ -673,11 +783,16 @@ def combine_data(dest: PathLike, srcs: Sequence[PathLike], *, extra_files: Seque
                 lines += [_nl(v) for v in read_lines(x / "segments")]
             else:
                 if not (x / "utt2dur").is_file() or (x / "utt2dur").stat().st_size == 0:
-                    raise InputError(x / "utt2dur", None, "needed to make segments for combining; "
-                                                          "create it first (utt2dur: '<utt> <seconds>')")
+                    raise InputError(
+                        x / "utt2dur",
+                        None,
+                        "needed to make segments for combining; create it first (utt2dur: '<utt> <seconds>')",
+                    )
                 log(f"combine_data.sh [info]: will generate missing segments for {x}")
-                lines += [f"{f[0]} {f[0]} 0 {f[1] if len(f) > 1 else ''}\n"
-                          for f in map(_awk_fields, read_lines(x / "utt2dur"))]
+                lines += [
+                    f"{f[0]} {f[0]} 0 {f[1] if len(f) > 1 else ''}\n"
+                    for f in map(_awk_fields, read_lines(x / "utt2dur"))
+                ]
         out["segments"] = _sort_lines(lines)
         log("combine_data.sh: combined segments")
     for name in (*_COMBINE_FILES, *extra):
@@ -713,6 +828,7 @@ def combine_data(dest: PathLike, srcs: Sequence[PathLike], *, extra_files: Seque
 
 # --------------------------------------------------------------------------- copy_data_dir
 
+
 def _apply_map(path: PathLike, lines: Sequence[str], mapping: dict[str, str], field_no: int) -> Lines:
     """``apply_map.pl -f field_no``: fields re-joined by single spaces."""
     out = []
@@ -727,8 +843,16 @@ def _apply_map(path: PathLike, lines: Sequence[str], mapping: dict[str, str], fi
     return out
 
 
-def copy_data_dir(src: PathLike, dest: PathLike, *, utt_prefix: str = "", utt_suffix: str = "",
-                  spk_prefix: str = "", spk_suffix: str = "", log: Log = _quiet) -> list[str]:
+def copy_data_dir(
+    src: PathLike,
+    dest: PathLike,
+    *,
+    utt_prefix: str = "",
+    utt_suffix: str = "",
+    spk_prefix: str = "",
+    spk_suffix: str = "",
+    log: Log = _quiet,
+) -> list[str]:
     """Kaldi's ``utils/copy_data_dir.sh``: copy a data dir, adding prefixes/suffixes to
     utterance and speaker ids (recording ids stay).  Returns the validation flags Kaldi
     would pass to validate_data_dir.sh (``--no-feats`` / ``--no-text``)."""
@@ -747,8 +871,10 @@ def copy_data_dir(src: PathLike, dest: PathLike, *, utt_prefix: str = "", utt_su
     out: dict[str, Lines] = {}
     raw: dict[str, bytes] = {}
     if (s / "utt2uniq").is_file():
-        out["utt2uniq"] = [f"{utt_prefix}{f[0] if f else ''}{utt_suffix} {f[1] if len(f) > 1 else ''}\n"
-                           for f in map(_awk_fields, read_lines(s / "utt2uniq"))]
+        out["utt2uniq"] = [
+            f"{utt_prefix}{f[0] if f else ''}{utt_suffix} {f[1] if len(f) > 1 else ''}\n"
+            for f in map(_awk_fields, read_lines(s / "utt2uniq"))
+        ]
     elif utt_prefix or utt_suffix:
         out["utt2uniq"] = [f"{utt_prefix}{f[0]}{utt_suffix} {f[0]}\n" for f in map(_awk_fields, u2s)]
     out["utt2spk"] = _apply_map(s / "utt2spk", _apply_map(s / "utt2spk", u2s, utt_map, 1), spk_map, 2)
@@ -795,4 +921,3 @@ def copy_data_dir(src: PathLike, dest: PathLike, *, utt_prefix: str = "", utt_su
     if not (s / "text").is_file():
         flags.append("--no-text")
     return flags
-

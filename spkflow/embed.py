@@ -159,8 +159,11 @@ def data_dir_keys(data_dir: str | os.PathLike[str]) -> tuple[list[str], dict[str
     listed = {u for us in spk2utt.values() for u in us}
     if listed != set(utt2spk):
         only = sorted(set(utt2spk) ^ listed)
-        raise InputError(d.file("spk2utt"), None, f"spk2utt and utt2spk list different utterances: "
-                                                   f"{_show_keys(only)} (run utils/fix_data_dir.sh)")
+        raise InputError(
+            d.file("spk2utt"),
+            None,
+            f"spk2utt and utt2spk list different utterances: {_show_keys(only)} (run utils/fix_data_dir.sh)",
+        )
     return list(utt2spk), spk2utt
 
 
@@ -171,8 +174,9 @@ def _frames(seconds: float) -> int:
     return max(1, int(math.ceil(seconds * FRAME_RATE)))
 
 
-def plan_batches(utts: Sequence[str], durations: Mapping[str, float | None], batch_size: int,
-                 max_frames: int) -> list[list[str]]:
+def plan_batches(
+    utts: Sequence[str], durations: Mapping[str, float | None], batch_size: int, max_frames: int
+) -> list[list[str]]:
     """Group utterances into batches by length, longest first.
 
     Every utterance appears in exactly one batch; a batch has at most ``batch_size`` utterances
@@ -199,7 +203,7 @@ def plan_batches(utts: Sequence[str], durations: Mapping[str, float | None], bat
         cur.append(u)
     if cur:
         batches.append(cur)
-    batches.extend(list(unknown[i:i + batch_size]) for i in range(0, len(unknown), batch_size))
+    batches.extend(list(unknown[i : i + batch_size]) for i in range(0, len(unknown), batch_size))
     return batches
 
 
@@ -246,8 +250,11 @@ def _check_model_dir(model_dir: str | os.PathLike[str]) -> Path:
     if not d.is_dir():
         raise InputError(d, None, "--model-dir must be a directory (with config.yaml and the model weights)")
     if not (d / "config.yaml").is_file():
-        raise InputError(d / "config.yaml", None, "not found: a model directory holds config.yaml and the "
-                                                  "weights (stage 4 writes config.yaml + model.pth)")
+        raise InputError(
+            d / "config.yaml",
+            None,
+            "not found: a model directory holds config.yaml and the weights (stage 4 writes config.yaml + model.pth)",
+        )
     return d
 
 
@@ -256,8 +263,10 @@ def _resolve_device(device: str) -> str:
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise RuntimeError(f"--device {device}: CUDA is not available here "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+            raise RuntimeError(
+                f"--device {device}: CUDA is not available here "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+            )
         return device  # "cuda" is the first visible device: run.pl/slurm.pl --gpu 1 set CUDA_VISIBLE_DEVICES
     if device != "cpu":
         raise ValueError(f"--device must be cpu or cuda[:N], got {device!r}")
@@ -269,15 +278,16 @@ def _pad(xs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.array([x.shape[0] for x in xs], dtype=np.int64)
     out = np.zeros((len(xs), int(lengths.max()), *xs[0].shape[1:]), dtype=np.float32)
     for i, x in enumerate(xs):
-        out[i, :x.shape[0]] = x
+        out[i, : x.shape[0]] = x
     return out, lengths
 
 
 class _FbankPreparer:
     """Audio -> fbank -> (VAD) -> frontend, in a worker.  Picklable: the reader opens lazily."""
 
-    def __init__(self, data_dir: str, fbank: Any, vad: Any | None, use_vad: bool, mean_norm: bool,
-                 feats_dir: str | None = None) -> None:
+    def __init__(
+        self, data_dir: str, fbank: Any, vad: Any | None, use_vad: bool, mean_norm: bool, feats_dir: str | None = None
+    ) -> None:
         self.data_dir, self.fbank, self.vad = data_dir, fbank, vad
         self.use_vad, self.mean_norm, self.feats_dir = use_vad, mean_norm, feats_dir
         self._reader: Any = None
@@ -341,8 +351,9 @@ class SpkflowEmbedder:
 
     name = "spkflow"
 
-    def __init__(self, model_dir: str | os.PathLike[str], device: str = "cpu",
-                 feats_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, model_dir: str | os.PathLike[str], device: str = "cpu", feats_dir: str | os.PathLike[str] | None = None
+    ) -> None:
         import torch
 
         from spkflow.features import FbankOptions, VadOptions
@@ -365,8 +376,7 @@ class SpkflowEmbedder:
         self._torch = torch
 
     def preparer(self, data_dir: str | os.PathLike[str]) -> Callable[[str], np.ndarray]:
-        return _FbankPreparer(os.fspath(data_dir), self.fbank, self.vad, self.use_vad, self.mean_norm,
-                              self.feats_dir)
+        return _FbankPreparer(os.fspath(data_dir), self.fbank, self.vad, self.use_vad, self.mean_norm, self.feats_dir)
 
     def frames(self, x: np.ndarray) -> int:
         return max(1, int(math.ceil(x.shape[0] * self._frames_per_frame)))
@@ -415,12 +425,14 @@ class PaddingMask:
     :class:`EspnetEmbedder`.  Outside :meth:`active` the hooks do nothing.
     """
 
-    SAFE_BLOCKS = frozenset({
-        "espnet2.spk.encoder.ecapa_tdnn_encoder.EcapaTdnnEncoder",
-        "espnet2.spk.layers.ecapa_block.EcapaBlock",
-        "espnet2.spk.layers.ecapa_block.SEModule",
-        "espnet2.spk.encoder.xvector_encoder.XvectorEncoder",
-    })
+    SAFE_BLOCKS = frozenset(
+        {
+            "espnet2.spk.encoder.ecapa_tdnn_encoder.EcapaTdnnEncoder",
+            "espnet2.spk.layers.ecapa_block.EcapaBlock",
+            "espnet2.spk.layers.ecapa_block.SEModule",
+            "espnet2.spk.encoder.xvector_encoder.XvectorEncoder",
+        }
+    )
 
     def __init__(self, encoder: Any) -> None:
         import torch
@@ -442,9 +454,24 @@ class PaddingMask:
     def safe_layers(cls) -> tuple[type, ...]:
         import torch.nn as nn
 
-        return (nn.Conv1d, nn.BatchNorm1d, nn.ReLU, nn.LeakyReLU, nn.PReLU, nn.SiLU, nn.GELU, nn.ELU,
-                nn.Sigmoid, nn.Tanh, nn.Identity, nn.Dropout, nn.Sequential, nn.ModuleList,
-                nn.AdaptiveAvgPool1d, nn.MaxPool1d)
+        return (
+            nn.Conv1d,
+            nn.BatchNorm1d,
+            nn.ReLU,
+            nn.LeakyReLU,
+            nn.PReLU,
+            nn.SiLU,
+            nn.GELU,
+            nn.ELU,
+            nn.Sigmoid,
+            nn.Tanh,
+            nn.Identity,
+            nn.Dropout,
+            nn.Sequential,
+            nn.ModuleList,
+            nn.AdaptiveAvgPool1d,
+            nn.MaxPool1d,
+        )
 
     @classmethod
     def supports(cls, encoder: Any) -> tuple[bool, str]:
@@ -548,8 +575,9 @@ class EspnetEmbedder:
 
     name = "espnet"
 
-    def __init__(self, model_dir: str | os.PathLike[str], device: str = "cpu",
-                 model_file: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, model_dir: str | os.PathLike[str], device: str = "cpu", model_file: str | os.PathLike[str] | None = None
+    ) -> None:
         import torch
         import yaml
 
@@ -570,11 +598,15 @@ class EspnetEmbedder:
         if not isinstance(state, Mapping):
             raise InputError(self.model_path, None, f"not a state dict (got {type(state).__name__})")
         own = model.state_dict()
-        shapes = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
-                  if k in own and not k.startswith("loss.") and hasattr(v, "shape") and v.shape != own[k].shape]
+        shapes = [
+            f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}"
+            for k, v in state.items()
+            if k in own and not k.startswith("loss.") and hasattr(v, "shape") and v.shape != own[k].shape
+        ]
         if shapes:
-            raise InputError(self.model_path, None, f"weights do not fit {self.config_path}: "
-                                                    f"size mismatch {_show_keys(shapes, 3)}")
+            raise InputError(
+                self.model_path, None, f"weights do not fit {self.config_path}: size mismatch {_show_keys(shapes, 3)}"
+            )
         state = {k: v for k, v in state.items() if not (k in own and hasattr(v, "shape") and v.shape != own[k].shape)}
         missing, unexpected = model.load_state_dict(state, strict=False)
         bad = [f"missing {k}" for k in missing if not k.startswith("loss.")]
@@ -582,8 +614,11 @@ class EspnetEmbedder:
         if bad:
             raise InputError(self.model_path, None, f"weights do not fit {self.config_path}: {_show_keys(bad, 8)}")
         if model.frontend is None:
-            raise InputError(self.config_path, None, "frontend: null (a model on precomputed features); "
-                                                     "only waveform-input ESPnet models are supported")
+            raise InputError(
+                self.config_path,
+                None,
+                "frontend: null (a model on precomputed features); only waveform-input ESPnet models are supported",
+            )
         self.model = model.to(self.device).eval()
         fs = (args.get("frontend_conf") or {}).get("fs", 16000)
         if isinstance(fs, str):
@@ -594,8 +629,11 @@ class EspnetEmbedder:
         ok, why = PaddingMask.supports(model.encoder)
         self.mask = PaddingMask(model.encoder) if ok else None
         if not ok:
-            log.warning("ESPnet encoder %s: %s; utterances run one at a time so that each gets its own "
-                        "embedding", type(model.encoder).__name__, why)
+            log.warning(
+                "ESPnet encoder %s: %s; utterances run one at a time so that each gets its own embedding",
+                type(model.encoder).__name__,
+                why,
+            )
         self.dim = int(model.projector.output_size()) if model.projector is not None else -1
         self._torch = torch
 
@@ -635,8 +673,10 @@ class EspnetEmbedder:
         """ESPnet's pooling one utterance at a time, on its valid frames, with the lengths ESPnet
         itself passes (the frontend's count: for an encoder that shortens the time axis, e.g.
         ``xvector``, ESPnet divides by that count; we reproduce it, not correct it)."""
-        pooled = [self.model.pooling(frames[i:i + 1, :, :int(valid[i])], feat_lengths=flens[i])
-                  for i in range(frames.shape[0])]
+        pooled = [
+            self.model.pooling(frames[i : i + 1, :, : int(valid[i])], feat_lengths=flens[i])
+            for i in range(frames.shape[0])
+        ]
         return self._torch.cat(pooled, dim=0)
 
     def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
@@ -660,15 +700,24 @@ class EspnetEmbedder:
                     log.debug("batch of %d run one by one: %s", len(xs), exc)
                     pooled = None
             if pooled is None:  # one at a time, exactly as ESPnet's model.forward does it
-                pooled = torch.cat([self.model.pooling(self.model.encode_frame(f[None]), feat_lengths=n)
-                                    for f, n in zip(feats, flens)], dim=0)
+                pooled = torch.cat(
+                    [
+                        self.model.pooling(self.model.encode_frame(f[None]), feat_lengths=n)
+                        for f, n in zip(feats, flens)
+                    ],
+                    dim=0,
+                )
             out = self.model.project_spk_embd(pooled)
         return out.float().cpu().numpy()
 
 
-def load_embedder(toolkit: str, model_dir: str | os.PathLike[str], device: str = "cpu",
-                  model_file: str | os.PathLike[str] | None = None,
-                  feats_dir: str | os.PathLike[str] | None = None) -> Embedder:
+def load_embedder(
+    toolkit: str,
+    model_dir: str | os.PathLike[str],
+    device: str = "cpu",
+    model_file: str | os.PathLike[str] | None = None,
+    feats_dir: str | os.PathLike[str] | None = None,
+) -> Embedder:
     """``toolkit``: ``spkflow`` (a stage-4 model dir) or ``espnet`` (an ESPnet speaker model dir)."""
     if toolkit == "spkflow":
         if model_file is not None:
@@ -722,8 +771,11 @@ class JobWriter:
     def __init__(self, job_dir: str | os.PathLike[str], job_id: int | str) -> None:
         self.job_dir = os.fspath(job_dir)
         os.makedirs(self.job_dir, exist_ok=True)
-        attempts = [int(m.group(1)) for p in glob.glob(os.path.join(self.job_dir, f"xvector.{job_id}.*.ark"))
-                    if (m := re.search(r"\.(\d+)\.ark$", p))]
+        attempts = [
+            int(m.group(1))
+            for p in glob.glob(os.path.join(self.job_dir, f"xvector.{job_id}.*.ark"))
+            if (m := re.search(r"\.(\d+)\.ark$", p))
+        ]
         self.attempt = max(attempts, default=0) + 1
         self.ark_path = os.path.join(self.job_dir, f"xvector.{job_id}.{self.attempt}.ark")
         self.scp_path = os.path.join(self.job_dir, f"xvector.{job_id}.scp")
@@ -808,10 +860,19 @@ def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
 
 
-def run_job(embedder: Embedder, data_dir: str | os.PathLike[str], utts: Sequence[str],
-            job_dir: str | os.PathLike[str], job_id: int | str = 1, *, batch_size: int = 32,
-            max_frames: int = 60000, num_workers: int = 1, skip_bad: bool = False,
-            progress: bool = True) -> JobSummary:
+def run_job(
+    embedder: Embedder,
+    data_dir: str | os.PathLike[str],
+    utts: Sequence[str],
+    job_dir: str | os.PathLike[str],
+    job_id: int | str = 1,
+    *,
+    batch_size: int = 32,
+    max_frames: int = 60000,
+    num_workers: int = 1,
+    skip_bad: bool = False,
+    progress: bool = True,
+) -> JobSummary:
     """Embed ``utts`` of ``data_dir`` into ``job_dir`` (see :class:`JobWriter`), skipping those
     already committed by any job.  Raises :class:`UtteranceError` for an unreadable utterance
     unless ``skip_bad`` (then it is listed in ``job_dir/bad_utts.JOB`` with its reason)."""
@@ -823,8 +884,9 @@ def run_job(embedder: Embedder, data_dir: str | os.PathLike[str], utts: Sequence
     done = committed_entries(job_dir)
     todo = [u for u in utts if u not in done]
     resumed = len(utts) - len(todo)
-    log.info("job %s: %d utterances; %d already done by an earlier run, %d to compute", job_id, len(utts),
-             resumed, len(todo))
+    log.info(
+        "job %s: %d utterances; %d already done by an earlier run, %d to compute", job_id, len(utts), resumed, len(todo)
+    )
     bad: dict[str, str] = {}
     bad_path = os.path.join(job_dir, f"bad_utts.{job_id}")
     if not todo:
@@ -834,17 +896,36 @@ def run_job(embedder: Embedder, data_dir: str | os.PathLike[str], utts: Sequence
     durations = known_durations(data_dir, todo)
     batches = plan_batches(todo, durations, batch_size, max_frames)
     index = {u: i for i, u in enumerate(todo)}
-    log.info("job %s: %d batches (at most %d utterances, %d padded frames each); %d DataLoader workers",
-             job_id, len(batches), batch_size, max_frames, num_workers)
-    loader = DataLoader(_Inputs(todo, embedder.preparer(data_dir)),
-                        batch_sampler=[[index[u] for u in b] for b in batches], num_workers=num_workers,
-                        collate_fn=_collate, worker_init_fn=_worker_init if num_workers > 0 else None,
-                        prefetch_factor=4 if num_workers > 0 else None)
+    log.info(
+        "job %s: %d batches (at most %d utterances, %d padded frames each); %d DataLoader workers",
+        job_id,
+        len(batches),
+        batch_size,
+        max_frames,
+        num_workers,
+    )
+    loader = DataLoader(
+        _Inputs(todo, embedder.preparer(data_dir)),
+        batch_sampler=[[index[u] for u in b] for b in batches],
+        num_workers=num_workers,
+        collate_fn=_collate,
+        worker_init_fn=_worker_init if num_workers > 0 else None,
+        prefetch_factor=4 if num_workers > 0 else None,
+    )
     tty = sys.stderr.isatty()
     computed = 0
-    with JobWriter(job_dir, job_id) as writer, \
-            tqdm(total=len(todo), desc=f"job {job_id}", unit="utt", file=sys.stderr, disable=not progress,
-                 mininterval=0.5 if tty else 10.0, ascii=not tty) as bar:
+    with (
+        JobWriter(job_dir, job_id) as writer,
+        tqdm(
+            total=len(todo),
+            desc=f"job {job_id}",
+            unit="utt",
+            file=sys.stderr,
+            disable=not progress,
+            mininterval=0.5 if tty else 10.0,
+            ascii=not tty,
+        ) as bar,
+    ):
         for items in loader:
             good = []
             for utt, x, err in items:
@@ -874,8 +955,9 @@ def run_job(embedder: Embedder, data_dir: str | os.PathLike[str], utts: Sequence
     if not bad:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(bad_path)
-    log.info("job %s: computed %d embeddings (attempt %d), %d bad utterances", job_id, computed,
-             writer.attempt, len(bad))
+    log.info(
+        "job %s: computed %d embeddings (attempt %d), %d bad utterances", job_id, computed, writer.attempt, len(bad)
+    )
     return JobSummary(len(utts), resumed, computed, bad)
 
 
@@ -918,8 +1000,9 @@ def read_vectors(entries: Sequence[tuple[str, str]]) -> list[np.ndarray]:
     return out  # type: ignore[return-value]
 
 
-def write_vectors(ark: str | os.PathLike[str], scp: str | os.PathLike[str],
-                  items: Sequence[tuple[str, np.ndarray]]) -> None:
+def write_vectors(
+    ark: str | os.PathLike[str], scp: str | os.PathLike[str], items: Sequence[tuple[str, np.ndarray]]
+) -> None:
     """Write float32 vectors to ``ark`` and ``scp`` atomically, in the given order.
 
     The old scp is removed first and the new one appears last, so a crash leaves either no
@@ -949,8 +1032,14 @@ def _read_bad(job_dir: str) -> dict[str, str]:
     return out
 
 
-def merge_embeddings(data_dir: str | os.PathLike[str], job_dir: str | os.PathLike[str],
-                     out_dir: str | os.PathLike[str], *, skip_bad: bool = False, spk_mean: str = "raw") -> MergeReport:
+def merge_embeddings(
+    data_dir: str | os.PathLike[str],
+    job_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    skip_bad: bool = False,
+    spk_mean: str = "raw",
+) -> MergeReport:
     """Check the jobs' outputs against the data dir and write the final files.
 
     Writes ``out_dir/xvector.{ark,scp}`` (one vector per utterance, ``utt2spk`` order),
@@ -974,18 +1063,23 @@ def merge_embeddings(data_dir: str | os.PathLike[str], job_dir: str | os.PathLik
             msg.append(f"  {len(missing)} utterance(s) without an embedding: {_show_keys(missing)}")
             failed = [u for u in missing if u in bad]
             if failed:
-                msg.append(f"  of which {len(failed)} failed (see {job_dir}/bad_utts.*), e.g. "
-                           f"{failed[0]}: {bad[failed[0]]}")
+                msg.append(
+                    f"  of which {len(failed)} failed (see {job_dir}/bad_utts.*), e.g. {failed[0]}: {bad[failed[0]]}"
+                )
         if extra:
-            msg.append(f"  {len(extra)} embedding(s) of utterances not in the data dir: {_show_keys(extra)} "
-                       f"(the data dir changed since they were computed? remove {job_dir} to start over)")
+            msg.append(
+                f"  {len(extra)} embedding(s) of utterances not in the data dir: {_show_keys(extra)} "
+                f"(the data dir changed since they were computed? remove {job_dir} to start over)"
+            )
         raise MergeError("\n".join(msg))
     present = [u for u in utts if u in have]
     vecs = read_vectors([(u, have[u]) for u in present])
     dims = {v.shape[0] for v in vecs}
     if len(dims) > 1:
-        raise MergeError(f"embeddings in {job_dir} have different sizes {sorted(dims)}: were they made by "
-                         f"different models? remove {job_dir} to start over")
+        raise MergeError(
+            f"embeddings in {job_dir} have different sizes {sorted(dims)}: were they made by "
+            f"different models? remove {job_dir} to start over"
+        )
     for u, v in zip(present, vecs):
         if not np.all(np.isfinite(v)):
             raise MergeError(f"{have[u]}: embedding of '{u}' has NaN or infinite values")
@@ -1007,8 +1101,10 @@ def merge_embeddings(data_dir: str | os.PathLike[str], job_dir: str | os.PathLik
             m = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
         means.append((spk, m.mean(axis=0).astype(np.float32)))
     write_vectors(sp_ark, sp_scp, means)
-    for name, table in (("bad_utts", {u: bad[u] for u in utts if u in bad} if skip_bad else {}),
-                        ("bad_spks", {s: "all its utterances failed" for s in empty})):
+    for name, table in (
+        ("bad_utts", {u: bad[u] for u in utts if u in bad} if skip_bad else {}),
+        ("bad_spks", {s: "all its utterances failed" for s in empty}),
+    ):
         path = os.path.join(out_dir, name)
         if table:
             write_text_atomic(path, "".join(f"{k} {v}\n" for k, v in table.items()))
@@ -1016,11 +1112,16 @@ def merge_embeddings(data_dir: str | os.PathLike[str], job_dir: str | os.PathLik
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
     if empty:
-        log.warning("%d speaker(s) have no embedded utterance and get no mean (listed in %s/bad_spks): %s",
-                    len(empty), out_dir, _show_keys(empty))
+        log.warning(
+            "%d speaker(s) have no embedded utterance and get no mean (listed in %s/bad_spks): %s",
+            len(empty),
+            out_dir,
+            _show_keys(empty),
+        )
     write_vectors(xv_ark, xv_scp, [(u, by_utt[u]) for u in present])
-    return MergeReport(len(present), len(means), dims.pop() if dims else 0, bad if skip_bad else {}, empty,
-                       xv_scp, sp_scp)
+    return MergeReport(
+        len(present), len(means), dims.pop() if dims else 0, bad if skip_bad else {}, empty, xv_scp, sp_scp
+    )
 
 
 # =============================================================================== alignment
@@ -1058,9 +1159,13 @@ def align_scp(data_dir: str | os.PathLike[str], scp: str | os.PathLike[str], *, 
         if got != k:
             nmiss = len(ref) - len(kept)
             found = f"'{got}'" if got is not None else "end of file"
-            raise InputError(scp, None, f"after filtering and sorting, line {i + 1} should be '{k}' "
-                                        f"(line {i + 1} of {os.fspath(data_dir)}/{what}) but is {found}; "
-                                        f"{nmiss} key(s) of the data dir have no entry")
+            raise InputError(
+                scp,
+                None,
+                f"after filtering and sorting, line {i + 1} should be '{k}' "
+                f"(line {i + 1} of {os.fspath(data_dir)}/{what}) but is {found}; "
+                f"{nmiss} key(s) of the data dir have no entry",
+            )
     assert len(kept) == len(ref) and refset == set(kept)
     if write:
         with atomic_write(scp, "wb", encoding=None) as f:

@@ -42,9 +42,19 @@ def _now() -> str:
     return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def evaluate_set(trials_path: str, xvector_scp: str, outdir: str, *, cohort_scp: str | None = None,
-                 cohort_size: int = 200, mean_scp: str | None = None, skip_missing: bool = False,
-                 model_tag: str = "", set_name: str | None = None, plots: bool = True) -> dict[str, Any]:
+def evaluate_set(
+    trials_path: str,
+    xvector_scp: str,
+    outdir: str,
+    *,
+    cohort_scp: str | None = None,
+    cohort_size: int = 200,
+    mean_scp: str | None = None,
+    skip_missing: bool = False,
+    model_tag: str = "",
+    set_name: str | None = None,
+    plots: bool = True,
+) -> dict[str, Any]:
     """Score one set and write ``scores``, ``metrics.json`` and the plots to ``outdir``;
     returns the metrics dict (what ``metrics.json`` holds).  ``cohort_scp`` enables AS-norm,
     ``mean_scp`` centring (the mean of its vectors is subtracted before cosine scoring)."""
@@ -55,24 +65,33 @@ def evaluate_set(trials_path: str, xvector_scp: str, outdir: str, *, cohort_scp:
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
     cohort = read_cohort(cohort_scp) if cohort_scp else None
     mean = read_mean(mean_scp) if mean_scp else None
-    result = score_trials(trials, emb, emb_source=xvector_scp, skip_missing=skip_missing,
-                          cohort=cohort, cohort_size=cohort_size, mean=mean)
+    result = score_trials(
+        trials,
+        emb,
+        emb_source=xvector_scp,
+        skip_missing=skip_missing,
+        cohort=cohort,
+        cohort_size=cohort_size,
+        mean=mean,
+    )
     os.makedirs(outdir, exist_ok=True)
     write_scores(os.path.join(outdir, "scores"), result)
 
     metrics: dict[str, Any] = {"set": set_name, "model_tag": model_tag}
     metrics.update(compute_metrics(result.scores, result.labels, P_TARGETS))
-    metrics.update({
-        "n_skipped": result.n_skipped,
-        "n_missing_utts": len(result.missing),
-        "score_norm": result.score_norm,
-        "cohort_size": result.cohort_size,
-        "trials": trials_path,
-        "xvector_scp": xvector_scp,
-        "cohort_scp": cohort_scp or "",
-        "mean_scp": mean_scp or "",
-        "date": _now(),
-    })
+    metrics.update(
+        {
+            "n_skipped": result.n_skipped,
+            "n_missing_utts": len(result.missing),
+            "score_norm": result.score_norm,
+            "cohort_size": result.cohort_size,
+            "trials": trials_path,
+            "xvector_scp": xvector_scp,
+            "cohort_scp": cohort_scp or "",
+            "mean_scp": mean_scp or "",
+            "date": _now(),
+        }
+    )
     curves = {}
     if result.score_norm != "none":
         metrics["raw"] = compute_metrics(result.raw_scores, result.labels, P_TARGETS)
@@ -85,10 +104,14 @@ def evaluate_set(trials_path: str, xvector_scp: str, outdir: str, *, cohort_scp:
     if plots:
         title = f"{set_name}" + (f" ({model_tag})" if model_tag else "")
         plot_det(curves, os.path.join(outdir, "det.png"), title=f"DET: {title}", p_targets=P_TARGETS)
-        plot_score_hist(result.scores, result.labels, os.path.join(outdir, "score_hist.png"),
-                        title=f"Scores: {title}, EER {metrics['eer']:.2f}%",
-                        threshold=metrics["eer_threshold"],
-                        xlabel="cosine score" if result.score_norm == "none" else "AS-norm score")
+        plot_score_hist(
+            result.scores,
+            result.labels,
+            os.path.join(outdir, "score_hist.png"),
+            title=f"Scores: {title}, EER {metrics['eer']:.2f}%",
+            threshold=metrics["eer_threshold"],
+            xlabel="cosine score" if result.score_norm == "none" else "AS-norm score",
+        )
     write_text_atomic(os.path.join(outdir, "metrics.json"), json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 
@@ -117,9 +140,11 @@ def _model_desc(exp_dir: str) -> tuple[str, str]:
 
 
 def _row(m: dict[str, Any], tag: str, model: str, loss: str, scoring: str) -> str:
-    return (f"| {tag} | {model or '-'} | {loss or '-'} | {scoring} | {m['eer']:.2f} | "
-            f"{m['min_dcf_p0.01']:.4f} | {m['min_dcf_p0.05']:.4f} | {m['n_target']} | "
-            f"{m['n_nontarget']} | {m.get('n_skipped', 0)} |")
+    return (
+        f"| {tag} | {model or '-'} | {loss or '-'} | {scoring} | {m['eer']:.2f} | "
+        f"{m['min_dcf_p0.01']:.4f} | {m['min_dcf_p0.05']:.4f} | {m['n_target']} | "
+        f"{m['n_nontarget']} | {m.get('n_skipped', 0)} |"
+    )
 
 
 def write_results_md(exp_dir: str) -> str:
@@ -130,20 +155,31 @@ def write_results_md(exp_dir: str) -> str:
         raise FileNotFoundError(f"no {exp_dir}/eval/<set>/metrics.json to summarise")
     model, loss = _model_desc(exp_dir)
     tag = os.path.basename(os.path.normpath(exp_dir))
-    lines = [f"# Results: {tag}", "",
-             "Written by stage 6 of `spk.sh` from `eval/<set>/metrics.json`. EER in percent; minDCF",
-             "normalised, c_miss = c_fa = 1. Cosine scoring of L2-normalised embeddings; AS-norm rows",
-             "use the top-K cohort speakers of the training set; 'centred': the training speakers'",
-             "mean embedding is subtracted first.", ""]
-    header = ("| model tag | model | loss | scoring | EER (%) | minDCF (p=0.01) | minDCF (p=0.05) "
-              "| target | non-target | skipped |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = [
+        f"# Results: {tag}",
+        "",
+        "Written by stage 6 of `spk.sh` from `eval/<set>/metrics.json`. EER in percent; minDCF",
+        "normalised, c_miss = c_fa = 1. Cosine scoring of L2-normalised embeddings; AS-norm rows",
+        "use the top-K cohort speakers of the training set; 'centred': the training speakers'",
+        "mean embedding is subtracted first.",
+        "",
+    ]
+    header = (
+        "| model tag | model | loss | scoring | EER (%) | minDCF (p=0.01) | minDCF (p=0.05) "
+        "| target | non-target | skipped |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
     for path in files:
         with open(path, encoding="utf-8") as f:
             m = json.load(f)
         set_name = m.get("set") or os.path.basename(os.path.dirname(path))
         row_tag = m.get("model_tag") or tag
-        lines += [f"## {set_name}", "", f"Scored {m.get('date', '?')}: `{m.get('trials', '?')}` "
-                  f"against `{m.get('xvector_scp', '?')}`.", "", header]
+        lines += [
+            f"## {set_name}",
+            "",
+            f"Scored {m.get('date', '?')}: `{m.get('trials', '?')}` against `{m.get('xvector_scp', '?')}`.",
+            "",
+            header,
+        ]
         centred = ", centred" if m.get("mean_scp") else ""
         if m.get("score_norm", "none") != "none" and isinstance(m.get("raw"), dict):
             raw = dict(m["raw"], n_skipped=m.get("n_skipped", 0))

@@ -67,8 +67,12 @@ __all__ = [
 #: ark kinds a job writes, in the order their scps are written (feats last).
 OUTPUT_KINDS = ("vad", "cmvn_utt", "cmvn_utt_voiced", "raw_fbank")
 #: merged scp name per kind
-MERGED_NAME = {"raw_fbank": "feats.scp", "vad": "vad.scp", "cmvn_utt": "cmvn_utt.scp",
-               "cmvn_utt_voiced": "cmvn_utt_voiced.scp"}
+MERGED_NAME = {
+    "raw_fbank": "feats.scp",
+    "vad": "vad.scp",
+    "cmvn_utt": "cmvn_utt.scp",
+    "cmvn_utt_voiced": "cmvn_utt_voiced.scp",
+}
 #: Kaldi CompressionMethod used by ``compress=True`` unless told otherwise: kTwoByteAuto (3), a
 #: linear 16-bit code over the matrix's range, row-major: half the size of float32, error at most
 #: range / 131070 (about 3e-4 on log-mel), and the loader decodes just a crop's rows with one
@@ -212,10 +216,19 @@ def _read_list(path: str | os.PathLike[str]) -> list[str]:
         return [line.split()[0] for line in f if line.strip()]
 
 
-def extract_job(data_dir: str | os.PathLike[str], utt_list: str | os.PathLike[str], ark_dir: str | os.PathLike[str],
-                name: str, job: int | str, fbank_opts: FbankOptions, vad_opts: VadOptions,
-                compress: bool = False, skip_bad: bool = False, progress: bool = True,
-                compression_method: int = DEFAULT_COMPRESSION_METHOD) -> JobSummary:
+def extract_job(
+    data_dir: str | os.PathLike[str],
+    utt_list: str | os.PathLike[str],
+    ark_dir: str | os.PathLike[str],
+    name: str,
+    job: int | str,
+    fbank_opts: FbankOptions,
+    vad_opts: VadOptions,
+    compress: bool = False,
+    skip_bad: bool = False,
+    progress: bool = True,
+    compression_method: int = DEFAULT_COMPRESSION_METHOD,
+) -> JobSummary:
     """Extract fbank, VAD and CMVN stats for the utterances in ``utt_list`` (one id per line).
 
     Writes, for each kind in :data:`OUTPUT_KINDS`, ``ark_dir/<kind>_<name>.<job>.{ark,scp}``,
@@ -246,8 +259,9 @@ def extract_job(data_dir: str | os.PathLike[str], utt_list: str | os.PathLike[st
     reader = AudioReader(data_dir, sample_rate=None)
     target = int(fbank_opts.sample_frequency)
     method = compression_method if compress else None
-    writers = {k: _ArkWriter(job_paths(ark_dir, name, job, k)[0], method if k == "raw_fbank" else None)
-               for k in OUTPUT_KINDS}
+    writers = {
+        k: _ArkWriter(job_paths(ark_dir, name, job, k)[0], method if k == "raw_fbank" else None) for k in OUTPUT_KINDS
+    }
     nframes: list[tuple[str, str]] = []
     bad: list[tuple[str, str]] = []
     summary = JobSummary()
@@ -262,11 +276,17 @@ def extract_job(data_dir: str | os.PathLike[str], utt_list: str | os.PathLike[st
         for n, utt in enumerate(it):
             if log_lines and time.perf_counter() - last_report > 60:
                 last_report = time.perf_counter()  # a log file gets one plain line a minute, not a bar
-                _log(f"progress: {n}/{len(utts)} utterances, {summary.audio_seconds:.0f} s of audio, "
-                     f"{last_report - t0:.0f} s")
+                _log(
+                    f"progress: {n}/{len(utts)} utterances, {summary.audio_seconds:.0f} s of audio, "
+                    f"{last_report - t0:.0f} s"
+                )
             if utt not in reader:
-                raise InputError(utt_list, None, f"utterance '{utt}' is not in {Path(data_dir) / 'wav.scp'}"
-                                                 f"{' / segments' if (Path(data_dir) / 'segments').is_file() else ''}")
+                raise InputError(
+                    utt_list,
+                    None,
+                    f"utterance '{utt}' is not in {Path(data_dir) / 'wav.scp'}"
+                    f"{' / segments' if (Path(data_dir) / 'segments').is_file() else ''}",
+                )
             try:
                 wave, rate = reader.read_native(utt)
                 try:
@@ -307,17 +327,25 @@ def extract_job(data_dir: str | os.PathLike[str], utt_list: str | os.PathLike[st
     summary.wall_seconds = time.perf_counter() - t0
     rtf = summary.wall_seconds / max(summary.audio_seconds, 1e-9)
     voiced = summary.voiced_frames / max(summary.frames, 1)
-    _log(f"done {summary.num_done} utterances ({summary.audio_seconds:.1f} s of audio, {summary.frames} frames, "
-         f"{100 * voiced:.1f}% voiced), skipped {summary.num_bad}; {summary.wall_seconds:.1f} s, "
-         f"real-time factor {rtf:.5f}")
+    _log(
+        f"done {summary.num_done} utterances ({summary.audio_seconds:.1f} s of audio, {summary.frames} frames, "
+        f"{100 * voiced:.1f}% voiced), skipped {summary.num_bad}; {summary.wall_seconds:.1f} s, "
+        f"real-time factor {rtf:.5f}"
+    )
     return summary
 
 
 # --------------------------------------------------------------------------- merge
 
 
-def merge_jobs(data_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], ark_dir: str | os.PathLike[str],
-               name: str, nj: int, log_dir: str | os.PathLike[str] | None = None) -> tuple[int, int]:
+def merge_jobs(
+    data_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    ark_dir: str | os.PathLike[str],
+    name: str,
+    nj: int,
+    log_dir: str | os.PathLike[str] | None = None,
+) -> tuple[int, int]:
     """Merge job outputs into ``out_dir``; returns (utterances with features, bad utterances).
 
     Raises ``RuntimeError`` naming the job (and its log) when a job's outputs are missing,
@@ -341,7 +369,9 @@ def merge_jobs(data_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                 raise RuntimeError(f"job {job}: {scp} is missing")
             tables[kind].update(read_kv(scp))
         job_feats = list(read_kv(feats_scp))
-        job_bad = read_kv(ark_dir / f"bad_utts_{name}.{job}") if (ark_dir / f"bad_utts_{name}.{job}").stat().st_size else {}
+        job_bad = (
+            read_kv(ark_dir / f"bad_utts_{name}.{job}") if (ark_dir / f"bad_utts_{name}.{job}").stat().st_size else {}
+        )
         for u in job_feats + list(job_bad):
             if u in seen_in:
                 raise RuntimeError(f"utterance '{u}' was processed by jobs {seen_in[u]} and {job}")
@@ -427,4 +457,3 @@ def read_bad_utts(path: str | os.PathLike[str]) -> dict[str, str]:
     if not p.is_file() or p.stat().st_size == 0:
         return {}
     return dict(read_kv_lines(p))
-

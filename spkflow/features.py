@@ -105,8 +105,9 @@ class FbankOptions:
         if self.window_size < 2:
             raise ValueError(f"frame-length {self.frame_length} ms is less than two samples")
         if self.padded_window_size % 2:
-            raise ValueError("the padded window size must be even: use --round-to-power-of-two=true "
-                             "or change --frame-length")
+            raise ValueError(
+                "the padded window size must be even: use --round-to-power-of-two=true or change --frame-length"
+            )
         if not 0.0 <= self.preemphasis_coefficient <= 1.0:
             raise ValueError(f"preemphasis-coefficient must be in [0, 1], got {self.preemphasis_coefficient}")
         nyquist = 0.5 * self.sample_frequency
@@ -170,9 +171,11 @@ def check_resample_rate(native_rate: int | float, target_rate: int | float) -> N
         return
     ratio = float(target_rate) / float(native_rate)
     if not MIN_RESAMPLE_RATIO <= ratio <= MAX_RESAMPLE_RATIO:
-        raise ValueError(f"cannot resample {int(native_rate)} Hz audio to {int(target_rate)} Hz: factor "
-                         f"{ratio:.4g} is outside [{MIN_RESAMPLE_RATIO:.4g}, {MAX_RESAMPLE_RATIO:g}] "
-                         "(is the sample rate in the file header right?)")
+        raise ValueError(
+            f"cannot resample {int(native_rate)} Hz audio to {int(target_rate)} Hz: factor "
+            f"{ratio:.4g} is outside [{MIN_RESAMPLE_RATIO:.4g}, {MAX_RESAMPLE_RATIO:g}] "
+            "(is the sample rate in the file header right?)"
+        )
 
 
 def num_frames(num_samples: int, opts: FbankOptions) -> int:
@@ -266,8 +269,9 @@ def _windowed_frames_fast(x: np.ndarray, m: int, opts: FbankOptions) -> np.ndarr
     return frames
 
 
-def compute_fbank(wave: np.ndarray, sample_rate: int, opts: FbankOptions | None = None,
-                  rng: np.random.Generator | None = None) -> np.ndarray:
+def compute_fbank(
+    wave: np.ndarray, sample_rate: int, opts: FbankOptions | None = None, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """Log-mel filterbank [T, F] float32 of a mono float waveform in [-1, 1] at ``sample_rate``.
 
     The waveform is resampled to ``opts.sample_frequency`` when the rates differ and scaled to
@@ -288,8 +292,10 @@ def compute_fbank(wave: np.ndarray, sample_rate: int, opts: FbankOptions | None 
         x = np.asarray(x, dtype=np.float64)
     m = num_frames(len(x), opts)
     if m <= 0 or len(x) == 0:
-        raise ValueError(f"{len(x)} samples at {int(opts.sample_frequency)} Hz is shorter than one "
-                         f"frame ({opts.window_size} samples)")
+        raise ValueError(
+            f"{len(x)} samples at {int(opts.sample_frequency)} Hz is shorter than one "
+            f"frame ({opts.window_size} samples)"
+        )
     x = x * 32768.0
     energy = None
     if opts.snip_edges and opts.dither == 0.0 and not opts.use_energy:
@@ -341,8 +347,9 @@ def select_voiced(feats: np.ndarray, vad: np.ndarray | None) -> np.ndarray:
     return feats[voiced]
 
 
-def apply_frontend(feats: np.ndarray, vad: np.ndarray | None = None, use_vad: bool = True,
-                   mean_norm: bool = True) -> np.ndarray:
+def apply_frontend(
+    feats: np.ndarray, vad: np.ndarray | None = None, use_vad: bool = True, mean_norm: bool = True
+) -> np.ndarray:
     """What the model sees for a whole utterance: voiced frames (when ``use_vad`` and a VAD is
     given), then the per-utterance mean over those frames subtracted (when ``mean_norm``).
     Returns a new float32 array [T', F]."""

@@ -40,8 +40,9 @@ def _parse_value(kind: Any, text: str) -> Any:
     raise TypeError(f"unsupported option type {kind!r}")
 
 
-def read_kaldi_options(path: str | os.PathLike[str], cls: type[T], ignore: frozenset[str] = frozenset(),
-                       base: T | None = None) -> T:
+def read_kaldi_options(
+    path: str | os.PathLike[str], cls: type[T], ignore: frozenset[str] = frozenset(), base: T | None = None
+) -> T:
     """Read a Kaldi option file into a dataclass ``cls`` (a frozen dataclass of scalars).
 
     ``ignore`` lists Kaldi option names (with dashes) that are accepted and dropped, e.g.

@@ -203,8 +203,10 @@ class KaldiArkReader:
         return m
 
     def _truncated(self, utt: str, i: int, start: int, n: int, size: int) -> OSError:
-        return OSError(f"{self.scp}: entry '{utt}' is truncated (wanted {n} bytes at offset {start} "
-                       f"of {self._files[i]}, which has {size})")
+        return OSError(
+            f"{self.scp}: entry '{utt}' is truncated (wanted {n} bytes at offset {start} "
+            f"of {self._files[i]}, which has {size})"
+        )
 
     def _bytes(self, utt: str, i: int, start: int, n: int) -> np.ndarray:
         """``n`` bytes at ``start`` of ark ``i``: a view of the map, or a fresh buffer (pread)."""
@@ -216,12 +218,12 @@ class KaldiArkReader:
         m = self._map(i)
         if start + n > len(m):
             raise self._truncated(utt, i, start, n, len(m))
-        return m[start:start + n]
+        return m[start : start + n]
 
     def _head(self, i: int, off: int) -> bytes:
         if self.access == "pread":
             return os.pread(self._open(i), 32, off)
-        return self._map(i)[off:off + 32].tobytes()
+        return self._map(i)[off : off + 32].tobytes()
 
     def header(self, utt: str) -> _Header | None:
         """Header of a binary ark entry (cached); None for entries read through kaldiio."""
@@ -286,14 +288,14 @@ class KaldiArkReader:
         if cols:
             head += b"\x04" + struct.pack("<i", cols)
         m = self._map(i)
-        if m[off:off + len(head)].tobytes() != head:
+        if m[off : off + len(head)].tobytes() != head:
             return None
         dtype = _PLAIN[kind]
         n = rows * max(cols, 1) * dtype.itemsize
         start = off + len(head)
         if start + n > len(m):
             return None
-        a = m[start:start + n].view(dtype)
+        a = m[start : start + n].view(dtype)
         return a.reshape(rows, cols) if cols else a
 
     def read_rows(self, utt: str, lo: int, hi: int) -> np.ndarray:
@@ -386,9 +388,9 @@ class KaldiArkReader:
         if h.kind == "CM":
             # per-column headers (4 uint16 quantiles per column), then the bytes column by column
             raw = self._bytes(utt, i, h.data, h.cols * 8 + h.rows * h.cols)
-            pc = raw[:h.cols * 8].view("<u2").reshape(h.cols, 4).astype(np.float32)
+            pc = raw[: h.cols * 8].view("<u2").reshape(h.cols, 4).astype(np.float32)
             pc = np.float32(h.gmin) + pc * np.float32(h.grange / 65535.0)
-            q = raw[h.cols * 8:].reshape(h.cols, h.rows)[:, lo:hi].T
+            q = raw[h.cols * 8 :].reshape(h.cols, h.rows)[:, lo:hi].T
             return _cm_decode(q, pc)
         raise ValueError(f"{self.scp}: '{utt}' has unsupported type {h.kind}")
 
@@ -456,12 +458,22 @@ class NxMCropDataset(Dataset):
     feats: a :class:`KaldiArkReader` to share (e.g. built once for all epochs).
     """
 
-    def __init__(self, feats_scp: str | os.PathLike[str], batches: Sequence[Sequence[str]], *, seed: int = 0,
-                 epoch: int = 0, crop: int | tuple[int, int] = (140, 180), use_vad: bool = True,
-                 mean_norm: str | bool = "utterance", vad_scp: str | os.PathLike[str] | None = None,
-                 cmvn_scp: str | os.PathLike[str] | None = None,
-                 spec_augment: SpecAugment | dict[str, int] | bool | None = None,
-                 feats: KaldiArkReader | None = None, access: str = "pread") -> None:
+    def __init__(
+        self,
+        feats_scp: str | os.PathLike[str],
+        batches: Sequence[Sequence[str]],
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        crop: int | tuple[int, int] = (140, 180),
+        use_vad: bool = True,
+        mean_norm: str | bool = "utterance",
+        vad_scp: str | os.PathLike[str] | None = None,
+        cmvn_scp: str | os.PathLike[str] | None = None,
+        spec_augment: SpecAugment | dict[str, int] | bool | None = None,
+        feats: KaldiArkReader | None = None,
+        access: str = "pread",
+    ) -> None:
         self.feats = feats if feats is not None else KaldiArkReader(feats_scp, access=access)
         self.batches = [list(b) for b in batches]
         self.seed, self.epoch = int(seed), int(epoch)
@@ -483,8 +495,11 @@ class NxMCropDataset(Dataset):
         if self.use_vad:
             path = vad_scp or _sibling(self.feats.scp, "vad.scp")
             if path is None:
-                raise InputError(Path(self.feats.scp).parent / "vad.scp", None,
-                                 "use_vad needs a vad.scp (from make_fbank.sh); pass vad_scp or use_vad=False")
+                raise InputError(
+                    Path(self.feats.scp).parent / "vad.scp",
+                    None,
+                    "use_vad needs a vad.scp (from make_fbank.sh); pass vad_scp or use_vad=False",
+                )
             self.vad = KaldiArkReader(path)
         self.cmvn: KaldiArkReader | None = None
         if self.mean_norm == "utterance":
@@ -498,8 +513,9 @@ class NxMCropDataset(Dataset):
         for b, batch in enumerate(self.batches):
             for u in batch:
                 if u not in self.feats:
-                    raise KeyError(f"batch {b} (line {b + 1} of the batch list): utterance '{u}' "
-                                   f"is not in {self.feats.scp}")
+                    raise KeyError(
+                        f"batch {b} (line {b + 1} of the batch list): utterance '{u}' is not in {self.feats.scp}"
+                    )
                 if self.vad is not None and u not in self.vad:
                     raise KeyError(f"batch {b}: utterance '{u}' is not in {self.vad.scp}")
 
@@ -626,9 +642,9 @@ def _mask(buf: np.ndarray, sa: SpecAugment, rng: np.random.Generator) -> None:
             for j in range(count):
                 if w[i, j]:
                     if axis == 1:
-                        buf[i, s[i, j]:s[i, j] + w[i, j], :] = 0.0
+                        buf[i, s[i, j] : s[i, j] + w[i, j], :] = 0.0
                     else:
-                        buf[i, :, s[i, j]:s[i, j] + w[i, j]] = 0.0
+                        buf[i, :, s[i, j] : s[i, j] + w[i, j]] = 0.0
 
 
 class _BufferPool:
@@ -696,17 +712,27 @@ class _PooledLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         sampler: _IndexSampler = self.sampler  # type: ignore[assignment]
-        pool = _BufferPool(self.dataset.batch_numel(),  # type: ignore[attr-defined]
-                           limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4)
+        pool = _BufferPool(
+            self.dataset.batch_numel(),  # type: ignore[attr-defined]
+            limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4,
+        )
         sampler.pool = pool
         for item in super().__iter__():
             pool.arrived(item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None)
             yield item
 
 
-def make_loader(dataset: Dataset, *, start_batch: int = 0, num_workers: int = 2, prefetch_factor: int = 4,
-                pin_memory: bool = False, persistent_workers: bool = False,
-                multiprocessing_context: str | None = None, reuse_buffers: bool = True) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    *,
+    start_batch: int = 0,
+    num_workers: int = 2,
+    prefetch_factor: int = 4,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    multiprocessing_context: str | None = None,
+    reuse_buffers: bool = True,
+) -> DataLoader:
     """A DataLoader over batches ``start_batch, start_batch + 1, ...`` of ``dataset``.
 
     Each item is ``(feats [N*M, T, F], utt_ids)``.  Batches come in order whatever
@@ -720,13 +746,28 @@ def make_loader(dataset: Dataset, *, start_batch: int = 0, num_workers: int = 2,
         raise ValueError(f"start_batch {start_batch} is outside [0, {len(dataset)}]")
     kwargs: dict[str, Any] = {}
     if num_workers > 0:
-        kwargs.update(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
-                      multiprocessing_context=multiprocessing_context)
-    pooled = (num_workers > 0 and reuse_buffers and not pin_memory and isinstance(dataset, NxMCropDataset)
-              and hasattr(torch._C, "_storage_Use_Count"))
+        kwargs.update(
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            multiprocessing_context=multiprocessing_context,
+        )
+    pooled = (
+        num_workers > 0
+        and reuse_buffers
+        and not pin_memory
+        and isinstance(dataset, NxMCropDataset)
+        and hasattr(torch._C, "_storage_Use_Count")
+    )
     cls = _PooledLoader if pooled else DataLoader
-    return cls(dataset, batch_size=None, sampler=_IndexSampler(start_batch, len(dataset)), num_workers=num_workers,
-               pin_memory=pin_memory, collate_fn=_identity, **kwargs)
+    return cls(
+        dataset,
+        batch_size=None,
+        sampler=_IndexSampler(start_batch, len(dataset)),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        collate_fn=_identity,
+        **kwargs,
+    )
 
 
 def _identity(x: Any) -> Any:

@@ -123,11 +123,11 @@ def ge2e_scores(emb: torch.Tensor, centroids: str = "exclusive") -> torch.Tensor
     if centroids == "exclusive":
         if m < 2:
             raise ValueError(f"exclusive centroids need M >= 2 utterances per speaker, got M={m}")
-        total = e.sum(dim=1)                                      # [N, D]
-        cent = F.normalize(total / m, dim=-1, eps=_EPS)           # [N, D]
-        cos = torch.einsum("jid,kd->jik", e, cent)                # [N, M, N]
-        excl = (total.unsqueeze(1) - e) / (m - 1)                 # [N, M, D]: c_j^(-i)
-        own = (e * F.normalize(excl, dim=-1, eps=_EPS)).sum(-1)   # [N, M]
+        total = e.sum(dim=1)  # [N, D]
+        cent = F.normalize(total / m, dim=-1, eps=_EPS)  # [N, D]
+        cos = torch.einsum("jid,kd->jik", e, cent)  # [N, M, N]
+        excl = (total.unsqueeze(1) - e) / (m - 1)  # [N, M, D]: c_j^(-i)
+        own = (e * F.normalize(excl, dim=-1, eps=_EPS)).sum(-1)  # [N, M]
         diag = torch.eye(n, dtype=torch.bool, device=emb.device).unsqueeze(1)  # [N, 1, N]
         return torch.where(diag, own.unsqueeze(-1), cos)
     if centroids == "split":
@@ -194,18 +194,19 @@ class GE2ELoss(_ScaledCosine):
     ``L_ji`` (see the module docstring for the exact formulas and centroid rules).
     """
 
-    def __init__(self, mode: str = "softmax", init_w: float = 10.0, init_b: float = -5.0,
-                 centroids: str = "exclusive") -> None:
+    def __init__(
+        self, mode: str = "softmax", init_w: float = 10.0, init_b: float = -5.0, centroids: str = "exclusive"
+    ) -> None:
         super().__init__(init_w, init_b, centroids)
         if mode not in ("softmax", "contrast"):
             raise ValueError(f"GE2E mode must be 'softmax' or 'contrast', got {mode!r}")
         self.mode = mode
 
     def forward(self, emb: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        s = self.logits(emb)                                        # [N, M, N]
+        s = self.logits(emb)  # [N, M, N]
         n = s.shape[0]
         diag = torch.eye(n, dtype=torch.bool, device=s.device).unsqueeze(1).expand_as(s)
-        target = s.diagonal(dim1=0, dim2=2).transpose(0, 1)        # [N, M]: S[j, i, j]
+        target = s.diagonal(dim1=0, dim2=2).transpose(0, 1)  # [N, M]: S[j, i, j]
         if self.mode == "softmax":
             # -t + log(e^t + sum_{k!=j} e^{s_k}) = softplus(lse_{k!=j} s_k - t)
             others = s.masked_fill(diag, float("-inf")).logsumexp(dim=-1)
@@ -235,12 +236,12 @@ class GE2EXSLoss(_ScaledCosine):
     """
 
     def forward(self, emb: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        s = self.logits(emb)                                        # [N, M, N]
+        s = self.logits(emb)  # [N, M, N]
         n = s.shape[0]
         diag = torch.eye(n, dtype=torch.bool, device=s.device).unsqueeze(1).expand_as(s)
-        target = s.diagonal(dim1=0, dim2=2).transpose(0, 1)        # [N, M]
+        target = s.diagonal(dim1=0, dim2=2).transpose(0, 1)  # [N, M]
         square_non = s.masked_fill(diag, float("-inf")).transpose(0, 1).reshape(s.shape[1], -1)
-        lse = square_non.logsumexp(dim=-1)                          # [M]: one per square
+        lse = square_non.logsumexp(dim=-1)  # [M]: one per square
         return F.softplus(lse.unsqueeze(0) - target).mean()
 
 
@@ -254,9 +255,18 @@ class AAMSoftmaxLoss(SpeakerLoss):
 
     needs_labels = True
 
-    def __init__(self, embed_dim: int, num_classes: int, margin: float = 0.2, scale: float = 30.0,
-                 easy_margin: bool = False, subcenter: bool = False, K: int = 3,
-                 mp: float = 0.06, k_top: int = 5) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_classes: int,
+        margin: float = 0.2,
+        scale: float = 30.0,
+        easy_margin: bool = False,
+        subcenter: bool = False,
+        K: int = 3,
+        mp: float = 0.06,
+        k_top: int = 5,
+    ) -> None:
         super().__init__()
         if num_classes is None or int(num_classes) < 2:
             raise ValueError(f"AAM-softmax needs num_classes >= 2 (training speakers), got {num_classes}")
@@ -265,13 +275,21 @@ class AAMSoftmaxLoss(SpeakerLoss):
             from espnet2.spk.loss.aamsoftmax_subcenter_intertopk import (
                 ArcMarginProduct_intertopk_subcenter,
             )
+
             self.inner: nn.Module = ArcMarginProduct_intertopk_subcenter(
-                embed_dim, self.num_classes, scale=scale, margin=margin, easy_margin=easy_margin,
-                K=K, mp=mp, k_top=k_top)
+                embed_dim,
+                self.num_classes,
+                scale=scale,
+                margin=margin,
+                easy_margin=easy_margin,
+                K=K,
+                mp=mp,
+                k_top=k_top,
+            )
         else:
             from espnet2.spk.loss.aamsoftmax import AAMSoftmax
-            self.inner = AAMSoftmax(embed_dim, self.num_classes, margin=margin, scale=scale,
-                                    easy_margin=easy_margin)
+
+            self.inner = AAMSoftmax(embed_dim, self.num_classes, margin=margin, scale=scale, easy_margin=easy_margin)
         self.last_accuracy: float = float("nan")
 
     def forward(self, emb: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
@@ -286,11 +304,14 @@ class AAMSoftmaxLoss(SpeakerLoss):
                 raise ValueError(f"labels must be [N]={n} or [N, M]=({n}, {m}), got {tuple(labels.shape)}")
             emb, labels = emb.reshape(n * m, d), labels.reshape(n * m)
         elif emb.dim() != 2 or labels.shape != emb.shape[:1]:
-            raise ValueError(f"expected emb [N, M, D] + labels [N] or emb [B, D] + labels [B], "
-                             f"got {tuple(emb.shape)} and {tuple(labels.shape)}")
+            raise ValueError(
+                f"expected emb [N, M, D] + labels [N] or emb [B, D] + labels [B], "
+                f"got {tuple(emb.shape)} and {tuple(labels.shape)}"
+            )
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
-            raise ValueError(f"speaker labels must lie in [0, {self.num_classes}), "
-                             f"got [{int(labels.min())}, {int(labels.max())}]")
+            raise ValueError(
+                f"speaker labels must lie in [0, {self.num_classes}), got [{int(labels.min())}, {int(labels.max())}]"
+            )
         if emb.dtype in (torch.float16, torch.bfloat16):
             emb = emb.float()
         loss, acc, _ = self.inner(emb, labels)
@@ -342,8 +363,9 @@ def build_loss(cfg: Mapping[str, Any], embed_dim: int, num_classes: int | None =
     return cls(**fixed, **cfg)
 
 
-def batch_labels(utt_ids: Sequence[str], utt2spk: Mapping[str, str], spk2idx: Mapping[str, int],
-                 num_utt: int) -> torch.Tensor:
+def batch_labels(
+    utt_ids: Sequence[str], utt2spk: Mapping[str, str], spk2idx: Mapping[str, int], num_utt: int
+) -> torch.Tensor:
     """Global speaker indices ``[N]`` of a speaker-major batch of ``N * num_utt`` utterances.
 
     Raises ``ValueError`` when the batch is not speaker-major (a block of ``num_utt``
@@ -355,7 +377,7 @@ def batch_labels(utt_ids: Sequence[str], utt2spk: Mapping[str, str], spk2idx: Ma
     labels: list[int] = []
     seen: set[str] = set()
     for start in range(0, len(utt_ids), num_utt):
-        block = utt_ids[start:start + num_utt]
+        block = utt_ids[start : start + num_utt]
         try:
             spks = {utt2spk[u] for u in block}
         except KeyError as err:

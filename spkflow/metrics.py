@@ -28,8 +28,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["DetCurve", "det_curve", "compute_eer", "eer_from_det", "compute_min_dcf",
-           "min_dcf_with_threshold", "compute_metrics"]
+__all__ = [
+    "DetCurve",
+    "det_curve",
+    "compute_eer",
+    "eer_from_det",
+    "compute_min_dcf",
+    "min_dcf_with_threshold",
+    "compute_metrics",
+]
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,9 @@ def _validate(scores: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.ndar
         lab = lab.astype(bool)
     n_tar = int(lab.sum())
     if n_tar == 0 or n_tar == lab.size:
-        raise ValueError(f"need both target and non-target trials, got {n_tar} target(s) "
-                         f"and {lab.size - n_tar} non-target(s)")
+        raise ValueError(
+            f"need both target and non-target trials, got {n_tar} target(s) and {lab.size - n_tar} non-target(s)"
+        )
     return s, lab
 
 
@@ -101,16 +109,17 @@ def eer_from_det(det: DetCurve) -> tuple[float, float]:
     pm, pf, th = det.p_miss, det.p_fa, det.thresholds
     # first crossing; k >= 1 since point 0 has pm=0 < pf=1 and the last has pm=1 > pf=0
     k = int(np.argmax(pm >= pf))
-    d_lo = pf[k - 1] - pm[k - 1]          # > 0
-    d_hi = pm[k] - pf[k]                  # >= 0
+    d_lo = pf[k - 1] - pm[k - 1]  # > 0
+    d_hi = pm[k] - pf[k]  # >= 0
     t = d_lo / (d_lo + d_hi)
     eer = pm[k - 1] + t * (pm[k] - pm[k - 1])
     thr = th[k - 1] + t * (th[k] - th[k - 1]) if np.isfinite(th[k]) else th[k - 1]
     return 100.0 * float(eer), float(thr)
 
 
-def compute_min_dcf(scores: ArrayLike, labels: ArrayLike, p_target: float,
-                    c_miss: float = 1.0, c_fa: float = 1.0) -> float:
+def compute_min_dcf(
+    scores: ArrayLike, labels: ArrayLike, p_target: float, c_miss: float = 1.0, c_fa: float = 1.0
+) -> float:
     """Normalised minimum detection cost (NIST SRE 2016 plan, Eqs. 2-4; Kaldi's
     ``compute_min_dcf.py``): ``min_t [c_miss P_miss(t) p_target + c_fa P_fa(t) (1 - p_target)]``
     divided by ``min(c_miss p_target, c_fa (1 - p_target))``."""
@@ -118,8 +127,9 @@ def compute_min_dcf(scores: ArrayLike, labels: ArrayLike, p_target: float,
     return value
 
 
-def min_dcf_with_threshold(det: DetCurve, p_target: float, c_miss: float = 1.0,
-                           c_fa: float = 1.0) -> tuple[float, float]:
+def min_dcf_with_threshold(
+    det: DetCurve, p_target: float, c_miss: float = 1.0, c_fa: float = 1.0
+) -> tuple[float, float]:
     """``(normalised minDCF, threshold reaching it)`` from a precomputed DET curve."""
     if not 0.0 < p_target < 1.0:
         raise ValueError(f"p_target must lie in (0, 1), got {p_target}")
@@ -131,8 +141,9 @@ def min_dcf_with_threshold(det: DetCurve, p_target: float, c_miss: float = 1.0,
     return float(cost[k] / c_def), float(det.thresholds[k])
 
 
-def compute_metrics(scores: ArrayLike, labels: ArrayLike,
-                    p_targets: tuple[float, ...] = (0.01, 0.05)) -> dict[str, float | int]:
+def compute_metrics(
+    scores: ArrayLike, labels: ArrayLike, p_targets: tuple[float, ...] = (0.01, 0.05)
+) -> dict[str, float | int]:
     """All figures stage 6 reports, from one DET curve: ``eer`` (percent),
     ``eer_threshold``, ``min_dcf_p<P>`` and ``min_dcf_p<P>_threshold`` per p_target
     (c_miss = c_fa = 1), ``n_target``, ``n_nontarget``."""

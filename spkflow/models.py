@@ -84,8 +84,9 @@ class SpecAugment(nn.Module):
     valid frames.
     """
 
-    def __init__(self, freq_width: int = 0, num_freq_masks: int = 1, time_width: int = 0,
-                 num_time_masks: int = 1) -> None:
+    def __init__(
+        self, freq_width: int = 0, num_freq_masks: int = 1, time_width: int = 0, num_time_masks: int = 1
+    ) -> None:
         super().__init__()
         self.freq_width, self.num_freq_masks = int(freq_width), int(num_freq_masks)
         self.time_width, self.num_time_masks = int(time_width), int(num_time_masks)
@@ -169,9 +170,16 @@ class EcapaTdnn(SpeakerEmbedder):
     ``embed_dim`` the projector output (paper: 192).
     """
 
-    def __init__(self, input_dim: int = 80, channels: int = 512, scale: int = 8,
-                 output_channels: int | None = None, embed_dim: int = 192, input_norm: str = "global",
-                 specaug: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        input_dim: int = 80,
+        channels: int = 512,
+        scale: int = 8,
+        output_channels: int | None = None,
+        embed_dim: int = 192,
+        input_norm: str = "global",
+        specaug: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(input_dim, input_norm, specaug)
         from espnet2.spk.encoder.ecapa_tdnn_encoder import EcapaTdnnEncoder
         from espnet2.spk.pooling.chn_attn_stat_pooling import ChnAttnStatPooling
@@ -234,9 +242,17 @@ class DVectorLSTM(SpeakerEmbedder):
     window).
     """
 
-    def __init__(self, input_dim: int = 40, hidden: int = 768, embed_dim: int = 256, layers: int = 3,
-                 infer_window: int = 140, infer_hop: int = 70, input_norm: str = "global",
-                 specaug: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        input_dim: int = 40,
+        hidden: int = 768,
+        embed_dim: int = 256,
+        layers: int = 3,
+        infer_window: int = 140,
+        infer_hop: int = 70,
+        input_norm: str = "global",
+        specaug: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(input_dim, input_norm, specaug)
         if int(infer_window) < 0 or (int(infer_window) > 0 and int(infer_hop) < 1):
             raise ConfigError(f"model.infer_window must be >= 0 and infer_hop >= 1, got {infer_window}, {infer_hop}")
@@ -285,10 +301,25 @@ MODELS: dict[str, type[SpeakerEmbedder]] = {"ecapa_tdnn": EcapaTdnn, "dvector_ls
 
 # Accepted keys and defaults of each model (``name`` aside); ``build_model`` checks against these.
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "ecapa_tdnn": {"input_dim": 80, "channels": 512, "scale": 8, "output_channels": None, "embed_dim": 192,
-                   "input_norm": "global", "specaug": None},
-    "dvector_lstm": {"input_dim": 40, "hidden": 768, "embed_dim": 256, "layers": 3, "infer_window": 140,
-                     "infer_hop": 70, "input_norm": "global", "specaug": None},
+    "ecapa_tdnn": {
+        "input_dim": 80,
+        "channels": 512,
+        "scale": 8,
+        "output_channels": None,
+        "embed_dim": 192,
+        "input_norm": "global",
+        "specaug": None,
+    },
+    "dvector_lstm": {
+        "input_dim": 40,
+        "hidden": 768,
+        "embed_dim": 256,
+        "layers": 3,
+        "infer_window": 140,
+        "infer_hop": 70,
+        "input_norm": "global",
+        "specaug": None,
+    },
 }
 
 
@@ -307,8 +338,9 @@ def build_model(cfg: Mapping[str, Any]) -> SpeakerEmbedder:
     return MODELS[name](**cfg)
 
 
-def load_model_dir(model_dir: str | os.PathLike[str], device: str | torch.device = "cpu",
-                   checkpoint: str = "model.pth") -> tuple[SpeakerEmbedder, dict[str, Any]]:
+def load_model_dir(
+    model_dir: str | os.PathLike[str], device: str | torch.device = "cpu", checkpoint: str = "model.pth"
+) -> tuple[SpeakerEmbedder, dict[str, Any]]:
     """Rebuild a trained embedder: ``config.yaml`` (sections ``frontend``, ``model``, ...) and
     ``model.pth`` (a plain state dict) from ``model_dir``.  Returns ``(model in eval mode on
     device, config)``.  Missing files or a state dict that does not fit the config raise

@@ -58,8 +58,12 @@ def _pct(p: float) -> str:
     return f"{100 * p:g}"
 
 
-def plot_det(curves: Mapping[str, DetCurve], path: str | os.PathLike[str], title: str = "DET curve",
-             p_targets: Sequence[float] = (0.01, 0.05)) -> None:
+def plot_det(
+    curves: Mapping[str, DetCurve],
+    path: str | os.PathLike[str],
+    title: str = "DET curve",
+    p_targets: Sequence[float] = (0.01, 0.05),
+) -> None:
     """DET curves (miss vs false-alarm probability on normal-deviate axes), one per entry
     of ``curves`` (label -> :class:`DetCurve`), each with its EER point (circle) and its
     minDCF operating points (triangles) marked."""
@@ -79,10 +83,21 @@ def plot_det(curves: Mapping[str, DetCurve], path: str | os.PathLike[str], title
             # drawn on the border it lies beyond, and the legend says so
             px, py = float(_ppf(det.p_fa[k])), float(_ppf(det.p_miss[k]))
             cx, cy = min(max(px, lo), hi), min(max(py, lo), hi)
-            where = "" if (cx, cy) == (px, py) else (
-                f", at {100 * det.p_fa[k]:.2g}% FA / {100 * det.p_miss[k]:.2g}% miss (off scale)")
-            ax.plot(cx, cy, marker, color=color, ms=7, mfc="none", clip_on=False,
-                    label=f"{label}: minDCF(p={p:g}) {value:.3f}{where}")
+            where = (
+                ""
+                if (cx, cy) == (px, py)
+                else (f", at {100 * det.p_fa[k]:.2g}% FA / {100 * det.p_miss[k]:.2g}% miss (off scale)")
+            )
+            ax.plot(
+                cx,
+                cy,
+                marker,
+                color=color,
+                ms=7,
+                mfc="none",
+                clip_on=False,
+                label=f"{label}: minDCF(p={p:g}) {value:.3f}{where}",
+            )
     ax.plot([lo, hi], [lo, hi], color="0.6", lw=0.8, ls="--")
     ticks = _ppf(np.array(_DET_TICKS))
     labels = [_pct(p) for p in _DET_TICKS]
@@ -98,9 +113,14 @@ def plot_det(curves: Mapping[str, DetCurve], path: str | os.PathLike[str], title
     _save(fig, path)
 
 
-def plot_score_hist(scores: np.ndarray, labels: np.ndarray, path: str | os.PathLike[str],
-                    title: str = "Score distributions", threshold: float | None = None,
-                    xlabel: str = "score") -> None:
+def plot_score_hist(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    path: str | os.PathLike[str],
+    title: str = "Score distributions",
+    threshold: float | None = None,
+    xlabel: str = "score",
+) -> None:
     """Density histograms of target and non-target scores on shared bins (spanning each
     class's 0.1-99.9 percentiles; scores outside fall into the edge bins), with the decision
     ``threshold`` (e.g. the EER threshold) as a vertical line."""
@@ -115,10 +135,10 @@ def plot_score_hist(scores: np.ndarray, labels: np.ndarray, path: str | os.PathL
         lo, hi = scores.min() - 0.5, scores.max() + 0.5
     bins = np.linspace(lo, hi, 61)
     scores = np.clip(scores, lo, hi)  # outliers land in the edge bins
-    ax.hist(scores[~labels], bins=bins, density=True, alpha=0.55, color="C3",
-            label=f"non-target ({int((~labels).sum())})")
-    ax.hist(scores[labels], bins=bins, density=True, alpha=0.55, color="C0",
-            label=f"target ({int(labels.sum())})")
+    ax.hist(
+        scores[~labels], bins=bins, density=True, alpha=0.55, color="C3", label=f"non-target ({int((~labels).sum())})"
+    )
+    ax.hist(scores[labels], bins=bins, density=True, alpha=0.55, color="C0", label=f"target ({int(labels.sum())})")
     if threshold is not None and np.isfinite(threshold):
         ax.axvline(threshold, color="k", ls="--", lw=1.0, label=f"EER threshold {threshold:.3f}")
     ax.set_xlabel(xlabel)
@@ -138,8 +158,9 @@ def _numeric(history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float
     return xs, ys
 
 
-def plot_training_curves(history: Sequence[Mapping[str, Any]], path: str | os.PathLike[str],
-                         title: str = "Training") -> None:
+def plot_training_curves(
+    history: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], title: str = "Training"
+) -> None:
     """Per-epoch curves from the trainer's history (one dict per epoch, e.g. ``{"epoch": 3,
     "train_loss": 1.2, "valid_loss": 1.4, "valid_eer": 7.5, "lr": 1e-3}``).
 
@@ -150,9 +171,11 @@ def plot_training_curves(history: Sequence[Mapping[str, Any]], path: str | os.Pa
     if not history:
         raise ValueError("empty training history")
     keys = list(dict.fromkeys(k for row in history for k in row if k != "epoch"))
-    groups = [("loss", [k for k in keys if "loss" in k.lower()]),
-              ("EER (%)", [k for k in keys if "eer" in k.lower()]),
-              ("learning rate", [k for k in keys if k.lower() in ("lr", "learning_rate")])]
+    groups = [
+        ("loss", [k for k in keys if "loss" in k.lower()]),
+        ("EER (%)", [k for k in keys if "eer" in k.lower()]),
+        ("learning rate", [k for k in keys if k.lower() in ("lr", "learning_rate")]),
+    ]
     groups = [(name, ks) for name, ks in groups if any(_numeric(history, k)[0] for k in ks)]
     if not groups:
         raise ValueError(f"no loss, eer or lr values in the history (keys: {keys})")
@@ -163,11 +186,17 @@ def plot_training_curves(history: Sequence[Mapping[str, Any]], path: str | os.Pa
             xs, ys = _numeric(history, k)
             if not xs:
                 continue
-            line, = ax.plot(xs, ys, "o-", ms=3, lw=1.4, label=k)
+            (line,) = ax.plot(xs, ys, "o-", ms=3, lw=1.4, label=k)
             if name.startswith("EER"):
                 best = int(np.argmin(ys))
-                ax.plot(xs[best], ys[best], "*", ms=12, color=line.get_color(),
-                        label=f"best {ys[best]:.2f}% (epoch {xs[best]:g})")
+                ax.plot(
+                    xs[best],
+                    ys[best],
+                    "*",
+                    ms=12,
+                    color=line.get_color(),
+                    label=f"best {ys[best]:.2f}% (epoch {xs[best]:g})",
+                )
         if name == "learning rate":
             ax.set_yscale("log")
         ax.set_xlabel("epoch")

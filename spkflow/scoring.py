@@ -80,8 +80,8 @@ class Trials:
 
     enroll: list[str]
     test: list[str]
-    target: np.ndarray   # bool [n]
-    lines: np.ndarray    # int [n]
+    target: np.ndarray  # bool [n]
+    lines: np.ndarray  # int [n]
     path: str = "<trials>"
 
     def __len__(self) -> int:
@@ -95,13 +95,19 @@ class Trials:
     def from_pairs(cls, pairs: Iterable[tuple[str, str, bool]], path: str = "<trials>") -> "Trials":
         """Build from ``(utt1, utt2, is_target)`` tuples (line numbers are 1, 2, ...)."""
         rows = list(pairs)
-        return cls([r[0] for r in rows], [r[1] for r in rows], np.array([bool(r[2]) for r in rows], dtype=bool),
-                   np.arange(1, len(rows) + 1), path)
+        return cls(
+            [r[0] for r in rows],
+            [r[1] for r in rows],
+            np.array([bool(r[2]) for r in rows], dtype=bool),
+            np.arange(1, len(rows) + 1),
+            path,
+        )
 
     def subset(self, keep: np.ndarray) -> "Trials":
         idx = np.flatnonzero(keep)
-        return Trials([self.enroll[i] for i in idx], [self.test[i] for i in idx], self.target[idx],
-                      self.lines[idx], self.path)
+        return Trials(
+            [self.enroll[i] for i in idx], [self.test[i] for i in idx], self.target[idx], self.lines[idx], self.path
+        )
 
 
 @dataclass
@@ -109,13 +115,13 @@ class ScoreResult:
     """Scores of the trials that could be scored, in trials-file order."""
 
     trials: Trials
-    scores: np.ndarray                     # float64 [n]; AS-normalised when a cohort was given
-    raw_scores: np.ndarray                 # float64 [n]; plain cosine
-    labels: np.ndarray                     # int [n], 1 target / 0 non-target
+    scores: np.ndarray  # float64 [n]; AS-normalised when a cohort was given
+    raw_scores: np.ndarray  # float64 [n]; plain cosine
+    labels: np.ndarray  # int [n], 1 target / 0 non-target
     n_skipped: int = 0
     missing: list[str] = field(default_factory=list)  # utterances without an embedding
-    score_norm: str = "none"               # "none" | "asnorm"
-    cohort_size: int = 0                   # cohort entries actually used (top-K)
+    score_norm: str = "none"  # "none" | "asnorm"
+    cohort_size: int = 0  # cohort entries actually used (top-K)
 
 
 def read_trials(path: str | os.PathLike[str]) -> Trials:
@@ -153,8 +159,9 @@ def _scp_lines(path: str) -> dict[str, tuple[int, str]]:
     return entries
 
 
-def read_embeddings(scp: str | os.PathLike[str], keys: Iterable[str] | None = None,
-                    normalize: bool = False) -> dict[str, np.ndarray]:
+def read_embeddings(
+    scp: str | os.PathLike[str], keys: Iterable[str] | None = None, normalize: bool = False
+) -> dict[str, np.ndarray]:
     """Read (the ``keys`` of) a kaldiio vector scp as float64 ``[D]`` arrays, L2-normalised
     when ``normalize`` (scoring normalises anyway, after optional centring).
 
@@ -183,8 +190,7 @@ def read_embeddings(scp: str | os.PathLike[str], keys: Iterable[str] | None = No
         if dim is None:
             dim = (vec.shape[0], key)
         elif vec.shape[0] != dim[0]:
-            raise InputError(scp, n, f"embedding of {key!r} has dimension {vec.shape[0]}, "
-                                     f"{dim[1]!r} has {dim[0]}")
+            raise InputError(scp, n, f"embedding of {key!r} has dimension {vec.shape[0]}, {dim[1]!r} has {dim[0]}")
         if not np.all(np.isfinite(vec)):
             raise InputError(scp, n, f"embedding of {key!r} has non-finite values")
         norm = np.linalg.norm(vec)
@@ -237,17 +243,23 @@ def asnorm_stats(emb: np.ndarray, cohort: np.ndarray, top_k: int, chunk: int = 4
     mu = np.empty(emb.shape[0])
     sigma = np.empty(emb.shape[0])
     for start in range(0, emb.shape[0], chunk):
-        s = emb[start:start + chunk] @ cohort.T                       # [c, S]
+        s = emb[start : start + chunk] @ cohort.T  # [c, S]
         top = np.partition(s, s.shape[1] - top_k, axis=1)[:, -top_k:]  # k largest, unordered
-        mu[start:start + chunk] = top.mean(axis=1)
-        sigma[start:start + chunk] = top.std(axis=1)
+        mu[start : start + chunk] = top.mean(axis=1)
+        sigma[start : start + chunk] = top.std(axis=1)
     return mu, np.maximum(sigma, 1e-8)
 
 
-def score_trials(trials: Trials, embeddings: Mapping[str, np.ndarray], *,
-                 emb_source: str = "<embeddings>", skip_missing: bool = False,
-                 cohort: np.ndarray | None = None, cohort_size: int = 200,
-                 mean: np.ndarray | None = None) -> ScoreResult:
+def score_trials(
+    trials: Trials,
+    embeddings: Mapping[str, np.ndarray],
+    *,
+    emb_source: str = "<embeddings>",
+    skip_missing: bool = False,
+    cohort: np.ndarray | None = None,
+    cohort_size: int = 200,
+    mean: np.ndarray | None = None,
+) -> ScoreResult:
     """Cosine-score ``trials`` with ``embeddings`` (L2-normalised here again, so any
     mapping of utterance id to vector works), AS-normalised against ``cohort [S, D]`` when
     given (top ``min(cohort_size, S)``).  ``mean [D]``, when given, is subtracted from every
@@ -266,15 +278,25 @@ def score_trials(trials: Trials, embeddings: Mapping[str, np.ndarray], *,
     if n_bad and not skip_missing:
         i = int(np.argmin(ok))
         utt = trials.enroll[i] if not have[e_idx[i]] else trials.test[i]
-        more = (f" ({n_bad - 1} more trial(s) and {len(missing) - 1} more utterance(s) lack one; "
-                f"--skip-missing leaves them out)" if n_bad > 1 else "")
-        raise InputError(trials.path, int(trials.lines[i]),
-                         f"utterance {utt!r} has no embedding in {emb_source}{more}")
+        more = (
+            f" ({n_bad - 1} more trial(s) and {len(missing) - 1} more utterance(s) lack one; "
+            f"--skip-missing leaves them out)"
+            if n_bad > 1
+            else ""
+        )
+        raise InputError(trials.path, int(trials.lines[i]), f"utterance {utt!r} has no embedding in {emb_source}{more}")
     if n_bad == n:
         raise InputError(trials.path, None, f"no trial has both embeddings in {emb_source}")
     if n_bad:
-        log.warning("%s: skipped %d of %d trials: %d utterance(s) without an embedding in %s (e.g. %r)",
-                    trials.path, n_bad, n, len(missing), emb_source, missing[0])
+        log.warning(
+            "%s: skipped %d of %d trials: %d utterance(s) without an embedding in %s (e.g. %r)",
+            trials.path,
+            n_bad,
+            n,
+            len(missing),
+            emb_source,
+            missing[0],
+        )
         trials, e_idx, t_idx = trials.subset(ok), e_idx[ok], t_idx[ok]
 
     dim = None
@@ -300,9 +322,9 @@ def score_trials(trials: Trials, embeddings: Mapping[str, np.ndarray], *,
         raise InputError(emb_source, None, f"embedding of {bad!r} equals the mean (cosine undefined)")
     mat[have] /= norms
     raw = np.empty(len(e_idx))
-    step = max(1024, 2 ** 22 // max(mat.shape[1], 1))  # ~32 MiB of gathered rows per chunk
+    step = max(1024, 2**22 // max(mat.shape[1], 1))  # ~32 MiB of gathered rows per chunk
     for a in range(0, len(e_idx), step):
-        raw[a:a + step] = np.einsum("nd,nd->n", mat[e_idx[a:a + step]], mat[t_idx[a:a + step]])
+        raw[a : a + step] = np.einsum("nd,nd->n", mat[e_idx[a : a + step]], mat[t_idx[a : a + step]])
     result = ScoreResult(trials, raw, raw, trials.target.astype(int), n_skipped=n_bad, missing=missing)
     if cohort is not None:
         cohort = np.asarray(cohort, dtype=np.float64)

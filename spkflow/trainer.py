@@ -84,8 +84,15 @@ from spkflow.config import normalize_train_config
 from spkflow.errors import InputError
 from spkflow.models import SpeakerEmbedder, build_model
 
-__all__ = ["TrainingDiverged", "TrainOptions", "Trainer", "average_state_dicts", "save_checkpoint",
-           "load_checkpoint", "step_seed"]
+__all__ = [
+    "TrainingDiverged",
+    "TrainOptions",
+    "Trainer",
+    "average_state_dicts",
+    "save_checkpoint",
+    "load_checkpoint",
+    "step_seed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -100,22 +107,22 @@ class TrainingDiverged(RuntimeError):
 class TrainOptions:
     """Where the trainer reads and writes (what ``spk.sh`` stage 4 passes)."""
 
-    config: Mapping[str, Any]               # the training config (see spkflow.config)
-    train_data: str                         # data/<train_set> (utt2spk, spk2utt)
-    train_feats: str                        # dump/fbank/<train_set> (feats.scp, vad.scp, cmvn stats)
-    batches_dir: str                        # <exp>/batches (epoch<E>.txt)
-    out_dir: str                            # <exp>
+    config: Mapping[str, Any]  # the training config (see spkflow.config)
+    train_data: str  # data/<train_set> (utt2spk, spk2utt)
+    train_feats: str  # dump/fbank/<train_set> (feats.scp, vad.scp, cmvn stats)
+    batches_dir: str  # <exp>/batches (epoch<E>.txt)
+    out_dir: str  # <exp>
     num_epochs: int
-    num_utt: int | None = None              # M (checked against the batch lists; inferred when None)
-    valid_data: str | None = None           # data/<valid_set> with trials
-    valid_feats: str | None = None          # dump/fbank/<valid_set>
-    fbank_conf: str | None = None           # stage 2's fbank.conf (recorded in config.yaml)
-    vad_conf: str | None = None             # stage 2's vad.conf
+    num_utt: int | None = None  # M (checked against the batch lists; inferred when None)
+    valid_data: str | None = None  # data/<valid_set> with trials
+    valid_feats: str | None = None  # dump/fbank/<valid_set>
+    fbank_conf: str | None = None  # stage 2's fbank.conf (recorded in config.yaml)
+    vad_conf: str | None = None  # stage 2's vad.conf
     resume: bool = True
-    max_steps: int | None = None            # stop (with a checkpoint) after this global step
-    device: str = "auto"                    # auto | cpu | cuda
+    max_steps: int | None = None  # stop (with a checkpoint) after this global step
+    device: str = "auto"  # auto | cpu | cuda
     progress: bool = True
-    trace_batches: bool = False             # append "epoch batch line utt..." per step to batch_trace.rank<R>.txt
+    trace_batches: bool = False  # append "epoch batch line utt..." per step to batch_trace.rank<R>.txt
 
 
 def step_seed(seed: int, epoch: int, batch: int) -> int:
@@ -223,20 +230,25 @@ def _read_trials(path: str) -> tuple[list[tuple[str, str]], np.ndarray]:
 
 
 @torch.no_grad()
-def embed_utterances(model: SpeakerEmbedder, feats: Mapping[str, np.ndarray], device: torch.device,
-                     batch_size: int = 32, max_frames: int = 3000) -> dict[str, np.ndarray]:
+def embed_utterances(
+    model: SpeakerEmbedder,
+    feats: Mapping[str, np.ndarray],
+    device: torch.device,
+    batch_size: int = 32,
+    max_frames: int = 3000,
+) -> dict[str, np.ndarray]:
     """Embeddings of whole (frontend-applied) utterances, batched by length with padding."""
     was_training = model.training
     model.eval()
     keys = sorted(feats, key=lambda k: len(feats[k]))
     out: dict[str, np.ndarray] = {}
     for i in range(0, len(keys), batch_size):
-        chunk = keys[i:i + batch_size]
+        chunk = keys[i : i + batch_size]
         xs = [feats[k][:max_frames] for k in chunk]
         lengths = torch.tensor([len(x) for x in xs])
         pad = torch.zeros(len(xs), int(lengths.max()), xs[0].shape[1])
         for j, x in enumerate(xs):
-            pad[j, :len(x)] = torch.from_numpy(x)
+            pad[j, : len(x)] = torch.from_numpy(x)
         emb = model(pad.to(device), lengths.to(device)).float().cpu().numpy()
         out.update(zip(chunk, emb))
     model.train(was_training)
@@ -261,12 +273,20 @@ class Validator:
         missing = {u for u in utts if u not in reader}
         if missing:  # e.g. left out by stage 2 with skip_bad: validation goes on without them
             keep = [i for i, (a, b) in enumerate(self.pairs) if a not in missing and b not in missing]
-            log.warning("validation: %d utterances of %s have no features in %s (e.g. %s): %d of %d trials left out",
-                        len(missing), trials_path, reader.scp, sorted(missing)[0], len(self.pairs) - len(keep),
-                        len(self.pairs))
+            log.warning(
+                "validation: %d utterances of %s have no features in %s (e.g. %s): %d of %d trials left out",
+                len(missing),
+                trials_path,
+                reader.scp,
+                sorted(missing)[0],
+                len(self.pairs) - len(keep),
+                len(self.pairs),
+            )
             self.pairs, self.labels = [self.pairs[i] for i in keep], self.labels[keep]
             if not 0 < int(self.labels.sum()) < len(self.labels):
-                raise InputError(trials_path, None, f"no target and non-target trials left with features in {reader.scp}")
+                raise InputError(
+                    trials_path, None, f"no target and non-target trials left with features in {reader.scp}"
+                )
             utts = [u for u in utts if u not in missing]
         self.feats: dict[str, np.ndarray] = {}
         for u in utts:
@@ -276,8 +296,13 @@ class Validator:
         reader.close()
         if vad is not None:
             vad.close()
-        log.info("validation: %d trials (%d target) over %d utterances of %s", len(self.pairs),
-                 int(self.labels.sum()), len(utts), data_dir)
+        log.info(
+            "validation: %d trials (%d target) over %d utterances of %s",
+            len(self.pairs),
+            int(self.labels.sum()),
+            len(utts),
+            data_dir,
+        )
 
     def eer(self, model: SpeakerEmbedder, device: torch.device, batch_size: int, max_frames: int) -> float:
         from spkflow.metrics import compute_eer
@@ -299,8 +324,9 @@ class _Objective(nn.Module):
         self.model = model
         self.loss = loss
 
-    def forward(self, feats: torch.Tensor, labels: torch.Tensor, num_spk: int, num_utt: int,
-                autocast: bool) -> torch.Tensor:
+    def forward(
+        self, feats: torch.Tensor, labels: torch.Tensor, num_spk: int, num_utt: int, autocast: bool
+    ) -> torch.Tensor:
         lengths = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.long, device=feats.device)
         with torch.autocast(device_type=feats.device.type, dtype=torch.float16, enabled=autocast):
             emb = self.model(feats, lengths)
@@ -373,13 +399,17 @@ class Trainer:
 
         path = os.path.join(self.opts.batches_dir, f"epoch{epoch}.txt")
         if not os.path.isfile(path):
-            raise InputError(path, None, f"batch list of epoch {epoch} not found (stage 3 plans "
-                                         f"--num_epochs epochs; plan at least {self.opts.num_epochs})")
+            raise InputError(
+                path,
+                None,
+                f"batch list of epoch {epoch} not found (stage 3 plans "
+                f"--num_epochs epochs; plan at least {self.opts.num_epochs})",
+            )
         batches = read_batch_list(path)
         per_rank = len(batches) // self.world_size
         if per_rank == 0:
             raise InputError(path, None, f"{len(batches)} batches cannot be shared by {self.world_size} ranks")
-        return batches[self.rank: per_rank * self.world_size: self.world_size]
+        return batches[self.rank : per_rank * self.world_size : self.world_size]
 
     def _labels(self, utts: Sequence[str], epoch: int, index: int) -> torch.Tensor:
         from spkflow.losses import batch_labels
@@ -404,15 +434,19 @@ class Trainer:
         total = None
         count = 0
         keys = reader.keys()
-        for u in keys[::max(1, len(keys) // n)][:n]:  # spread over the list (and so over speakers)
-            x = apply_frontend(reader.read(u), vad.read(u) if vad is not None else None,
-                               use_vad=bool(fe["vad"]), mean_norm=bool(fe["mean_norm"])).astype(np.float64)
+        for u in keys[:: max(1, len(keys) // n)][:n]:  # spread over the list (and so over speakers)
+            x = apply_frontend(
+                reader.read(u),
+                vad.read(u) if vad is not None else None,
+                use_vad=bool(fe["vad"]),
+                mean_norm=bool(fe["mean_norm"]),
+            ).astype(np.float64)
             s = np.stack([x.sum(0), np.square(x).sum(0)])
             total = s if total is None else total + s
             count += len(x)
         assert total is not None
         mean = total[0] / count
-        std = np.sqrt(np.maximum(total[1] / count - mean ** 2, 1e-10))
+        std = np.sqrt(np.maximum(total[1] / count - mean**2, 1e-10))
         model.set_input_stats(torch.from_numpy(mean).float(), torch.from_numpy(std).float())
         log.info("input statistics from %d utterances (%d frames)", min(n, len(reader)), count)
 
@@ -431,15 +465,26 @@ class Trainer:
             fe["vad_conf"] = dataclasses.asdict(VadOptions())
         fb_dim = FbankOptions.from_dict(fe["fbank"]).dim
         if fb_dim != feat_dim:
-            raise InputError(os.path.join(self.opts.train_feats, "feats.scp"), None,
-                             f"features have {feat_dim} dimensions but the fbank options give {fb_dim}")
+            raise InputError(
+                os.path.join(self.opts.train_feats, "feats.scp"),
+                None,
+                f"features have {feat_dim} dimensions but the fbank options give {fb_dim}",
+            )
         cfg["model"].setdefault("input_dim", feat_dim)
         if int(cfg["model"]["input_dim"]) != feat_dim:
-            raise InputError(os.path.join(self.opts.train_feats, "feats.scp"), None,
-                             f"features have {feat_dim} dimensions but model.input_dim is {cfg['model']['input_dim']}")
-        cfg["data"] = {"train_data": self.opts.train_data, "num_spk": num_spk, "num_utt": self.num_utt,
-                       "num_epochs": self.opts.num_epochs, "num_train_speakers": len(self.spk2idx),
-                       "world_size": self.world_size}
+            raise InputError(
+                os.path.join(self.opts.train_feats, "feats.scp"),
+                None,
+                f"features have {feat_dim} dimensions but model.input_dim is {cfg['model']['input_dim']}",
+            )
+        cfg["data"] = {
+            "train_data": self.opts.train_data,
+            "num_spk": num_spk,
+            "num_utt": self.num_utt,
+            "num_epochs": self.opts.num_epochs,
+            "num_train_speakers": len(self.spk2idx),
+            "world_size": self.world_size,
+        }
         return cfg
 
     # ----------------------------------------------------------------- main loop
@@ -458,14 +503,20 @@ class Trainer:
         for e in range(1, opts.num_epochs + 1):  # fail now, not after hours of training
             path = os.path.join(opts.batches_dir, f"epoch{e}.txt")
             if not os.path.isfile(path):
-                raise InputError(path, None, f"batch list of epoch {e} not found (stage 3 must plan at least "
-                                             f"{opts.num_epochs} epochs)")
+                raise InputError(
+                    path,
+                    None,
+                    f"batch list of epoch {e} not found (stage 3 must plan at least {opts.num_epochs} epochs)",
+                )
         first = self._epoch_batches(1)
         batch_len = len(first[0])
         self.num_utt = int(opts.num_utt) if opts.num_utt else _infer_num_utt(first[0], self.utt2spk)
         if batch_len % self.num_utt:
-            raise InputError(os.path.join(opts.batches_dir, "epoch1.txt"), 1,
-                             f"{batch_len} utterances per batch is not a multiple of M={self.num_utt}")
+            raise InputError(
+                os.path.join(opts.batches_dir, "epoch1.txt"),
+                1,
+                f"{batch_len} utterances per batch is not a multiple of M={self.num_utt}",
+            )
         num_spk = batch_len // self.num_utt
         feats = KaldiArkReader(os.path.join(opts.train_feats, "feats.scp"))
         feat_dim = feats.read_rows(first[0][0], 0, 1).shape[1]
@@ -490,13 +541,23 @@ class Trainer:
         steps_per_epoch = len(first)
         total_steps = steps_per_epoch * opts.num_epochs
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, _lr_lambda(cfg["scheduler"], total_steps, steps_per_epoch))
+            optimizer, _lr_lambda(cfg["scheduler"], total_steps, steps_per_epoch)
+        )
         amp = bool(tcfg["amp"]) and device.type == "cuda"
-        log.info("%s: %.2fM parameters, loss %s; %d x %d batches, %d steps per epoch%s, %d epochs; device %s "
-                 "(%d threads)%s", cfg["model"]["name"], sum(p.numel() for p in model.parameters()) / 1e6,
-                 cfg["loss"]["name"], num_spk, self.num_utt, steps_per_epoch,
-                 f" per rank ({self.world_size} ranks)" if self.world_size > 1 else "", opts.num_epochs, device,
-                 torch.get_num_threads(), ", AMP" if amp else "")
+        log.info(
+            "%s: %.2fM parameters, loss %s; %d x %d batches, %d steps per epoch%s, %d epochs; device %s (%d threads)%s",
+            cfg["model"]["name"],
+            sum(p.numel() for p in model.parameters()) / 1e6,
+            cfg["loss"]["name"],
+            num_spk,
+            self.num_utt,
+            steps_per_epoch,
+            f" per rank ({self.world_size} ranks)" if self.world_size > 1 else "",
+            opts.num_epochs,
+            device,
+            torch.get_num_threads(),
+            ", AMP" if amp else "",
+        )
         scaler = torch.amp.GradScaler("cuda", enabled=amp)
 
         epoch, start_batch, step = 1, 0, 0
@@ -523,22 +584,33 @@ class Trainer:
             (self.out / "model.pth").unlink(missing_ok=True)
         validator = None
         if self.is_main and opts.valid_data:
-            validator = Validator(opts.valid_data, opts.valid_feats or opts.valid_data,
-                                  bool(cfg["frontend"]["vad"]), bool(cfg["frontend"]["mean_norm"]))
+            validator = Validator(
+                opts.valid_data,
+                opts.valid_feats or opts.valid_data,
+                bool(cfg["frontend"]["vad"]),
+                bool(cfg["frontend"]["mean_norm"]),
+            )
 
         net: nn.Module = objective
         if self.world_size > 1:
             net = nn.parallel.DistributedDataParallel(
-                objective, device_ids=[device.index] if device.type == "cuda" else None)
+                objective, device_ids=[device.index] if device.type == "cuda" else None
+            )
 
         def checkpoint(next_epoch: int, next_batch: int) -> None:
             if not self.is_main:
                 return
             state = {
-                "model": objective.model.state_dict(), "loss": objective.loss.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "epoch": next_epoch, "batch": next_batch, "step": step, "history": history,
-                "rng": _rng_state(), "world_size": self.world_size,
+                "model": objective.model.state_dict(),
+                "loss": objective.loss.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "epoch": next_epoch,
+                "batch": next_batch,
+                "step": step,
+                "history": history,
+                "rng": _rng_state(),
+                "world_size": self.world_size,
                 "sampler": {"seed": seed, "epoch": next_epoch, "position": next_batch},
             }
             if amp:
@@ -554,12 +626,23 @@ class Trainer:
             while epoch <= opts.num_epochs and not stopped:
                 batches = first if epoch == 1 else self._epoch_batches(epoch)
                 if len(batches) != steps_per_epoch:
-                    log.warning("epoch %d has %d batches per rank (epoch 1: %d); the schedule assumes %d",
-                                epoch, len(batches), steps_per_epoch, steps_per_epoch)
+                    log.warning(
+                        "epoch %d has %d batches per rank (epoch 1: %d); the schedule assumes %d",
+                        epoch,
+                        len(batches),
+                        steps_per_epoch,
+                        steps_per_epoch,
+                    )
                 dataset = NxMCropDataset(
-                    os.path.join(opts.train_feats, "feats.scp"), batches, seed=seed, epoch=epoch,
+                    os.path.join(opts.train_feats, "feats.scp"),
+                    batches,
+                    seed=seed,
+                    epoch=epoch,
                     crop=crop_range,
-                    use_vad=bool(fe["vad"]), mean_norm="utterance" if fe["mean_norm"] else "none", feats=feats)
+                    use_vad=bool(fe["vad"]),
+                    mean_norm="utterance" if fe["mean_norm"] else "none",
+                    feats=feats,
+                )
                 loader = make_loader(dataset, start_batch=start_batch, num_workers=int(tcfg["num_workers"]))
                 net.train()
                 t0 = time.time()
@@ -575,19 +658,29 @@ class Trainer:
                     labels = labels.to(device)
                     x = x.to(device, non_blocking=True)
                     loss = net(x, labels, num_spk, self.num_utt, amp)
-                    flags = torch.tensor([loss.detach().float().item(), float(stop.requested),
-                                          float(opts.max_steps is not None and step + 1 >= opts.max_steps)])
+                    flags = torch.tensor(
+                        [
+                            loss.detach().float().item(),
+                            float(stop.requested),
+                            float(opts.max_steps is not None and step + 1 >= opts.max_steps),
+                        ]
+                    )
                     if self.world_size > 1:
                         flags = flags.to(device)
                         torch.distributed.all_reduce(flags)
                         flags = flags.cpu()
                     if not math.isfinite(float(flags[0])):
                         bad = loss.detach().float().item()
-                        where = (f"epoch {epoch}, batch {index} (line {index * self.world_size + self.rank + 1} of "
-                                 f"{opts.batches_dir}/epoch{epoch}.txt, rank {self.rank}), utterances "
-                                 f"{' '.join(utts[:3])} ...")
-                        msg = (f"non-finite loss {bad} at {where}" if not math.isfinite(bad) else
-                               f"non-finite loss on another rank at epoch {epoch}, batch {index}")
+                        where = (
+                            f"epoch {epoch}, batch {index} (line {index * self.world_size + self.rank + 1} of "
+                            f"{opts.batches_dir}/epoch{epoch}.txt, rank {self.rank}), utterances "
+                            f"{' '.join(utts[:3])} ..."
+                        )
+                        msg = (
+                            f"non-finite loss {bad} at {where}"
+                            if not math.isfinite(bad)
+                            else f"non-finite loss on another rank at epoch {epoch}, batch {index}"
+                        )
                         log.error("%s; the last good checkpoint %s is kept", msg, ckpt_path)
                         raise TrainingDiverged(msg)
                     if opts.trace_batches:
@@ -599,9 +692,11 @@ class Trainer:
                     clip = float(tcfg["grad_clip"])
                     norm = nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
                     if not amp and not math.isfinite(float(norm)):  # (with AMP the scaler skips such steps)
-                        msg = (f"non-finite gradient norm {float(norm)} at epoch {epoch}, batch {index} (line "
-                               f"{index * self.world_size + self.rank + 1} of {opts.batches_dir}/epoch{epoch}.txt), "
-                               f"utterances {' '.join(utts[:3])} ...")
+                        msg = (
+                            f"non-finite gradient norm {float(norm)} at epoch {epoch}, batch {index} (line "
+                            f"{index * self.world_size + self.rank + 1} of {opts.batches_dir}/epoch{epoch}.txt), "
+                            f"utterances {' '.join(utts[:3])} ..."
+                        )
                         log.error("%s; the last good checkpoint %s is kept", msg, ckpt_path)
                         raise TrainingDiverged(msg)
                     scaler.step(optimizer)
@@ -613,8 +708,16 @@ class Trainer:
                     bar.update(1)
                     if self.is_main and step % int(tcfg["log_every"]) == 0:
                         extra = " ".join(f"{k}={v:.3f}" for k, v in objective.loss.scalars().items())
-                        log.info("epoch %d step %d batch %d/%d loss %.4f lr %.3g %s", epoch, step, index + 1,
-                                 len(batches), value, scheduler.get_last_lr()[0], extra)
+                        log.info(
+                            "epoch %d step %d batch %d/%d loss %.4f lr %.3g %s",
+                            epoch,
+                            step,
+                            index + 1,
+                            len(batches),
+                            value,
+                            scheduler.get_last_lr()[0],
+                            extra,
+                        )
                     if flags[1] > 0 or flags[2] > 0:
                         if index + 1 < len(batches):
                             _remember_partial(history, epoch, losses)
@@ -626,14 +729,24 @@ class Trainer:
                         bar.close()
                         self._stopped(flags, stop)
                         why = "a signal" if flags[1] > 0 else f"max_steps={opts.max_steps}"
-                        log.info("stopped by %s at epoch %d batch %d (step %d); checkpoint %s", why, epoch,
-                                 index + 1, step, ckpt_path)
+                        log.info(
+                            "stopped by %s at epoch %d batch %d (step %d); checkpoint %s",
+                            why,
+                            epoch,
+                            index + 1,
+                            step,
+                            ckpt_path,
+                        )
                         return history
                 bar.close()
                 # end of epoch
-                row: dict[str, Any] = {"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else float("nan"),
-                                       "lr": float(scheduler.get_last_lr()[0]), "seconds": round(time.time() - t0, 1),
-                                       "steps": step}
+                row: dict[str, Any] = {
+                    "epoch": epoch,
+                    "train_loss": float(np.mean(losses)) if losses else float("nan"),
+                    "lr": float(scheduler.get_last_lr()[0]),
+                    "seconds": round(time.time() - t0, 1),
+                    "steps": step,
+                }
                 row.update({k: float(v) for k, v in objective.loss.scalars().items() if math.isfinite(v)})
                 _forget_partial(history, epoch)
                 if self.is_main:
@@ -641,8 +754,9 @@ class Trainer:
                     os.replace(_tmp, self.out / f"epoch{epoch}.pth")
                     if validator is not None:
                         tv = time.time()
-                        row["valid_eer"] = validator.eer(objective.model, device, int(tcfg["valid_batch_size"]),
-                                                         int(tcfg["valid_max_frames"]))
+                        row["valid_eer"] = validator.eer(
+                            objective.model, device, int(tcfg["valid_batch_size"]), int(tcfg["valid_max_frames"])
+                        )
                         row["valid_seconds"] = round(time.time() - tv, 1)
                     log.info("epoch %d done: %s", epoch, json.dumps(row))
                 history.append(row)
@@ -661,8 +775,9 @@ class Trainer:
                         self.stopped_by, self.stop_signal = "signal", stop.signum or int(signal.SIGTERM)
                 if stopped and epoch <= opts.num_epochs:
                     why = "a signal" if self.stopped_by == "signal" else f"max_steps={opts.max_steps}"
-                    log.info("stopped by %s at the end of epoch %d (step %d); checkpoint %s", why, epoch - 1, step,
-                             ckpt_path)
+                    log.info(
+                        "stopped by %s at the end of epoch %d (step %d); checkpoint %s", why, epoch - 1, step, ckpt_path
+                    )
                     return history
 
         self.stopped_by, self.stop_signal = None, 0  # every epoch was trained
@@ -684,7 +799,7 @@ class Trainer:
             best = min((r for r in history if "valid_eer" in r), key=lambda r: r["valid_eer"])
             chosen = [int(best["epoch"])]
         elif select == "average":
-            chosen = epochs[-max(1, int(tcfg["average_last"])):]
+            chosen = epochs[-max(1, int(tcfg["average_last"])) :]
         else:
             if select == "best":
                 log.warning("train.select=best without validation: using the last epoch")
@@ -698,8 +813,10 @@ class Trainer:
         try:
             from spkflow.plots import plot_training_curves
 
-            rows = [{k: v for k, v in r.items() if k in ("epoch", "train_loss", "valid_eer")
-                     or (k == "lr" and v > 0)} for r in history]
+            rows = [
+                {k: v for k, v in r.items() if k in ("epoch", "train_loss", "valid_eer") or (k == "lr" and v > 0)}
+                for r in history
+            ]
             plot_training_curves(rows, self.out / "curves.png", title=f"training: {self.out.name}")
         except Exception as err:  # a plot must not fail a finished training
             log.warning("could not draw curves.png: %s", err)
@@ -743,5 +860,12 @@ def _progress(total: int, initial: int, epoch: int, enabled: bool) -> Any:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="batch", file=sys.stderr,
-                mininterval=5.0 if not sys.stderr.isatty() else 0.1, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=f"epoch {epoch}",
+        unit="batch",
+        file=sys.stderr,
+        mininterval=5.0 if not sys.stderr.isatty() else 0.1,
+        dynamic_ncols=True,
+    )

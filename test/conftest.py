@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "egs" / "TEMPLATE" / "spk1"
 
 
-def synth_voice(rng: np.random.Generator, f0: float, formants: tuple[float, ...], seconds: float,
-                sample_rate: int = 16000, silence: float = 0.2) -> np.ndarray:
+def synth_voice(
+    rng: np.random.Generator,
+    f0: float,
+    formants: tuple[float, ...],
+    seconds: float,
+    sample_rate: int = 16000,
+    silence: float = 0.2,
+) -> np.ndarray:
     """A crude voiced signal: a glottal-like pulse train at ``f0`` shaped by resonances,
     with random amplitude syllables and leading/trailing silence (so VAD has work to do).
     Float32 in [-1, 1]."""
@@ -53,8 +59,9 @@ def write_data_dir(data: Path, wav: dict[str, str], utt2spk: dict[str, str]) -> 
     spk2utt: dict[str, list[str]] = {}
     for u in utts:
         spk2utt.setdefault(utt2spk[u], []).append(u)
-    (data / "spk2utt").write_text("".join(f"{s} {' '.join(v)}\n" for s, v in sorted(spk2utt.items(),
-                                                                                   key=lambda kv: kv[0].encode())))
+    (data / "spk2utt").write_text(
+        "".join(f"{s} {' '.join(v)}\n" for s, v in sorted(spk2utt.items(), key=lambda kv: kv[0].encode()))
+    )
     return data
 
 
@@ -70,8 +77,16 @@ def perturb_batchnorm(model, seed: int) -> None:
                 mod.running_var.uniform_(0.5, 2.0, generator=g)
 
 
-def make_speakers(root: Path, num_spk: int = 4, num_utt: int = 3, sample_rate: int = 16000,
-                  fmt: str = "wav", seed: int = 0, min_sec: float = 0.6, max_sec: float = 1.6) -> Path:
+def make_speakers(
+    root: Path,
+    num_spk: int = 4,
+    num_utt: int = 3,
+    sample_rate: int = 16000,
+    fmt: str = "wav",
+    seed: int = 0,
+    min_sec: float = 0.6,
+    max_sec: float = 1.6,
+) -> Path:
     """Write ``num_spk`` x ``num_utt`` synthetic utterances and a sorted Kaldi data dir.
 
     Audio goes to ``root/audio/<spk>/<utt>.<fmt>``, the data dir to ``root/data``
@@ -102,8 +117,9 @@ def speakers(tmp_path: Path) -> Path:
 
 def db_var(name: str) -> str:
     """The value of ``name`` after sourcing the TEMPLATE recipe's db.sh."""
-    out = subprocess.run(["bash", "-c", f'. "{TEMPLATE}/db.sh"; printf %s "${name}"'],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", "-c", f'. "{TEMPLATE}/db.sh"; printf %s "${name}"'], check=True, capture_output=True, text=True
+    )
     return out.stdout
 
 

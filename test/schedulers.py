@@ -41,7 +41,18 @@ from pathlib import Path
 
 import pytest
 
-SLURM_PROGRAMS = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol")
+SLURM_PROGRAMS = (
+    "munged",
+    "munge",
+    "unmunge",
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "squeue",
+    "sinfo",
+    "scancel",
+    "scontrol",
+)
 SGE_PROGRAMS = ("qsub", "qstat", "qconf", "qdel")
 SGE_ROOT = Path("/var/lib/gridengine")
 SGE_DAEMONS = (Path("/usr/sbin/sge_qmaster"), Path("/usr/sbin/sge_execd"))
@@ -121,13 +132,19 @@ def _stop_process(proc: subprocess.Popen, grace: float = 10.0, sig: int = signal
         pass
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30, check: bool = False,
-         input: str | None = None) -> subprocess.CompletedProcess:
+def _run(
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    timeout: float = 30,
+    check: bool = False,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=check, input=input)
 
 
-def run_runner(script: Path, cluster_env: dict[str, str], args: list[str], cwd: Path,
-               timeout: float = 120) -> subprocess.CompletedProcess:
+def run_runner(
+    script: Path, cluster_env: dict[str, str], args: list[str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """``script args...`` (queue.pl or slurm.pl) in ``cwd`` against a test cluster, with the
     project's venv first on PATH as after ``. path.sh``."""
     env = {**os.environ, **cluster_env}
@@ -161,7 +178,7 @@ class SlurmCluster:
         self.conf = root / "slurm.conf"
         self.env = {"SLURM_CONF": str(self.conf)}
         self.procs: dict[str, subprocess.Popen] = {}
-        self.logs = {   # munged runs in the foreground and logs to munged.out
+        self.logs = {  # munged runs in the foreground and logs to munged.out
             "munged": root / "munged.out",
             "slurmctld": root / "slurmctld.log",
             "slurmd": root / "slurmd.log",
@@ -180,7 +197,7 @@ class SlurmCluster:
 
     def _write_config(self) -> None:
         r = self.root
-        r.chmod(0o755)   # munged wants the directories above its socket searchable
+        r.chmod(0o755)  # munged wants the directories above its socket searchable
         for d in ("munge", "state", "spool"):
             (r / d).mkdir(parents=True, exist_ok=True)
         (r / "munge").chmod(0o755)
@@ -230,8 +247,14 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
     # -- life cycle ----------------------------------------------------------------------
     def _popen(self, name: str, cmd: list[str]) -> None:
         out = open(self.root / f"{name}.out", "w")
-        self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env={**os.environ, **self.env}, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+        )
         out.close()
 
     def _diagnostics(self) -> str:
@@ -260,17 +283,28 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         t0 = time.monotonic()
         self._write_config()
         m = self.root / "munge"
-        self._popen("munged", [_prog("munged"), "--foreground", "--force", f"--socket={m}/munge.sock",
-                               f"--key-file={m}/munge.key",
-                               f"--pid-file={m}/munged.pid", f"--seed-file={m}/munged.seed"])
+        self._popen(
+            "munged",
+            [
+                _prog("munged"),
+                "--foreground",
+                "--force",
+                f"--socket={m}/munge.sock",
+                f"--key-file={m}/munge.key",
+                f"--pid-file={m}/munged.pid",
+                f"--seed-file={m}/munged.seed",
+            ],
+        )
         sock = m / "munge.sock"
 
         def munge_ok() -> bool:
             if not sock.exists():
                 return False
             enc = _run([_prog("munge"), "-S", str(sock), "-n"], timeout=10)
-            return enc.returncode == 0 and _run([_prog("unmunge"), "-S", str(sock)], input=enc.stdout,
-                                                timeout=10).returncode == 0
+            return (
+                enc.returncode == 0
+                and _run([_prog("unmunge"), "-S", str(sock)], input=enc.stdout, timeout=10).returncode == 0
+            )
 
         self._wait_for("munge credential", munge_ok, 20)
         self._popen("slurmctld", [_prog("slurmctld"), "-D", "-c", "-f", str(self.conf)])
@@ -358,9 +392,15 @@ class GridEngine:
     def _popen(self, name: str, program: Path) -> None:
         out = open(self.workdir / f"{name}.out", "w")
         # SGE_ND: no daemonizing, so the daemon stays our child and we know its pid.
-        self.procs[name] = subprocess.Popen([str(program)], stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, cwd=self.workdir,
-                                            env={**self._genv(), "SGE_ND": "1"}, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            [str(program)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            env={**self._genv(), "SGE_ND": "1"},
+            start_new_session=True,
+        )
         out.close()
 
     def _wait_for(self, what: str, ok: Callable[[], bool], timeout: float) -> None:
@@ -408,21 +448,60 @@ class GridEngine:
         if gpu_line not in self.qconf("-sc").stdout.splitlines():
             (self.workdir / "complexes").write_text("\n".join(complexes + [gpu_line]) + "\n")
             self.qconf("-Mc", str(self.workdir / "complexes"))
-        self._apply("p", "smp", "\n".join([
-            "pe_name smp", "slots 9999", "user_lists NONE", "xuser_lists NONE", "start_proc_args NONE",
-            "stop_proc_args NONE", "allocation_rule $pe_slots", "control_slaves FALSE",
-            "job_is_first_task TRUE", "urgency_slots min", "accounting_summary FALSE", "qsort_args NONE"]) + "\n")
+        self._apply(
+            "p",
+            "smp",
+            "\n".join(
+                [
+                    "pe_name smp",
+                    "slots 9999",
+                    "user_lists NONE",
+                    "xuser_lists NONE",
+                    "start_proc_args NONE",
+                    "stop_proc_args NONE",
+                    "allocation_rule $pe_slots",
+                    "control_slaves FALSE",
+                    "job_is_first_task TRUE",
+                    "urgency_slots min",
+                    "accounting_summary FALSE",
+                    "qsort_args NONE",
+                ]
+            )
+            + "\n",
+        )
         self._apply("hgrp", "@allhosts", f"group_name @allhosts\nhostlist {h}\n")
-        self._apply("e", h, "\n".join([
-            f"hostname {h}", "load_scaling NONE", "complex_values gpu=1", "user_lists NONE", "xuser_lists NONE",
-            "projects NONE", "xprojects NONE", "usage_scaling NONE", "report_variables NONE"]) + "\n")
+        self._apply(
+            "e",
+            h,
+            "\n".join(
+                [
+                    f"hostname {h}",
+                    "load_scaling NONE",
+                    "complex_values gpu=1",
+                    "user_lists NONE",
+                    "xuser_lists NONE",
+                    "projects NONE",
+                    "xprojects NONE",
+                    "usage_scaling NONE",
+                    "report_variables NONE",
+                ]
+            )
+            + "\n",
+        )
         if h not in self.qconf("-ss", check=False).stdout.split():
             self.qconf("-as", h)
         template = self.qconf("-sq", "all.q", check=False)
         if template.returncode != 0:
-            template = self.qconf("-sq")   # the default queue template
-        settings = {"qname": "all.q", "hostlist": "@allhosts", "load_thresholds": "NONE", "pe_list": "smp",
-                    "slots": str(os.cpu_count() or 1), "shell": "/bin/bash", "shell_start_mode": "posix_compliant"}
+            template = self.qconf("-sq")  # the default queue template
+        settings = {
+            "qname": "all.q",
+            "hostlist": "@allhosts",
+            "load_thresholds": "NONE",
+            "pe_list": "smp",
+            "slots": str(os.cpu_count() or 1),
+            "shell": "/bin/bash",
+            "shell_start_mode": "posix_compliant",
+        }
         q = []
         for line in template.stdout.splitlines():
             key = line.split(None, 1)[0] if line.strip() else ""
@@ -442,8 +521,10 @@ class GridEngine:
         """A master or execution daemon that is not ours (e.g. left by a killed test run)."""
         if _run(["qconf", "-sh"], env=self._genv(), timeout=10).returncode == 0:
             return "an sge_qmaster already answers"
-        for pidfile in [Path("/var/spool/gridengine/qmaster/qmaster.pid"),
-                        *Path("/var/spool/gridengine/execd").glob("*/execd.pid")]:
+        for pidfile in [
+            Path("/var/spool/gridengine/qmaster/qmaster.pid"),
+            *Path("/var/spool/gridengine/execd").glob("*/execd.pid"),
+        ]:
             try:
                 pid = int(pidfile.read_text().split()[0])
                 comm = Path(f"/proc/{pid}/comm").read_text().strip()
@@ -457,8 +538,10 @@ class GridEngine:
         t0 = time.monotonic()
         running = self._already_running()
         if running:
-            raise SchedulerError(f"sge: {running}; the tests start their own daemons. Stop it first "
-                                 f"(SGE_ROOT={SGE_ROOT} SGE_CELL=default qconf -ke all -km, or kill the pid)")
+            raise SchedulerError(
+                f"sge: {running}; the tests start their own daemons. Stop it first "
+                f"(SGE_ROOT={SGE_ROOT} SGE_CELL=default qconf -ke all -km, or kill the pid)"
+            )
         # The host name resolves to 127.0.0.1, whose name is "localhost": tell SGE they are one.
         if not self.alias_file.exists():
             self.alias_file.write_text(f"{self.host} localhost\n")
@@ -466,8 +549,11 @@ class GridEngine:
         elif self.host not in self.alias_file.read_text().split():
             raise SchedulerError(f"sge: {self.alias_file} exists and does not alias {self.host}")
         self._popen("sge_qmaster", SGE_DAEMONS[0])
-        self._wait_for("answer from sge_qmaster",
-                       lambda: _run(["qconf", "-sh"], env=self._genv(), timeout=10).returncode == 0, self.start_timeout)
+        self._wait_for(
+            "answer from sge_qmaster",
+            lambda: _run(["qconf", "-sh"], env=self._genv(), timeout=10).returncode == 0,
+            self.start_timeout,
+        )
         self._configure()
         self._popen("sge_execd", SGE_DAEMONS[1])
         self._wait_for("usable queue instance all.q@" + self.host, self._queue_ready, self.start_timeout)

@@ -145,7 +145,7 @@ def test_resample_8k_to_16k_keeps_frequency_and_amplitude() -> None:
     assert abs(peak_freq(y, 16000) - 1000) <= 1.0
     mid = y[2000:-2000]  # away from the filter's edge effects
     assert np.max(np.abs(mid)) == pytest.approx(0.5, abs=0.005)
-    assert np.sqrt(np.mean(mid ** 2)) == pytest.approx(0.5 / math.sqrt(2), rel=0.005)
+    assert np.sqrt(np.mean(mid**2)) == pytest.approx(0.5 / math.sqrt(2), rel=0.005)
     # the image of 3 kHz at 5 kHz must be suppressed (band-limited interpolation, not zero-order hold)
     z = resample(sine(3000, 1.0, 8000), 8000, 16000)[2000:-2000]
     spec = np.abs(np.fft.rfft(z * np.hanning(len(z))))
@@ -178,8 +178,13 @@ def test_segments_seek_into_files_and_pipes(tmp_path: Path) -> None:
     x = np.concatenate([sine(300, 1.0, rate), sine(900, 1.0, rate), sine(2000, 0.5, rate)])
     sf.write(tmp_path / "rec.flac", x, rate)
     wav = {"rec1": str(tmp_path / "rec.flac"), "rec2": f"cat {tmp_path / 'rec.flac'} |"}
-    segs = {"a-1": "rec1 0.0 1.0", "a-2": "rec1 1.0 2.0", "a-3": "rec1 2.0 -1",
-            "b-1": "rec2 0.3 1.0", "b-2": "rec2 2.0 2.7"}  # b-2 ends 0.2 s past the end: truncated
+    segs = {
+        "a-1": "rec1 0.0 1.0",
+        "a-2": "rec1 1.0 2.0",
+        "a-3": "rec1 2.0 -1",
+        "b-1": "rec2 0.3 1.0",
+        "b-2": "rec2 2.0 2.7",
+    }  # b-2 ends 0.2 s past the end: truncated
     reader = AudioReader(write_dir(tmp_path / "data", wav, segs))
     assert reader.keys() == sorted(segs)
     assert abs(peak_freq(reader.read("a-1"), rate) - 300) <= 2
@@ -187,7 +192,7 @@ def test_segments_seek_into_files_and_pipes(tmp_path: Path) -> None:
     a3 = reader.read("a-3")
     assert len(a3) == rate // 2 and abs(peak_freq(a3, rate) - 2000) <= 2
     b1 = reader.read("b-1")
-    assert len(b1) == int(0.7 * rate) and np.allclose(b1, x[int(0.3 * rate):rate], atol=1e-4)
+    assert len(b1) == int(0.7 * rate) and np.allclose(b1, x[int(0.3 * rate) : rate], atol=1e-4)
     assert len(reader.read("b-2")) == rate // 2
     durs = utt2dur(tmp_path / "data")
     assert durs == pytest.approx({"a-1": 1.0, "a-2": 1.0, "a-3": 0.5, "b-1": 0.7, "b-2": 0.5})
@@ -235,8 +240,11 @@ def test_known_durations_never_run_a_pipe(tmp_path: Path) -> None:
     None rather than run; utt2dur, else utt2num_frames (10 ms frames), wins when present."""
     sf.write(tmp_path / "r.wav", sine(300, 2.0, 16000), 16000)
     marker = tmp_path / "ran"
-    d = write_dir(tmp_path / "d", {"r": str(tmp_path / "r.wav"), "p": f"touch {marker}; cat {tmp_path / 'r.wav'} |"},
-                  segments={"s-a": "r 0.5 1.25", "s-b": "r 1.5 -1", "s-p": "p 0 1"})
+    d = write_dir(
+        tmp_path / "d",
+        {"r": str(tmp_path / "r.wav"), "p": f"touch {marker}; cat {tmp_path / 'r.wav'} |"},
+        segments={"s-a": "r 0.5 1.25", "s-b": "r 1.5 -1", "s-p": "p 0 1"},
+    )
     got = known_durations(d, ["s-a", "s-b", "s-p"])
     assert got["s-a"] == pytest.approx(0.75) and got["s-b"] == pytest.approx(0.5) and got["s-p"] is None
     assert not marker.exists()

@@ -24,8 +24,7 @@ from spkflow.batches import (
 from spkflow.errors import InputError
 
 
-def skewed_mapping(num_speakers: int, mean: float, sigma: float, seed: int, min_utts: int = 1
-                   ) -> dict[str, list[str]]:
+def skewed_mapping(num_speakers: int, mean: float, sigma: float, seed: int, min_utts: int = 1) -> dict[str, list[str]]:
     rng = np.random.default_rng(seed)
     counts = np.maximum(min_utts, rng.lognormal(np.log(mean), sigma, num_speakers).astype(int))
     return {f"spk{i:04d}": [f"spk{i:04d}-utt{j:04d}" for j in range(n)] for i, n in enumerate(counts)}
@@ -39,7 +38,7 @@ def write_spk2utt(path: Path, mapping: dict[str, list[str]], order: list[str] | 
 
 def speakers_of(plan) -> np.ndarray:
     """[B, N] speaker indices of a plan's batches."""
-    return np.searchsorted(plan.table.offsets, plan.indices[:, ::plan.num_utt], side="right") - 1
+    return np.searchsorted(plan.table.offsets, plan.indices[:, :: plan.num_utt], side="right") - 1
 
 
 # ------------------------------------------------------------------ reader and errors
@@ -111,8 +110,15 @@ def test_mapping_errors() -> None:
 def test_parameter_and_feasibility_errors(tmp_path: Path) -> None:
     mapping = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2", "b3"], "c": ["c1"]}
     p = write_spk2utt(tmp_path / "spk2utt", mapping)
-    for bad in ({"num_spk": 0}, {"num_utt": 0}, {"world_size": 0}, {"rank": 2, "world_size": 2},
-                {"short_speakers": "keep"}, {"seed": -1}, {"epoch": -1}):
+    for bad in (
+        {"num_spk": 0},
+        {"num_utt": 0},
+        {"world_size": 0},
+        {"rank": 2, "world_size": 2},
+        {"short_speakers": "keep"},
+        {"seed": -1},
+        {"epoch": -1},
+    ):
         kw = {"num_spk": 2, "num_utt": 3, "seed": 0, "epoch": 1} | bad
         with pytest.raises(ValueError):
             plan_epoch(p, **kw)
@@ -142,7 +148,7 @@ def test_coverage_on_skewed_corpus_and_epochs_differ() -> None:
         assert p.stats.utts_used == len(p) * N * M == len(set(np.ravel(p.indices)))
         assert p.stats.dropped_speakers == sum(len(u) < M for u in mapping.values())
     # different epochs: different utterance groups and different speaker combinations
-    groups = [{frozenset(row[k * M:(k + 1) * M]) for row in p.batches for k in range(N)} for p in plans]
+    groups = [{frozenset(row[k * M : (k + 1) * M]) for row in p.batches for k in range(N)} for p in plans]
     assert len(groups[0] & groups[1]) < 0.05 * len(groups[0])
     combos = [{frozenset(r) for r in speakers_of(p).tolist()} for p in plans]
     assert not combos[0] & combos[1]
@@ -190,7 +196,7 @@ def test_repeat_fills_short_speakers_from_their_own_utterances() -> None:
     seen_short = Counter()
     for b in plan.batches:
         for k in range(3):
-            block = b[k * 4:(k + 1) * 4]
+            block = b[k * 4 : (k + 1) * 4]
             (s,) = {owner[u] for u in block}
             if len(mapping[s]) < 4:
                 assert set(block) == set(mapping[s])
@@ -216,8 +222,9 @@ def test_rank_share_of_a_batch_list_file_matches_the_rank_plans(tmp_path: Path) 
 def test_num_batches_is_epoch_independent() -> None:
     mapping = skewed_mapping(50, 20, 1.0, seed=4)
     n = num_batches(mapping, 8, 4, world_size=4)
-    assert all(len(plan_epoch(mapping, 8, 4, seed=s, epoch=e, world_size=4, rank=3)) == n
-               for s in (0, 1) for e in (1, 2, 3))
+    assert all(
+        len(plan_epoch(mapping, 8, 4, seed=s, epoch=e, world_size=4, rank=3)) == n for s in (0, 1) for e in (1, 2, 3)
+    )
 
 
 # ------------------------------------------------------------------ crop lengths
@@ -286,7 +293,7 @@ def test_sampler_in_torch_dataloader_resumes(tmp_path: Path) -> None:
     assert epoch3 == plan_epoch(mapping, 6, 4, seed=11, epoch=3, world_size=2, rank=1).batches
     for batch in loader:  # every batch: 6 speakers x 4 utterances, speaker-major
         speakers = [spk for _, spk in batch]
-        assert len(set(speakers)) == 6 and all(len(set(speakers[k * 4:(k + 1) * 4])) == 1 for k in range(6))
+        assert len(set(speakers)) == 6 and all(len(set(speakers[k * 4 : (k + 1) * 4])) == 1 for k in range(6))
         break
 
     # stop after 5 steps, checkpoint, resume in a fresh sampler and loader
@@ -302,8 +309,7 @@ def test_sampler_in_torch_dataloader_resumes(tmp_path: Path) -> None:
     fresh = NxMBatchSampler(load_spk2utt(spk2utt), num_spk=6, num_utt=4, world_size=2, rank=1)
     fresh.load_state_dict(state)
     fresh.set_epoch(4)
-    rest = [[u for u, _ in b] for b in torch_data.DataLoader(UttDataset(mapping), batch_sampler=fresh,
-                                                               collate_fn=list)]
+    rest = [[u for u, _ in b] for b in torch_data.DataLoader(UttDataset(mapping), batch_sampler=fresh, collate_fn=list)]
     full = plan_epoch(mapping, 6, 4, seed=11, epoch=4, world_size=2, rank=1).batches
     assert done + rest == full
     assert fresh.state_dict()["position"] == len(full)

@@ -49,8 +49,9 @@ def owner_map(mapping: dict[str, list[str]]) -> dict[str, str]:
     return {u: s for s, us in mapping.items() for u in us}
 
 
-def check_batches(batches: list[list[str]], mapping: dict[str, list[str]], num_spk: int, num_utt: int,
-                  repeat: bool) -> None:
+def check_batches(
+    batches: list[list[str]], mapping: dict[str, list[str]], num_spk: int, num_utt: int, repeat: bool
+) -> None:
     """Guarantees a and b over the batches of all ranks of one epoch."""
     owner = owner_map(mapping)
     short = {s for s, us in mapping.items() if len(us) < num_utt}
@@ -60,7 +61,7 @@ def check_batches(batches: list[list[str]], mapping: dict[str, list[str]], num_s
         assert len(b) == num_spk * num_utt
         speakers = []
         for k in range(num_spk):
-            block = b[k * num_utt:(k + 1) * num_utt]
+            block = b[k * num_utt : (k + 1) * num_utt]
             spk = {owner[u] for u in block}
             assert len(spk) == 1, f"block {k} mixes speakers {spk}"
             (s,) = spk
@@ -119,7 +120,7 @@ def test_plan_guarantees_a_to_e(mapping: dict[str, list[str]], data) -> None:
     # e: rank r's batches are lines r::W of the single-rank plan, cut to equal length
     single = plan_epoch(mapping, num_spk, num_utt, seed, epoch, 1, 0, policy).batches
     for r, p in enumerate(plans):
-        assert p.batches == single[r:per_rank * world:world]
+        assert p.batches == single[r : per_rank * world : world]
     # d: pure function of the inputs, whatever the order of the speakers
     shuffled = dict(sorted(mapping.items(), key=lambda kv: kv[0][::-1]))
     again = plan_epoch(shuffled, num_spk, num_utt, seed, epoch, world, world - 1, policy)
@@ -164,8 +165,13 @@ def test_sampler_resume_guarantee_f(mapping: dict[str, list[str]], data) -> None
 
 
 @settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 2**63), epoch=st.integers(0, 10**6), index=st.integers(0, 10**7),
-       lo=st.integers(1, 400), width=st.integers(0, 200))
+@given(
+    seed=st.integers(0, 2**63),
+    epoch=st.integers(0, 10**6),
+    index=st.integers(0, 10**7),
+    lo=st.integers(1, 400),
+    width=st.integers(0, 200),
+)
 def test_crop_frames_guarantee_g(seed: int, epoch: int, index: int, lo: int, width: int) -> None:
     n = crop_frames(seed, epoch, index, lo, lo + width)
     assert isinstance(n, int) and lo <= n <= lo + width

@@ -41,8 +41,13 @@ def tone(path: Path, seconds: float, rate: int = 16000, freq: float = 220.0) -> 
 # --------------------------------------------------------------------------- mini corpora
 
 
-def make_speechocean_mini(root: Path, spk_train: tuple[str, ...] = ("0001", "1027", "0005"),
-                          spk_test: tuple[str, ...] = ("0003", "9601"), n_train: int = 3, n_test: int = 2) -> Path:
+def make_speechocean_mini(
+    root: Path,
+    spk_train: tuple[str, ...] = ("0001", "1027", "0005"),
+    spk_test: tuple[str, ...] = ("0003", "9601"),
+    n_train: int = 3,
+    n_test: int = 2,
+) -> Path:
     """speechocean762 layout: WAVE/SPEAKERnnnn/<utt>.WAV + train/ test/ Kaldi lists (tabs,
     relative paths, utt ids <0spk><4 digits>, spk2age unsorted).  Some audio is stored as
     .flac while wav.scp says .WAV (the shared copy's conversion)."""
@@ -67,8 +72,13 @@ def make_speechocean_mini(root: Path, spk_train: tuple[str, ...] = ("0001", "102
     return root
 
 
-def make_dsp20_mini(root: Path, spks: tuple[str, ...] = ("15307110189", "15307130120", "15307130191"),
-                    words: int = 3, rounds: int = 3, ext: str = ".flac") -> Path:
+def make_dsp20_mini(
+    root: Path,
+    spks: tuple[str, ...] = ("15307110189", "15307130120", "15307130191"),
+    words: int = 3,
+    rounds: int = 3,
+    ext: str = ".flac",
+) -> Path:
     for spk in spks:
         for w in range(words):
             for r in range(1, rounds + 1):
@@ -96,8 +106,10 @@ def make_librispeech_mini(root: Path) -> Path:
                     tone(d / f"{spk}-{ch}-{u:04d}.flac", 0.4)
                     trans.append(f"{spk}-{ch}-{u:04d} HELLO WORLD {u}")
                 (d / f"{spk}-{ch}.trans.txt").write_text("\n".join(trans) + "\n")
-    (root / "SPEAKERS.TXT").write_text("; ID |SEX| SUBSET |MINUTES| NAME\n121 | F | test-clean | 8.0 | Anne\n"
-                                       "61 | M | test-clean | 8.1 | Bob\n19 | F | train-clean-100 | 25.2 | Kara\n")
+    (root / "SPEAKERS.TXT").write_text(
+        "; ID |SEX| SUBSET |MINUTES| NAME\n121 | F | test-clean | 8.0 | Anne\n"
+        "61 | M | test-clean | 8.1 | Bob\n19 | F | train-clean-100 | 25.2 | Kara\n"
+    )
     return root
 
 
@@ -316,8 +328,15 @@ def test_local_scripts_prepare_and_validate(tmp_path: Path) -> None:
     assert r.returncode != 0 and "Usage:" in r.stderr
 
 
-@pytest.mark.parametrize("script,var", [("speechocean762.sh", "SPEECHOCEAN762"), ("dspspeech20.sh", "DSPSPEECH20"),
-                                        ("fsdd.sh", "FSDD"), ("librispeech.sh", "LIBRISPEECH")])
+@pytest.mark.parametrize(
+    "script,var",
+    [
+        ("speechocean762.sh", "SPEECHOCEAN762"),
+        ("dspspeech20.sh", "DSPSPEECH20"),
+        ("fsdd.sh", "FSDD"),
+        ("librispeech.sh", "LIBRISPEECH"),
+    ],
+)
 def test_missing_corpus_says_which_variable_to_set(tmp_path: Path, script: str, var: str) -> None:
     r = run_local(script, "--download", "false", str(tmp_path / "nowhere"), str(tmp_path / "out"))
     out = r.stdout + r.stderr
@@ -328,8 +347,10 @@ def test_missing_corpus_says_which_variable_to_set(tmp_path: Path, script: str, 
 def test_download_attempt_fails_fast(tmp_path: Path) -> None:
     """An unreachable host (a non-routable address) must not hang data prep: the probe is
     bounded by download_timeout, then the message names the variable."""
-    snippet = (f'set -euo pipefail; download=true; download_timeout=2; . "{LOCAL}/corpus_common.sh"; '
-               f'ensure_corpus "{tmp_path}/c" wav.scp MYCORPUS https://10.255.255.1/none.git')
+    snippet = (
+        f'set -euo pipefail; download=true; download_timeout=2; . "{LOCAL}/corpus_common.sh"; '
+        f'ensure_corpus "{tmp_path}/c" wav.scp MYCORPUS https://10.255.255.1/none.git'
+    )
     start = time.monotonic()
     r = subprocess.run(["bash", "-c", snippet], capture_output=True, text=True, timeout=60)
     assert time.monotonic() - start < 15
@@ -351,16 +372,19 @@ def real_sets(corpus, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Dat
         out = tmp_path_factory.mktemp("real")
         _REAL["train"] = write_data_dir(collect("speechocean762", str(so762), split="train"), out / "train")
         _REAL["test"] = write_data_dir(collect("speechocean762", str(so762), split="test"), out / "test", trials=True)
-        _REAL["dsp20"] = write_data_dir(collect("dspspeech20", str(dsp20), rounds=["01", "02"]), out / "dsp20",
-                                        trials=True)
+        _REAL["dsp20"] = write_data_dir(
+            collect("dspspeech20", str(dsp20), rounds=["01", "02"]), out / "dsp20", trials=True
+        )
     return _REAL
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("name,n_spk,n_utt,per_spk", [("train", 125, 1500, 12), ("test", 125, 500, 4),
-                                                      ("dsp20", 33, 1320, 40)])
-def test_real_corpus_counts_and_validity(real_sets: dict[str, DataDir], name: str, n_spk: int, n_utt: int,
-                                        per_spk: int) -> None:
+@pytest.mark.parametrize(
+    "name,n_spk,n_utt,per_spk", [("train", 125, 1500, 12), ("test", 125, 500, 4), ("dsp20", 33, 1320, 40)]
+)
+def test_real_corpus_counts_and_validity(
+    real_sets: dict[str, DataDir], name: str, n_spk: int, n_utt: int, per_spk: int
+) -> None:
     d = real_sets[name]
     assert_valid(d.path)
     s2u = d.spk2utt()

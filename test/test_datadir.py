@@ -7,10 +7,27 @@ from pathlib import Path
 
 import pytest
 
-from spkflow.datadir import (DataDir, c_sorted, check_sorted_unique, read_keys, read_kv, read_kv_lines,
-                             read_spk2utt, spk2utt_to_utt2spk, utt2spk_to_spk2utt, write_kv)
-from spkflow.datadir_ops import (PerlRandom, combine_data, copy_data_dir, filter_lines, fix_data_dir,
-                                 subset_data_dir, subset_lines)
+from spkflow.datadir import (
+    DataDir,
+    c_sorted,
+    check_sorted_unique,
+    read_keys,
+    read_kv,
+    read_kv_lines,
+    read_spk2utt,
+    spk2utt_to_utt2spk,
+    utt2spk_to_spk2utt,
+    write_kv,
+)
+from spkflow.datadir_ops import (
+    PerlRandom,
+    combine_data,
+    copy_data_dir,
+    filter_lines,
+    fix_data_dir,
+    subset_data_dir,
+    subset_lines,
+)
 from spkflow.errors import InputError
 
 
@@ -26,12 +43,17 @@ def snapshot(d: Path) -> dict[str, bytes]:
 
 
 def good_dir(d: Path) -> Path:
-    return write(d, utt2spk="a-1 a\na-2 a\nb-1 b\n", spk2utt="a a-1 a-2\nb b-1\n",
-                 wav_scp="a-1 /w/a1.wav\na-2 sox /w/a2.flac -t wav - |\nb-1 /w/b1.wav\n",
-                 utt2dur="a-1 1.5\na-2 2\nb-1 0.75\n")
+    return write(
+        d,
+        utt2spk="a-1 a\na-2 a\nb-1 b\n",
+        spk2utt="a a-1 a-2\nb b-1\n",
+        wav_scp="a-1 /w/a1.wav\na-2 sox /w/a2.flac -t wav - |\nb-1 /w/b1.wav\n",
+        utt2dur="a-1 1.5\na-2 2\nb-1 0.75\n",
+    )
 
 
 # --------------------------------------------------------------------------- tables
+
 
 def test_read_kv_keeps_rest_of_line_and_tabs(tmp_path: Path) -> None:
     p = tmp_path / "wav.scp"
@@ -41,11 +63,14 @@ def test_read_kv_keeps_rest_of_line_and_tabs(tmp_path: Path) -> None:
     assert read_keys(p) == ["u1", "u2"]
 
 
-@pytest.mark.parametrize("text,line,words", [
-    ("a 1\nb 2\na 3\n", 3, "duplicate key 'a' (first on line 1)"),
-    ("a 1\n\nb 2\n", 2, "empty line"),
-    ("a 1\nb\n", 2, "only the key 'b'"),
-])
+@pytest.mark.parametrize(
+    "text,line,words",
+    [
+        ("a 1\nb 2\na 3\n", 3, "duplicate key 'a' (first on line 1)"),
+        ("a 1\n\nb 2\n", 2, "empty line"),
+        ("a 1\nb\n", 2, "only the key 'b'"),
+    ],
+)
 def test_read_kv_errors_name_file_and_line(tmp_path: Path, text: str, line: int, words: str) -> None:
     p = tmp_path / "utt2dur"
     p.write_text(text)
@@ -74,8 +99,11 @@ def test_read_spk2utt(tmp_path: Path) -> None:
     p = tmp_path / "spk2utt"
     p.write_text("a a-1 a-2\nb b-1\n")
     assert read_spk2utt(p) == {"a": ["a-1", "a-2"], "b": ["b-1"]}
-    for text, line, words in [("a a-1\nb\n", 2, "no utterances"), ("a a-1\na a-2\n", 2, "duplicate speaker"),
-                              ("a a-1\nb a-1\n", 2, "listed twice (also on line 1)")]:
+    for text, line, words in [
+        ("a a-1\nb\n", 2, "no utterances"),
+        ("a a-1\na a-2\n", 2, "duplicate speaker"),
+        ("a a-1\nb a-1\n", 2, "listed twice (also on line 1)"),
+    ]:
         p.write_text(text)
         with pytest.raises(InputError) as e:
             read_spk2utt(p)
@@ -101,18 +129,22 @@ def test_write_kv_is_atomic(tmp_path: Path) -> None:
     def items():
         yield ("a", "1")
         raise RuntimeError("crash while producing output")
+
     with pytest.raises(RuntimeError):
         write_kv(p, items(), sort=False)
     assert p.read_text() == "old 1\n"
     assert os.listdir(tmp_path) == ["utt2spk"]
 
 
-@pytest.mark.parametrize("text,line,words", [
-    ("a 1\nc 2\nb 3\n", 3, "not sorted: 'b' comes after 'c' (line 2)"),
-    ("a 1\nb 2\nb 3\n", 3, "duplicate key 'b' (first on line 2)"),
-    ("a 1\nb 2", 2, "no newline at end of file"),
-    ("a-1 x\na 1\n", 2, "not sorted"),
-])
+@pytest.mark.parametrize(
+    "text,line,words",
+    [
+        ("a 1\nc 2\nb 3\n", 3, "not sorted: 'b' comes after 'c' (line 2)"),
+        ("a 1\nb 2\nb 3\n", 3, "duplicate key 'b' (first on line 2)"),
+        ("a 1\nb 2", 2, "no newline at end of file"),
+        ("a-1 x\na 1\n", 2, "not sorted"),
+    ],
+)
 def test_check_sorted_unique(tmp_path: Path, text: str, line: int, words: str) -> None:
     p = tmp_path / "feats.scp"
     p.write_text(text)
@@ -130,13 +162,14 @@ def test_check_sorted_unique_accepts_c_order(tmp_path: Path) -> None:
 def test_utt2spk_spk2utt_conversions() -> None:
     u2s = {"a-1": "a", "b-1": "b", "a-2": "a"}
     assert utt2spk_to_spk2utt(u2s) == {"a": ["a-1", "a-2"], "b": ["b-1"]}
-    assert list(utt2spk_to_spk2utt(u2s)) == ["a", "b"]       # order of first appearance
+    assert list(utt2spk_to_spk2utt(u2s)) == ["a", "b"]  # order of first appearance
     assert spk2utt_to_utt2spk({"a": ["a-1", "a-2"], "b": ["b-1"]}) == {"a-1": "a", "a-2": "a", "b-1": "b"}
     with pytest.raises(ValueError):
         spk2utt_to_utt2spk({"a": ["x"], "b": ["x"]})
 
 
 # --------------------------------------------------------------------------- DataDir.validate
+
 
 def test_datadir_accessors(tmp_path: Path) -> None:
     d = DataDir(good_dir(tmp_path / "d"))
@@ -189,8 +222,9 @@ BAD_CASES = [
 
 
 @pytest.mark.parametrize("name,content,bad_file,line,words", BAD_CASES)
-def test_validate_bad_input(tmp_path: Path, name: str, content: str, bad_file: str, line: int | None,
-                            words: str) -> None:
+def test_validate_bad_input(
+    tmp_path: Path, name: str, content: str, bad_file: str, line: int | None, words: str
+) -> None:
     d = good_dir(tmp_path / "d")
     (d / name).write_text(content)
     before = snapshot(d)
@@ -199,7 +233,7 @@ def test_validate_bad_input(tmp_path: Path, name: str, content: str, bad_file: s
     assert e.value.path == str(d / bad_file), str(e.value)
     assert e.value.line == line, str(e.value)
     assert words in str(e.value)
-    assert snapshot(d) == before          # validation never changes anything
+    assert snapshot(d) == before  # validation never changes anything
 
 
 def test_validate_text(tmp_path: Path) -> None:
@@ -218,9 +252,14 @@ def test_validate_text(tmp_path: Path) -> None:
 
 
 def test_validate_segments(tmp_path: Path) -> None:
-    d = write(tmp_path / "d", utt2spk="a-1 a\na-2 a\nb-1 b\n", spk2utt="a a-1 a-2\nb b-1\n",
-              segments="a-1 r1 0 1.5\na-2 r1 1.5 3\nb-1 r2 0 2\n", wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\n",
-              reco2dur="r1 3.5\nr2 2\n")
+    d = write(
+        tmp_path / "d",
+        utt2spk="a-1 a\na-2 a\nb-1 b\n",
+        spk2utt="a a-1 a-2\nb b-1\n",
+        segments="a-1 r1 0 1.5\na-2 r1 1.5 3\nb-1 r2 0 2\n",
+        wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\n",
+        reco2dur="r1 3.5\nr2 2\n",
+    )
     assert DataDir(d).validate() == []
     (d / "segments").write_text("a-1 r1 0 1.5\na-2 r1 3 3\nb-1 r2 0 2\n")
     with pytest.raises(InputError, match=r"segments:2: end time 3 is not after start time 3"):
@@ -235,12 +274,16 @@ def test_validate_segments(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- fix_data_dir
 
+
 def messy_dir(d: Path) -> Path:
-    return write(d, utt2spk="b-2 b\na-1 a\na-2 a\nb-1 b\nc-1 c\nd-1 d\n",
-                 spk2utt="stale\n",
-                 wav_scp="a-1 /w/a1.wav\na-2 /w/a2.wav\nb-1 /w/b1.wav\nb-2 /w/b2.wav\nd-1 /w/d1.wav\nz-9 /w/z.wav\n",
-                 utt2dur="a-1 1.5\na-2 0\nb-1 2\nb-2 3\nc-1 4\nd-1 1\n",
-                 spk2gender="a f\nb m\nc m\n")
+    return write(
+        d,
+        utt2spk="b-2 b\na-1 a\na-2 a\nb-1 b\nc-1 c\nd-1 d\n",
+        spk2utt="stale\n",
+        wav_scp="a-1 /w/a1.wav\na-2 /w/a2.wav\nb-1 /w/b1.wav\nb-2 /w/b2.wav\nd-1 /w/d1.wav\nz-9 /w/z.wav\n",
+        utt2dur="a-1 1.5\na-2 0\nb-1 2\nb-2 3\nc-1 4\nd-1 1\n",
+        spk2gender="a f\nb m\nc m\n",
+    )
 
 
 def test_fix_data_dir_filters_sorts_and_backs_up(tmp_path: Path) -> None:
@@ -257,7 +300,7 @@ def test_fix_data_dir_filters_sorts_and_backs_up(tmp_path: Path) -> None:
     assert (rep.kept, rep.total) == (3, 5)
     assert "fix_data_dir.sh: kept 3 utterances out of 5" in msgs
     for name in ("utt2spk", "spk2utt", "wav.scp", "utt2dur", "spk2gender"):
-        assert (d / ".backup" / name).read_bytes() == orig[name]      # the user's originals
+        assert (d / ".backup" / name).read_bytes() == orig[name]  # the user's originals
     assert DataDir(d).validate() == []
     # A second run changes nothing and keeps the backup of the originals.
     rep2 = fix_data_dir(d)
@@ -265,14 +308,18 @@ def test_fix_data_dir_filters_sorts_and_backs_up(tmp_path: Path) -> None:
     assert (d / ".backup" / "utt2spk").read_bytes() == orig["utt2spk"]
 
 
-@pytest.mark.parametrize("files,bad,line,words", [
-    ({"utt2spk": "a-1 a\na-2\n"}, "utt2spk", 2, "2 fields"),
-    ({"utt2spk": "a-1 a\n\nb-1 b\n"}, "utt2spk", 2, "empty line"),
-    ({"utt2spk": "a-1 b\na-2 a\n"}, "utt2spk", 2, "does not sort with its speaker"),
-    ({"utt2spk": "a-1 a\n", "wav.scp": "b-1 x\n"}, "", None, "no utterances remained"),
-])
-def test_fix_data_dir_bad_input_changes_nothing(tmp_path: Path, files: dict[str, str], bad: str,
-                                                line: int | None, words: str) -> None:
+@pytest.mark.parametrize(
+    "files,bad,line,words",
+    [
+        ({"utt2spk": "a-1 a\na-2\n"}, "utt2spk", 2, "2 fields"),
+        ({"utt2spk": "a-1 a\n\nb-1 b\n"}, "utt2spk", 2, "empty line"),
+        ({"utt2spk": "a-1 b\na-2 a\n"}, "utt2spk", 2, "does not sort with its speaker"),
+        ({"utt2spk": "a-1 a\n", "wav.scp": "b-1 x\n"}, "", None, "no utterances remained"),
+    ],
+)
+def test_fix_data_dir_bad_input_changes_nothing(
+    tmp_path: Path, files: dict[str, str], bad: str, line: int | None, words: str
+) -> None:
     d = write(tmp_path / "d", **files)
     before = snapshot(d)
     with pytest.raises(InputError) as e:
@@ -283,9 +330,12 @@ def test_fix_data_dir_bad_input_changes_nothing(tmp_path: Path, files: dict[str,
 
 
 def test_fix_data_dir_with_segments(tmp_path: Path) -> None:
-    d = write(tmp_path / "d", utt2spk="a-1 a\na-2 a\nb-1 b\n",
-              segments="a-2 r1\t1.5  3\na-1 r1 0 1.5\nb-1 r2 0 2\nc-1 r3 0 1\n",
-              wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\nr4 /w/r4.wav\n")
+    d = write(
+        tmp_path / "d",
+        utt2spk="a-1 a\na-2 a\nb-1 b\n",
+        segments="a-2 r1\t1.5  3\na-1 r1 0 1.5\nb-1 r2 0 2\nc-1 r3 0 1\n",
+        wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\nr4 /w/r4.wav\n",
+    )
     fix_data_dir(d)
     # Like Kaldi: segments re-written with single spaces, recordings nobody uses dropped.
     assert (d / "segments").read_text() == "a-1 r1 0 1.5\na-2 r1 1.5 3\nb-1 r2 0 2\n"
@@ -294,8 +344,9 @@ def test_fix_data_dir_with_segments(tmp_path: Path) -> None:
 
 
 def test_fix_data_dir_extra_files(tmp_path: Path) -> None:
-    d = write(tmp_path / "d", utt2spk="a-1 a\nb-1 b\n", wav_scp="a-1 x\n", utt2age="b-1 30\na-1 20\n",
-              spk2acc="b x\na y\n")
+    d = write(
+        tmp_path / "d", utt2spk="a-1 a\nb-1 b\n", wav_scp="a-1 x\n", utt2age="b-1 30\na-1 20\n", spk2acc="b x\na y\n"
+    )
     fix_data_dir(d, utt_extra_files=["utt2age"], spk_extra_files=["spk2acc"])
     assert (d / "utt2age").read_text() == "a-1 20\n"
     assert (d / "spk2acc").read_text() == "a y\n"
@@ -303,13 +354,14 @@ def test_fix_data_dir_extra_files(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- subset / combine / copy
 
+
 def test_filter_lines_and_subset_lines() -> None:
     lines = ["a 1\n", "b 2\n", "c 3\n"]
     assert filter_lines(lines, {"a", "c"}) == ["a 1\n", "c 3\n"]
     assert filter_lines(lines, {"a", "c"}, exclude=True) == ["b 2\n"]
     assert filter_lines(["x a\n", "y b\n"], {"b"}, field_no=2) == ["y b\n"]
     ten = [f"u{i}\n" for i in range(10)]
-    assert subset_lines(ten, 3) == ["u4\n", "u6\n", "u9\n"]   # Kaldi's subset_scp.pl 3 (checked with perl)
+    assert subset_lines(ten, 3) == ["u4\n", "u6\n", "u9\n"]  # Kaldi's subset_scp.pl 3 (checked with perl)
     assert subset_lines(ten, 2, "first") == ["u0\n", "u1\n"]
     assert subset_lines(ten, 2, "last") == ["u8\n", "u9\n"]
     with pytest.raises(ValueError):
@@ -323,10 +375,13 @@ def test_perl_random_matches_perl_drand48() -> None:
 
 
 def test_subset_modes(tmp_path: Path) -> None:
-    src = write(tmp_path / "src", utt2spk="".join(f"s{s}-{u} s{s}\n" for s in range(3) for u in range(4)),
-                spk2utt="".join(f"s{s} " + " ".join(f"s{s}-{u}" for u in range(4)) + "\n" for s in range(3)),
-                wav_scp="".join(f"s{s}-{u} /w/{s}{u}.wav\n" for s in range(3) for u in range(4)),
-                spk2gender="s0 m\ns1 f\ns2 m\n")
+    src = write(
+        tmp_path / "src",
+        utt2spk="".join(f"s{s}-{u} s{s}\n" for s in range(3) for u in range(4)),
+        spk2utt="".join(f"s{s} " + " ".join(f"s{s}-{u}" for u in range(4)) + "\n" for s in range(3)),
+        wav_scp="".join(f"s{s}-{u} /w/{s}{u}.wav\n" for s in range(3) for u in range(4)),
+        spk2gender="s0 m\ns1 f\ns2 m\n",
+    )
     assert subset_data_dir(src, tmp_path / "first", num_utt=5, mode="first") == 5
     assert (tmp_path / "first" / "spk2gender").read_text() == "s0 m\ns1 f\n"
     assert subset_data_dir(src, tmp_path / "per", num_utt=2, mode="per_spk") == 6
@@ -344,8 +399,13 @@ def test_subset_modes(tmp_path: Path) -> None:
 
 
 def test_combine_and_copy(tmp_path: Path) -> None:
-    a = write(tmp_path / "a", utt2spk="a-1 a\na-2 a\n", spk2utt="a a-1 a-2\n", wav_scp="a-1 x\na-2 y\n",
-              utt2dur="a-1 1\na-2 2\n")
+    a = write(
+        tmp_path / "a",
+        utt2spk="a-1 a\na-2 a\n",
+        spk2utt="a a-1 a-2\n",
+        wav_scp="a-1 x\na-2 y\n",
+        utt2dur="a-1 1\na-2 2\n",
+    )
     b = write(tmp_path / "b", utt2spk="b-1 b\n", spk2utt="b b-1\n", wav_scp="b-1 z\n")
     dest = tmp_path / "ab"
     write(dest, stale="old")

@@ -20,8 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spkflow.datadir import (DataDir, c_key, c_sorted, check_sorted_unique, read_kv, spk2utt_to_utt2spk,
-                             utt2spk_to_spk2utt, write_kv)
+from spkflow.datadir import (
+    DataDir,
+    c_key,
+    c_sorted,
+    check_sorted_unique,
+    read_kv,
+    spk2utt_to_utt2spk,
+    utt2spk_to_spk2utt,
+    write_kv,
+)
 from spkflow.datadir_ops import combine_data, filter_lines, fix_data_dir, subset_data_dir, subset_lines
 from spkflow.errors import InputError
 
@@ -65,11 +73,11 @@ def files(d: Path) -> dict[str, bytes]:
 @given(u2s=utt2spks())
 def test_utt2spk_spk2utt_round_trip(u2s: dict[str, str]) -> None:
     s2u = utt2spk_to_spk2utt(u2s)
-    assert list(s2u) == c_sorted(s2u)                       # speakers come out sorted
+    assert list(s2u) == c_sorted(s2u)  # speakers come out sorted
     assert list(spk2utt_to_utt2spk(s2u).items()) == list(u2s.items())
     d = make_dir(tmpdir(), u2s)
     try:
-        DataDir(d).validate()                          # raises on any problem
+        DataDir(d).validate()  # raises on any problem
         assert DataDir(d).spk2utt() == s2u
     finally:
         shutil.rmtree(d)
@@ -108,7 +116,7 @@ def write_shuffled(path: Path, table: dict[str, str], rng: random.Random, dup: b
     lines = [f"{k} {v}\n" for k, v in table.items()]
     rng.shuffle(lines)
     if dup and lines:
-        lines.append(lines[0])                               # an exact duplicate line
+        lines.append(lines[0])  # an exact duplicate line
     path.write_text("".join(lines))
 
 
@@ -125,17 +133,16 @@ def test_fix_keeps_what_is_everywhere_and_is_idempotent(case, seed: int, dup: bo
         if gender:
             write_shuffled(d / "spk2gender", gender, rng, False)
         originals = files(d)
-        expected = [u for u in u2s if u in wav and u in dur and float(dur[u]) > 0
-                    and (not gender or u2s[u] in gender)]
+        expected = [u for u in u2s if u in wav and u in dur and float(dur[u]) > 0 and (not gender or u2s[u] in gender)]
         if not expected:
             with pytest.raises(InputError, match="no utterances remained"):
                 fix_data_dir(d)
-            assert files(d) == originals                   # nothing touched
+            assert files(d) == originals  # nothing touched
             return
         rep = fix_data_dir(d)
         assert list(read_kv(d / "utt2spk")) == expected
         assert rep.kept == len(expected)
-        DataDir(d).validate()                          # raises on any problem
+        DataDir(d).validate()  # raises on any problem
         for name in rep.changed:
             if name in originals:
                 assert (d / ".backup" / name).read_bytes() == originals[name]
@@ -147,8 +154,9 @@ def test_fix_keeps_what_is_everywhere_and_is_idempotent(case, seed: int, dup: bo
 
 
 def split_scp(args: str) -> None:
-    p = subprocess.run(["bash", "-c", f"{UTILS}/split_scp.pl {args}"], capture_output=True, text=True,
-                       env=dict(os.environ, LC_ALL="C"))
+    p = subprocess.run(
+        ["bash", "-c", f"{UTILS}/split_scp.pl {args}"], capture_output=True, text=True, env=dict(os.environ, LC_ALL="C")
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -168,7 +176,7 @@ def test_split_by_speaker_then_combine_gives_the_original(u2s: dict[str, str], n
         for j, t in enumerate(texts):
             assert t, "no part may be empty"
             for line in t.splitlines():
-                assert seen.setdefault(line.split()[1], j) == j   # a speaker lives in one part
+                assert seen.setdefault(line.split()[1], j) == j  # a speaker lives in one part
         for j, p in enumerate(parts):
             subset_data_dir(src, d / f"part{j}", utt_list=p)
         combine_data(d / "all", [d / f"part{j}" for j in reversed(range(nparts))])
@@ -200,7 +208,7 @@ def test_filter_include_exclude_partition(keys: list[str], pick: set[str]) -> No
     lines = [f"{k} v{i}\n" for i, k in enumerate(keys)]
     inc, exc = filter_lines(lines, pick), filter_lines(lines, pick, exclude=True)
     assert len(inc) + len(exc) == len(lines)
-    assert [x for x in lines if x in inc] == inc and [x for x in lines if x in exc] == exc   # order kept
+    assert [x for x in lines if x in inc] == inc and [x for x in lines if x in exc] == exc  # order kept
     assert {x.split()[0] for x in inc} == set(keys) & pick
 
 

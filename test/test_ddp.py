@@ -31,8 +31,18 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def torchrun(setup: dict[str, Any], out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "spkflow.bin.train", *cli_args(setup, out, setup["config_path"]), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "spkflow.bin.train",
+        *cli_args(setup, out, setup["config_path"]),
+        *extra,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return r
@@ -50,8 +60,10 @@ def test_two_gloo_processes_share_each_epoch(setup: dict[str, Any], full_run: tu
 
     out, stderr = full_run
     assert "DDP: rank 0 of 2 (gloo)" in stderr
-    traces = {rank: [line.split() for line in (out / f"batch_trace.rank{rank}.txt").read_text().splitlines()]
-              for rank in (0, 1)}
+    traces = {
+        rank: [line.split() for line in (out / f"batch_trace.rank{rank}.txt").read_text().splitlines()]
+        for rank in (0, 1)
+    }
     for epoch in (1, 2):
         lines = (setup["batches"] / f"epoch{epoch}.txt").read_text().splitlines()
         seen: dict[int, int] = {}

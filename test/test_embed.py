@@ -45,9 +45,15 @@ def make_spkflow_model_dir(path: Path, seed: int = 0, mean_norm: bool = False) -
     from spkflow.models import build_model
     from spkflow.vad import VadOptions
 
-    cfg = {"frontend": {"vad": True, "mean_norm": mean_norm, "fbank": FbankOptions(num_mel_bins=24).to_dict(),
-                        "vad_conf": dataclasses.asdict(VadOptions())},
-           "model": {"name": "ecapa_tdnn", "input_dim": 24, "channels": 32, "scale": 4, "embed_dim": 16}}
+    cfg = {
+        "frontend": {
+            "vad": True,
+            "mean_norm": mean_norm,
+            "fbank": FbankOptions(num_mel_bins=24).to_dict(),
+            "vad_conf": dataclasses.asdict(VadOptions()),
+        },
+        "model": {"name": "ecapa_tdnn", "input_dim": 24, "channels": 32, "scale": 4, "embed_dim": 16},
+    }
     torch.manual_seed(seed)
     model = build_model(cfg["model"])
     perturb_batchnorm(model, seed)
@@ -95,8 +101,11 @@ def embedder(model_dir: Path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(durs=st.lists(st.one_of(st.none(), st.floats(0.05, 30.0)), min_size=0, max_size=60),
-       batch_size=st.integers(1, 9), max_frames=st.integers(20, 4000))
+@given(
+    durs=st.lists(st.one_of(st.none(), st.floats(0.05, 30.0)), min_size=0, max_size=60),
+    batch_size=st.integers(1, 9),
+    max_frames=st.integers(20, 4000),
+)
 def test_plan_batches_covers_once_and_respects_bounds(durs, batch_size, max_frames):
     utts = [f"u{i:03d}" for i in range(len(durs))]
     durations = dict(zip(utts, durs))
@@ -114,7 +123,7 @@ def test_plan_batches_covers_once_and_respects_bounds(durs, batch_size, max_fram
     known_part = [d for d in order if d is not None]
     assert known_part == sorted(known_part, reverse=True)
     if None in order:
-        assert all(d is None for d in order[order.index(None):])
+        assert all(d is None for d in order[order.index(None) :])
     assert plan_batches(utts, durations, batch_size, max_frames) == batches  # deterministic
 
 
@@ -183,8 +192,9 @@ def test_merge_order_means_and_bad_speakers(tmp_path):
     spk2utt = {"b": ["b-1", "b-2", "b-3"], "a": ["a-1", "a-2"], "c": ["c-1"]}
     data = _data_dir(tmp_path / "data", spk2utt)
     rng = np.random.default_rng(2)
-    vecs = {u: (rng.standard_normal(6) * rng.uniform(0.5, 5)).astype(np.float32)
-            for u in ("b-3", "a-2", "b-1", "a-1")}  # completion order, not data-dir order
+    vecs = {
+        u: (rng.standard_normal(6) * rng.uniform(0.5, 5)).astype(np.float32) for u in ("b-3", "a-2", "b-1", "a-1")
+    }  # completion order, not data-dir order
     jobs = tmp_path / "jobs"
     with JobWriter(jobs, 2) as w:
         w.write(list(vecs.items())[:2])
@@ -206,8 +216,10 @@ def test_merge_order_means_and_bad_speakers(tmp_path):
     assert list(sp) == ["a", "b"]  # c has no embedded utterance: reported, not averaged over nothing
     np.testing.assert_allclose(sp["a"], (vecs["a-1"] + vecs["a-2"]) / 2, rtol=1e-6)
     np.testing.assert_allclose(sp["b"], (vecs["b-1"] + vecs["b-3"]) / 2, rtol=1e-6)
-    assert (out / "bad_utts").read_text().splitlines() == ["b-2 /x/b-2.wav: audio file not found",
-                                                            "c-1 /x/c-1.wav: audio file not found"]
+    assert (out / "bad_utts").read_text().splitlines() == [
+        "b-2 /x/b-2.wav: audio file not found",
+        "c-1 /x/c-1.wav: audio file not found",
+    ]
     assert (out / "bad_spks").read_text().split()[0] == "c"
     # the ark is readable sequentially in the same order
     assert [k for k, _ in kaldiio.load_ark(str(out / "xvector.ark"))] == list(xv)
@@ -279,8 +291,10 @@ def test_features_from_a_stage2_dump_equal_features_from_audio(model_dir, embedd
     dump.mkdir()
     reader = AudioReader(data, sample_rate=16000)
     utts = reader.keys()
-    with kaldiio.WriteHelper(f"ark,scp:{dump}/feats.ark,{dump}/feats.scp") as wf, \
-            kaldiio.WriteHelper(f"ark,scp:{dump}/vad.ark,{dump}/vad.scp") as wv:
+    with (
+        kaldiio.WriteHelper(f"ark,scp:{dump}/feats.ark,{dump}/feats.scp") as wf,
+        kaldiio.WriteHelper(f"ark,scp:{dump}/vad.ark,{dump}/vad.scp") as wv,
+    ):
         for u in utts:
             feats = compute_fbank(reader.read(u), 16000, embedder.fbank)
             wf[u] = feats

@@ -24,23 +24,49 @@ from test_extract_script import SCRIPT, env
 torch = pytest.importorskip("torch")
 SpeakerTask = pytest.importorskip("espnet2.tasks.spk").SpeakerTask
 
-BASE = dict(specaug=None, specaug_conf={}, normalize=None, normalize_conf={}, pooling="chn_attn_stat",
-            pooling_conf={}, projector="rawnet3", projector_conf=dict(output_size=16), loss="aamsoftmax",
-            loss_conf=dict(margin=0.2, scale=30), spk_num=5, input_size=None, init=None)
+BASE = dict(
+    specaug=None,
+    specaug_conf={},
+    normalize=None,
+    normalize_conf={},
+    pooling="chn_attn_stat",
+    pooling_conf={},
+    projector="rawnet3",
+    projector_conf=dict(output_size=16),
+    loss="aamsoftmax",
+    loss_conf=dict(margin=0.2, scale=30),
+    spk_num=5,
+    input_size=None,
+    init=None,
+)
 CONFIGS = {
     # ESPnet's VoxCeleb ECAPA recipe shape: melspec_torch frontend with mean normalisation
-    "ecapa": dict(BASE, frontend="melspec_torch",
-                  frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160,
-                                     n_mels=24, normalize="mn"),
-                  encoder="ecapa_tdnn", encoder_conf=dict(model_scale=4, ndim=32, output_size=48)),
+    "ecapa": dict(
+        BASE,
+        frontend="melspec_torch",
+        frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160, n_mels=24, normalize="mn"),
+        encoder="ecapa_tdnn",
+        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
+    ),
     # STFT frontend + utterance MVN; the x-vector TDNN shortens the time axis
-    "xvector": dict(BASE, frontend="default", frontend_conf=dict(n_fft=512, win_length=400, hop_length=160, n_mels=24),
-                    normalize="utterance_mvn", encoder="xvector", encoder_conf=dict(ndim=32, output_size=40),
-                    pooling="stats", projector="xvector"),
+    "xvector": dict(
+        BASE,
+        frontend="default",
+        frontend_conf=dict(n_fft=512, win_length=400, hop_length=160, n_mels=24),
+        normalize="utterance_mvn",
+        encoder="xvector",
+        encoder_conf=dict(ndim=32, output_size=40),
+        pooling="stats",
+        projector="xvector",
+    ),
     # raw waveform; its blocks average over time with F.adaptive_avg_pool1d: run one at a time
-    "rawnet3": dict(BASE, frontend="asteroid_frontend",
-                    frontend_conf=dict(sinc_stride=16, sinc_kernel_size=251, sinc_filters=32),
-                    encoder="rawnet3", encoder_conf=dict(model_scale=4, ndim=32, output_size=48)),
+    "rawnet3": dict(
+        BASE,
+        frontend="asteroid_frontend",
+        frontend_conf=dict(sinc_stride=16, sinc_kernel_size=251, sinc_filters=32),
+        encoder="rawnet3",
+        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
+    ),
 }
 
 
@@ -63,8 +89,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def waves(seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     t = [16000, 5200, 23456, 8000, 3300]  # 0.2 to 1.5 s: up to 7x padding
-    return [(0.1 * rng.standard_normal(n) + 0.3 * np.sin(np.arange(n) * 0.05 * (i + 1))).astype(np.float32)
-            for i, n in enumerate(t)]
+    return [
+        (0.1 * rng.standard_normal(n) + 0.3 * np.sin(np.arange(n) * 0.05 * (i + 1))).astype(np.float32)
+        for i, n in enumerate(t)
+    ]
 
 
 def espnet_alone(model, xs: list[np.ndarray]) -> np.ndarray:
@@ -137,9 +165,29 @@ def test_script_espnet_nj2_loads_in_espnet_dataset(models, tmp_path):
 
     data = make_mixed_data(tmp_path, num_spk=2, num_utt=3)  # 8 / 16 / 22.05 kHz -> 16 kHz
     out = tmp_path / "out"
-    p = subprocess.run(["bash", str(SCRIPT), "--toolkit", "espnet", "--nj", "2", "--batch-size", "3",
-                        "--num-workers", "0", "--model-dir", str(models["ecapa"]), str(data), str(out)],
-                       env=env(), capture_output=True, text=True, timeout=600, cwd=ROOT)
+    p = subprocess.run(
+        [
+            "bash",
+            str(SCRIPT),
+            "--toolkit",
+            "espnet",
+            "--nj",
+            "2",
+            "--batch-size",
+            "3",
+            "--num-workers",
+            "0",
+            "--model-dir",
+            str(models["ecapa"]),
+            str(data),
+            str(out),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, p.stderr
     utts = (data / "utt2spk").read_text().split()[::2]
     spks = [ln.split()[0] for ln in (data / "spk2utt").read_text().splitlines()]

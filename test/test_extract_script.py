@@ -65,8 +65,10 @@ def test_stage5_nj2_batched_equals_batch1_on_mixed_rates(model_dir, tmp_path, mo
         (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
     for name in ("utils", "scripts"):
         (recipe / name).symlink_to(ROOT / name)
-    (recipe / "path.sh").write_text(f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
-                                    "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n")
+    (recipe / "path.sh").write_text(
+        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
+        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
+    )
     data = make_mixed_data(recipe / "corpus")
     (recipe / "data").mkdir()
     os.rename(data, recipe / "data" / "test")
@@ -74,8 +76,24 @@ def test_stage5_nj2_batched_equals_batch1_on_mixed_rates(model_dir, tmp_path, mo
     exp.mkdir(parents=True)
     for f in ("config.yaml", "model.pth"):
         (exp / f).write_bytes((model_dir / f).read_bytes())
-    p = run(["spk.sh", "--stage", "5", "--stop_stage", "5", "--tag", "tiny", "--test_sets", "test",
-             "--nj", "2", "--embed_batch_size", "4"], cwd=recipe)
+    p = run(
+        [
+            "spk.sh",
+            "--stage",
+            "5",
+            "--stop_stage",
+            "5",
+            "--tag",
+            "tiny",
+            "--test_sets",
+            "test",
+            "--nj",
+            "2",
+            "--embed_batch_size",
+            "4",
+        ],
+        cwd=recipe,
+    )
     assert "Stage 5: embedding extraction for test" in p.stdout + p.stderr
     out = exp / "embed" / "test"
     monkeypatch.chdir(recipe)  # scp paths are relative to the recipe dir, as in Kaldi and ESPnet
@@ -109,15 +127,32 @@ def _commit_lines(jobs: Path) -> list[str]:
 def test_resume_after_sigkill_computes_only_the_missing(model_dir, tmp_path):
     data = make_speakers(tmp_path, num_spk=3, num_utt=4, seed=7)
     # Kaldi pipes that take a while: the job is slow enough to be killed mid-way
-    wav = "".join(f"{u} sleep 0.25; cat {p} |\n" for u, p in
-                  (ln.split() for ln in (data / "wav.scp").read_text().splitlines()))
+    wav = "".join(
+        f"{u} sleep 0.25; cat {p} |\n" for u, p in (ln.split() for ln in (data / "wav.scp").read_text().splitlines())
+    )
     (data / "wav.scp").write_text(wav)
     utts = (data / "utt2spk").read_text().split()[::2]
     out = tmp_path / "out"
     jobs = out / "jobs"
-    job = subprocess.Popen([str(PY), "-m", "spkflow.bin.extract_embeddings", "--model-dir", str(model_dir),
-                            "--batch-size", "1", "--num-workers", "0", "--no-progress", str(data), str(jobs)],
-                           env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = subprocess.Popen(
+        [
+            str(PY),
+            "-m",
+            "spkflow.bin.extract_embeddings",
+            "--model-dir",
+            str(model_dir),
+            "--batch-size",
+            "1",
+            "--num-workers",
+            "0",
+            "--no-progress",
+            str(data),
+            str(jobs),
+        ],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and len(_commit_lines(jobs) if jobs.is_dir() else []) < 3:

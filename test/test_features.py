@@ -14,8 +14,15 @@ import torchaudio.compliance.kaldi as kaldi
 from conftest import TEMPLATE, synth_voice
 from spkflow.audio import resample
 from spkflow.errors import InputError
-from spkflow.features import (FbankOptions, apply_frontend, check_resample_rate, compute_fbank, compute_vad,
-                              num_frames, select_voiced)
+from spkflow.features import (
+    FbankOptions,
+    apply_frontend,
+    check_resample_rate,
+    compute_fbank,
+    compute_vad,
+    num_frames,
+    select_voiced,
+)
 from spkflow.vad import VadOptions, frame_log_energy
 
 TOL = 1e-3  # max abs difference on the log-mel scale
@@ -51,17 +58,20 @@ def test_parity_with_kaldi_16k(waves):
         assert np.abs(ours - ref).max() < TOL
 
 
-@pytest.mark.parametrize("change", [
-    dict(snip_edges=False),
-    dict(num_mel_bins=40, low_freq=60.0, high_freq=-400.0),
-    dict(window_type="hamming", preemphasis_coefficient=0.0, remove_dc_offset=False),
-    dict(window_type="hanning", frame_length=20.0, frame_shift=8.0),
-    dict(window_type="blackman", round_to_power_of_two=False, frame_length=25.0),
-    dict(use_energy=True, energy_floor=1.0),
-    dict(use_energy=True, raw_energy=False, htk_compat=True),
-    dict(use_power=False),
-    dict(sample_frequency=8000.0, num_mel_bins=23),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(snip_edges=False),
+        dict(num_mel_bins=40, low_freq=60.0, high_freq=-400.0),
+        dict(window_type="hamming", preemphasis_coefficient=0.0, remove_dc_offset=False),
+        dict(window_type="hanning", frame_length=20.0, frame_shift=8.0),
+        dict(window_type="blackman", round_to_power_of_two=False, frame_length=25.0),
+        dict(use_energy=True, energy_floor=1.0),
+        dict(use_energy=True, raw_energy=False, htk_compat=True),
+        dict(use_power=False),
+        dict(sample_frequency=8000.0, num_mel_bins=23),
+    ],
+)
 def test_parity_with_kaldi_options(waves, change):
     opts = dataclasses.replace(FbankOptions(), **change)
     w = waves[1]
@@ -125,19 +135,26 @@ def test_too_short_and_bad_rates():
 def test_options_from_kaldi_conf(tmp_path):
     conf = FbankOptions.from_kaldi_conf(TEMPLATE / "conf" / "fbank.conf")
     assert conf == FbankOptions()  # the shipped config is the documented default
-    assert (conf.num_mel_bins, conf.frame_length, conf.frame_shift, conf.sample_frequency, conf.dither) == \
-        (80, 25.0, 10.0, 16000.0, 0.0)
+    assert (conf.num_mel_bins, conf.frame_length, conf.frame_shift, conf.sample_frequency, conf.dither) == (
+        80,
+        25.0,
+        10.0,
+        16000.0,
+        0.0,
+    )
     p = tmp_path / "f.conf"
     p.write_text("# comment\n\n--num-mel-bins=40  # trailing comment\n--snip-edges=false\n--use-energy\n--verbose=2\n")
     o = FbankOptions.from_kaldi_conf(p)
     assert (o.num_mel_bins, o.snip_edges, o.use_energy) == (40, False, True)
     assert FbankOptions.from_kaldi_conf(_write(tmp_path / "rt.conf", o.to_kaldi_conf())) == o
     assert FbankOptions.from_dict(o.to_dict()) == o
-    for text, line, msg in [("--num-mel-bins=80\n--num-mel-bin=40\n", 2, "unknown option '--num-mel-bin'"),
-                            ("--num-mel-bins=eighty\n", 1, "bad value"),
-                            ("--snip-edges=maybe\n", 1, "true or false"),
-                            ("\nnum-mel-bins=80\n", 2, "one '--name=value'"),
-                            ("--num-mel-bins 80\n", 1, "one '--name=value'")]:
+    for text, line, msg in [
+        ("--num-mel-bins=80\n--num-mel-bin=40\n", 2, "unknown option '--num-mel-bin'"),
+        ("--num-mel-bins=eighty\n", 1, "bad value"),
+        ("--snip-edges=maybe\n", 1, "true or false"),
+        ("\nnum-mel-bins=80\n", 2, "one '--name=value'"),
+        ("--num-mel-bins 80\n", 1, "one '--name=value'"),
+    ]:
         with pytest.raises(InputError, match=msg) as e:
             FbankOptions.from_kaldi_conf(_write(tmp_path / "bad.conf", text))
         assert e.value.line == line and e.value.path.endswith("bad.conf")
@@ -156,7 +173,9 @@ def _write(p: Path, text: str) -> Path:
 # --------------------------------------------------------------------------- VAD
 
 
-def _speech_in_silence(rng: np.random.Generator, lead: float, speech: float, tail: float) -> tuple[np.ndarray, int, int]:
+def _speech_in_silence(
+    rng: np.random.Generator, lead: float, speech: float, tail: float
+) -> tuple[np.ndarray, int, int]:
     """Returns (wave, first speech frame, first trailing-silence frame)."""
     sil = lambda sec: (3e-4 * rng.standard_normal(int(sec * 16000))).astype(np.float32)  # noqa: E731
     voice = synth_voice(rng, 130, (600, 1400, 2600), speech, silence=0.0)
@@ -170,8 +189,8 @@ def test_vad_marks_speech_and_silence():
     feats = compute_fbank(w, 16000)
     vad = compute_vad(feats)
     assert vad.dtype == np.float32 and vad.shape == (len(feats),) and set(np.unique(vad)) <= {0.0, 1.0}
-    assert vad[a + 3:b - 3].mean() > 0.9  # speech (syllable dips allowed a little)
-    assert vad[: a - 3].mean() < 0.05 and vad[b + 3:].mean() < 0.05
+    assert vad[a + 3 : b - 3].mean() > 0.9  # speech (syllable dips allowed a little)
+    assert vad[: a - 3].mean() < 0.05 and vad[b + 3 :].mean() < 0.05
     assert 0.3 < vad.mean() < 0.45
     # a pure gain change of the whole recording moves Kaldi's threshold only through the mean term
     assert np.abs(compute_vad(compute_fbank(w * 0.5, 16000)) - vad).mean() < 0.05

@@ -27,8 +27,9 @@ UTILS = Path(__file__).resolve().parents[1] / "utils"
 
 
 def sh(cmd: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, text=True,
-                          env=dict(os.environ, LC_ALL="C", **(env or {})))
+    return subprocess.run(
+        ["bash", "-c", cmd], cwd=cwd, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C", **(env or {}))
+    )
 
 
 def write(d: Path, **files: str) -> Path:
@@ -43,13 +44,15 @@ def read_all(d: Path) -> dict[str, str]:
 
 
 def test_fix_data_dir_matches_kaldi(tmp_path: Path) -> None:
-    d = write(tmp_path / "d",
-              utt2spk="b-2 b\na-1 a\nb-1 b\na-2 a\nc-1 c\nb-1 b\n",
-              segments="b-1 r2 0 1.5\na-1 r1\t0  2.25\na-2 r1 2.25 4\nb-2 r2 1.5 3\nc-1 r3 0 1\n",
-              wav_scp="r1 /w/r1.wav\nr2 sox /w/r2.flac -t wav - |\nr3 /w/r3.wav\nr9 /w/unused.wav\n",
-              utt2dur="a-1 2.25\na-2 1.75\nb-1 1.5\nb-2 0\nc-1 1\n",
-              spk2gender="a f\nb m\n",
-              vad_scp="b-1 [ 1 ]\nb-1 [ 2 ]\na-1 [ 3 ]\n")
+    d = write(
+        tmp_path / "d",
+        utt2spk="b-2 b\na-1 a\nb-1 b\na-2 a\nc-1 c\nb-1 b\n",
+        segments="b-1 r2 0 1.5\na-1 r1\t0  2.25\na-2 r1 2.25 4\nb-2 r2 1.5 3\nc-1 r3 0 1\n",
+        wav_scp="r1 /w/r1.wav\nr2 sox /w/r2.flac -t wav - |\nr3 /w/r3.wav\nr9 /w/unused.wav\n",
+        utt2dur="a-1 2.25\na-2 1.75\nb-1 1.5\nb-2 0\nc-1 1\n",
+        spk2gender="a f\nb m\n",
+        vad_scp="b-1 [ 1 ]\nb-1 [ 2 ]\na-1 [ 3 ]\n",
+    )
     p = sh(f"{UTILS}/fix_data_dir.sh {d}")
     assert p.returncode == 0, p.stderr
     assert "fix_data_dir.sh: kept 3 utterances out of 4" in p.stdout
@@ -65,9 +68,14 @@ def test_fix_data_dir_matches_kaldi(tmp_path: Path) -> None:
 
 
 def test_copy_data_dir_matches_kaldi(tmp_path: Path) -> None:
-    src = write(tmp_path / "src", utt2spk="a-1 a\na-2 a\nb-1 b\n", spk2utt="a a-1 a-2\nb b-1\n",
-                wav_scp="a-1\tsox  /w/a1.flac -t wav - |\na-2 /w/a2.wav\nb-1 /w/b1.wav   \n",
-                spk2gender="a m\nb f\n", utt2dur="a-1 2.5\na-2 1\nb-1 3\n")
+    src = write(
+        tmp_path / "src",
+        utt2spk="a-1 a\na-2 a\nb-1 b\n",
+        spk2utt="a a-1 a-2\nb b-1\n",
+        wav_scp="a-1\tsox  /w/a1.flac -t wav - |\na-2 /w/a2.wav\nb-1 /w/b1.wav   \n",
+        spk2gender="a m\nb f\n",
+        utt2dur="a-1 2.5\na-2 1\nb-1 3\n",
+    )
     p = sh(f"{UTILS}/copy_data_dir.sh --utt-prefix v1- --spk-prefix v1- {src} {tmp_path}/dst")
     assert p.returncode == 0, p.stderr
     assert read_all(tmp_path / "dst") == {
@@ -83,16 +91,20 @@ def test_copy_data_dir_matches_kaldi(tmp_path: Path) -> None:
 def subset_src(d: Path) -> Path:
     counts = {"s0": 2, "s1": 5, "s2": 5, "s3": 2, "s4": 3}
     u2s = [(f"{s}-u{i}", s) for s, n in counts.items() for i in range(n)]
-    return write(d, utt2spk="".join(f"{u} {s}\n" for u, s in u2s),
-                 spk2utt="".join(f"{s} " + " ".join(f"{s}-u{i}" for i in range(n)) + "\n" for s, n in counts.items()),
-                 wav_scp="".join(f"{u} /w/{u}.wav\n" for u, _ in u2s))
+    return write(
+        d,
+        utt2spk="".join(f"{u} {s}\n" for u, s in u2s),
+        spk2utt="".join(f"{s} " + " ".join(f"{s}-u{i}" for i in range(n)) + "\n" for s, n in counts.items()),
+        wav_scp="".join(f"{u} /w/{u}.wav\n" for u, _ in u2s),
+    )
 
 
 def test_subset_per_spk_and_speakers_match_kaldi(tmp_path: Path) -> None:
     src = subset_src(tmp_path / "src")
     assert sh(f"{UTILS}/subset_data_dir.sh --per-spk {src} 3 {tmp_path}/per").returncode == 0
     assert (tmp_path / "per" / "spk2utt").read_text() == (
-        "s0 s0-u0 s0-u1 \ns1 s1-u0 s1-u1 s1-u2 \ns2 s2-u0 s2-u1 s2-u2 \ns3 s3-u0 s3-u1 \ns4 s4-u0 s4-u1 s4-u2 \n")
+        "s0 s0-u0 s0-u1 \ns1 s1-u0 s1-u1 s1-u2 \ns2 s2-u0 s2-u1 s2-u2 \ns3 s3-u0 s3-u1 \ns4 s4-u0 s4-u1 s4-u2 \n"
+    )
     # --speakers: Kaldi's shuffle_list.pl with srand(0) puts s0, s2 first (2 + 5 >= 7 utterances).
     assert sh(f"{UTILS}/subset_data_dir.sh --speakers {src} 7 {tmp_path}/spk").returncode == 0
     assert (tmp_path / "spk" / "spk2utt").read_text() == "s0 s0-u0 s0-u1\ns2 s2-u0 s2-u1 s2-u2 s2-u3 s2-u4\n"
@@ -102,14 +114,26 @@ def test_subset_per_spk_and_speakers_match_kaldi(tmp_path: Path) -> None:
 
 
 def test_combine_data_matches_kaldi(tmp_path: Path) -> None:
-    x = write(tmp_path / "x", utt2spk="a-1 a\na-2 a\n", spk2utt="a a-1 a-2\n", segments="a-1 r1 0 1.5\na-2 r1 1.5 3\n",
-              wav_scp="r1 /w/r1.wav\n", utt2uniq="a-1 orig1\n", utt2dur="a-1 1.5\na-2 1.5\n")
-    y = write(tmp_path / "y", utt2spk="b-1 b\nb-2 b\n", spk2utt="b b-1 b-2\n", wav_scp="b-1 /w/b1.wav\nb-2 /w/b2.wav\n",
-              utt2dur="b-1 2.5\nb-2 0.75\n")
+    x = write(
+        tmp_path / "x",
+        utt2spk="a-1 a\na-2 a\n",
+        spk2utt="a a-1 a-2\n",
+        segments="a-1 r1 0 1.5\na-2 r1 1.5 3\n",
+        wav_scp="r1 /w/r1.wav\n",
+        utt2uniq="a-1 orig1\n",
+        utt2dur="a-1 1.5\na-2 1.5\n",
+    )
+    y = write(
+        tmp_path / "y",
+        utt2spk="b-1 b\nb-2 b\n",
+        spk2utt="b b-1 b-2\n",
+        wav_scp="b-1 /w/b1.wav\nb-2 /w/b2.wav\n",
+        utt2dur="b-1 2.5\nb-2 0.75\n",
+    )
     p = sh(f"{UTILS}/combine_data.sh {tmp_path}/xy {y} {x}")
     assert p.returncode == 0, p.stderr
     assert read_all(tmp_path / "xy") == {
-        "segments": "a-1 r1 0 1.5\na-2 r1 1.5 3\nb-1 b-1 0 2.5\nb-2 b-2 0 0.75\n",   # made from y's utt2dur
+        "segments": "a-1 r1 0 1.5\na-2 r1 1.5 3\nb-1 b-1 0 2.5\nb-2 b-2 0 0.75\n",  # made from y's utt2dur
         "spk2utt": "a a-1 a-2\nb b-1 b-2\n",
         "utt2dur": "a-1 1.5\na-2 1.5\nb-1 2.5\nb-2 0.75\n",
         "utt2spk": "a-1 a\na-2 a\nb-1 b\nb-2 b\n",
@@ -138,6 +162,7 @@ def random_dir(d: Path, rng: random.Random) -> None:
         if lines and rng.random() < 0.2:
             lines.append(lines[0])
         return "".join(lines)
+
     files = {"utt2spk": table(utts, dict(u2s).get, 0)}
     files["wav_scp"] = table(utts, lambda u: f"/w/{u}.wav")
     if rng.random() < 0.5:
@@ -149,8 +174,10 @@ def random_dir(d: Path, rng: random.Random) -> None:
     write(d, **files)
 
 
-@pytest.mark.skipif(not (KALDI_UTILS and Path(KALDI_UTILS, "fix_data_dir.sh").is_file()),
-                    reason="set KALDI_UTILS to Kaldi's egs/wsj/s5/utils to compare against Kaldi itself")
+@pytest.mark.skipif(
+    not (KALDI_UTILS and Path(KALDI_UTILS, "fix_data_dir.sh").is_file()),
+    reason="set KALDI_UTILS to Kaldi's egs/wsj/s5/utils to compare against Kaldi itself",
+)
 def test_live_parity_with_kaldi(tmp_path: Path) -> None:
     kenv = tmp_path / "kenv"
     kenv.mkdir()

@@ -118,10 +118,12 @@ def test_utterance_mean_matches_frontend(synthetic, tmp_path):
     # without the stats files the loader computes the same means from the whole utterances
     for name in ("feats.ark", "feats.scp", "vad.ark", "vad.scp"):
         (tmp_path / name).write_bytes((synthetic["dir"] / name).read_bytes())
-    (tmp_path / "feats.scp").write_text((synthetic["dir"] / "feats.scp").read_text().replace(
-        str(synthetic["dir"]), str(tmp_path)))
-    (tmp_path / "vad.scp").write_text((synthetic["dir"] / "vad.scp").read_text().replace(
-        str(synthetic["dir"]), str(tmp_path)))
+    (tmp_path / "feats.scp").write_text(
+        (synthetic["dir"] / "feats.scp").read_text().replace(str(synthetic["dir"]), str(tmp_path))
+    )
+    (tmp_path / "vad.scp").write_text(
+        (synthetic["dir"] / "vad.scp").read_text().replace(str(synthetic["dir"]), str(tmp_path))
+    )
     a = NxMCropDataset(tmp_path / "feats.scp", synthetic["batches"], crop=100)
     assert a.cmvn is None
     assert torch.allclose(a[4][0], ds(synthetic, crop=100)[4][0], atol=1e-3)
@@ -182,8 +184,12 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
 
 def test_spec_augment_masks(synthetic):
     plain = ds(synthetic, mean_norm="none", crop=120)[0][0]
-    masked = ds(synthetic, mean_norm="none", crop=120,
-                spec_augment={"time_masks": 2, "time_width": 20, "freq_masks": 1, "freq_width": 3})[0][0]
+    masked = ds(
+        synthetic,
+        mean_norm="none",
+        crop=120,
+        spec_augment={"time_masks": 2, "time_width": 20, "freq_masks": 1, "freq_width": 3},
+    )[0][0]
     zero = masked == 0
     assert torch.equal(masked[~zero], plain[~zero])  # only the masks differ
     rows = zero.all(dim=2).sum(dim=1)  # masked frames per crop
@@ -210,13 +216,16 @@ def test_bad_inputs(synthetic, tmp_path):
     # a truncated ark is an error naming the entry, never a crash or garbage
     ark = (synthetic["dir"] / "feats.ark").read_bytes()
     (tmp_path / "t.ark").write_bytes(ark[:2000])
-    (tmp_path / "t.scp").write_text(f"spk0-u0 {tmp_path / 't.ark'}:{(synthetic['dir'] / 'feats.scp').read_text().split()[1].rsplit(':', 1)[1]}\n")
+    (tmp_path / "t.scp").write_text(
+        f"spk0-u0 {tmp_path / 't.ark'}:{(synthetic['dir'] / 'feats.scp').read_text().split()[1].rsplit(':', 1)[1]}\n"
+    )
     for access in ("mmap", "pread"):
         with pytest.raises(OSError, match="'spk0-u0' is truncated"):
             KaldiArkReader(tmp_path / "t.scp", access=access).read("spk0-u0")
         with pytest.raises(OSError, match="'spk0-u0' is truncated"):
-            KaldiArkReader(tmp_path / "t.scp", access=access).gather("spk0-u0", np.arange(100, 120),
-                                                                     np.empty((20, F), np.float32), contiguous=True)
+            KaldiArkReader(tmp_path / "t.scp", access=access).gather(
+                "spk0-u0", np.arange(100, 120), np.empty((20, F), np.float32), contiguous=True
+            )
     with pytest.raises(KeyError, match="not in"):
         KaldiArkReader(synthetic["dir"] / "feats.scp").read("nobody")
 
@@ -253,11 +262,23 @@ def test_compressed_features_through_make_fbank_jobs(tmp_path):
     data = make_speakers(tmp_path, num_spk=2, num_utt=3)
     for compress, method, name in ((False, 3, "raw"), (True, 3, "cm2"), (True, 1, "cm")):
         split = write_split(data, tmp_path / name / "split", 1)
-        extract_job(data, split[0], tmp_path / name / "data", "t", 1, FbankOptions(), VadOptions(),
-                    compress=compress, compression_method=method, progress=False)
+        extract_job(
+            data,
+            split[0],
+            tmp_path / name / "data",
+            "t",
+            1,
+            FbankOptions(),
+            VadOptions(),
+            compress=compress,
+            compression_method=method,
+            progress=False,
+        )
         merge_jobs(data, tmp_path / name, tmp_path / name / "data", "t", 1)
-    kinds = {name: open(next((tmp_path / name / "data").glob("raw_fbank_t.1.ark")), "rb").read(64)
-             for name in ("raw", "cm2", "cm")}
+    kinds = {
+        name: open(next((tmp_path / name / "data").glob("raw_fbank_t.1.ark")), "rb").read(64)
+        for name in ("raw", "cm2", "cm")
+    }
     assert b"\0BFM " in kinds["raw"] and b"\0BCM2 " in kinds["cm2"] and b"\0BCM " in kinds["cm"]
     utts = list(kaldiio.load_scp(str(tmp_path / "raw" / "feats.scp")))
     batches = [utts] * 3
@@ -285,4 +306,4 @@ def test_real_features_frontend_consistency(tmp_path):
     for row, u in zip(x.numpy(), got):
         front = apply_frontend(feats[u], vad[u], use_vad=True, mean_norm=True)
         start = int(np.argmin(np.abs(front - row[0]).sum(1)))
-        assert np.allclose(front[start:start + 80], row, atol=1e-4)
+        assert np.allclose(front[start : start + 80], row, atol=1e-4)

@@ -128,8 +128,8 @@ def test_xs_follows_reference_procedure():
     emb = torch.randn(n, m, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
     loss = GE2EXSLoss(centroids="split").double()
     striped = np.array(naive_scores(emb.tolist(), "split", float(loss.w.detach()), float(loss.b.detach())))
-    striped = striped.reshape(n * m, n)                      # row j*M + i, speaker-major
-    order = np.arange(n * m).reshape(n, m).T.reshape(-1)     # blocks of utterance index i
+    striped = striped.reshape(n * m, n)  # row j*M + i, speaker-major
+    order = np.arange(n * m).reshape(n, m).T.reshape(-1)  # blocks of utterance index i
     stacked = striped[order].reshape(m, n, n)
     per_row = []
     for block in stacked:
@@ -251,9 +251,17 @@ def test_xs_shares_non_targets_across_a_square():
 
 
 # ---------------------------------------------------------------- learning sanity
-@pytest.mark.parametrize("cfg", [{"name": "ge2e"}, {"name": "ge2e", "mode": "contrast"},
-                                 {"name": "ge2e_xs"}, {"name": "ge2e_xs", "centroids": "split"},
-                                 {"name": "aamsoftmax"}, {"name": "aamsoftmax_subcenter"}])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"name": "ge2e"},
+        {"name": "ge2e", "mode": "contrast"},
+        {"name": "ge2e_xs"},
+        {"name": "ge2e_xs", "centroids": "split"},
+        {"name": "aamsoftmax"},
+        {"name": "aamsoftmax_subcenter"},
+    ],
+)
 def test_training_separates_speakers(cfg):
     """Free embeddings trained with each loss get closer to their own speaker."""
     torch.manual_seed(0)

@@ -33,8 +33,14 @@ def make_spk2utt(path: Path, num_speakers: int = 60, seed: int = 0) -> dict[str,
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "spkflow.bin.make_batches", *map(str, args)],
-                          cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "spkflow.bin.make_batches", *map(str, args)],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_four_ranks_from_the_command(tmp_path: Path) -> None:
@@ -45,8 +51,24 @@ def test_four_ranks_from_the_command(tmp_path: Path) -> None:
     files = []
     for r in range(W):
         out = tmp_path / f"rank{r}.txt"
-        res = run_cli("--spk2utt", spk2utt, "--num-spk", N, "--num-utt", M, "--seed", 3, "--epoch", 2,
-                      "--world-size", W, "--rank", r, "--out", out)
+        res = run_cli(
+            "--spk2utt",
+            spk2utt,
+            "--num-spk",
+            N,
+            "--num-utt",
+            M,
+            "--seed",
+            3,
+            "--epoch",
+            2,
+            "--world-size",
+            W,
+            "--rank",
+            r,
+            "--out",
+            out,
+        )
         assert res.returncode == 0, res.stderr
         assert re.search(rf"rank {r} of {W}; coverage \d+\.\d\d% ", res.stderr)
         assert "speakers with < 4 utterances dropped: " in res.stderr
@@ -57,7 +79,7 @@ def test_four_ranks_from_the_command(tmp_path: Path) -> None:
     assert len(used) == len(set(used))
     # a: N distinct speakers x M utterances, speaker-major
     for b in (b for f in files for b in f):
-        blocks = [{owner[u] for u in b[k * M:(k + 1) * M]} for k in range(N)]
+        blocks = [{owner[u] for u in b[k * M : (k + 1) * M]} for k in range(N)]
         assert all(len(x) == 1 for x in blocks)
         assert len(set().union(*blocks)) == N
     # c: the remainder is less than N groups per rank plus the rank-split remainder
@@ -74,40 +96,60 @@ def test_output_is_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     outs = []
     for hs in ("0", "12345"):
         out = tmp_path / f"out{hs}.txt"
-        res = run_cli("--spk2utt", spk2utt, "--num-spk", 5, "--num-utt", 3, "--seed", 9, "--epoch", 1,
-                      "--short-speakers", "repeat", "--out", out, env={"PYTHONHASHSEED": hs})
+        res = run_cli(
+            "--spk2utt",
+            spk2utt,
+            "--num-spk",
+            5,
+            "--num-utt",
+            3,
+            "--seed",
+            9,
+            "--epoch",
+            1,
+            "--short-speakers",
+            "repeat",
+            "--out",
+            out,
+            env={"PYTHONHASHSEED": hs},
+        )
         assert res.returncode == 0, res.stderr
         assert "repeated: " in res.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] and outs[0].endswith(b"\n")
 
 
-@pytest.mark.parametrize("text, where", [
-    ("a a1 a2 a3\nb b1 b2 b3\nc\n", ":3: speaker 'c' has no utterances"),
-    ("a a1 a2 a3\nb b1 b2 a1\n", ":2: utterance 'a1' of speaker 'b' is also listed under speaker 'a'"),
-    ("a a1 a2 a3\nb b1 b2 b3\na a4\n", ":3: speaker 'a' is also on line 1"),
-    ("", ": spk2utt is empty"),
-    ("a a1 a2 a3\nb b1 b2\n", ": --num-spk 2 is more than the 1 speakers with at least 3 utterances"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("a a1 a2 a3\nb b1 b2 b3\nc\n", ":3: speaker 'c' has no utterances"),
+        ("a a1 a2 a3\nb b1 b2 a1\n", ":2: utterance 'a1' of speaker 'b' is also listed under speaker 'a'"),
+        ("a a1 a2 a3\nb b1 b2 b3\na a4\n", ":3: speaker 'a' is also on line 1"),
+        ("", ": spk2utt is empty"),
+        ("a a1 a2 a3\nb b1 b2\n", ": --num-spk 2 is more than the 1 speakers with at least 3 utterances"),
+    ],
+)
 def test_bad_input_fails_cleanly_and_leaves_output_alone(tmp_path: Path, text: str, where: str) -> None:
     spk2utt = tmp_path / "spk2utt"
     spk2utt.write_text(text)
     out = tmp_path / "out.txt"
     out.write_text("previous complete plan\n")
-    res = run_cli("--spk2utt", spk2utt, "--num-spk", 2, "--num-utt", 3, "--seed", 0, "--epoch", 1,
-                  "--out", out)
+    res = run_cli("--spk2utt", spk2utt, "--num-spk", 2, "--num-utt", 3, "--seed", 0, "--epoch", 1, "--out", out)
     assert res.returncode == 1
     assert f"{spk2utt}{where}" in res.stderr
     assert out.read_text() == "previous complete plan\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt", "spk2utt"]
 
 
-@pytest.mark.parametrize("args", [
-    ["--num-spk", "0", "--num-utt", "2"],
-    ["--num-spk", "2", "--num-utt", "-1"],
-    ["--num-spk", "2", "--num-utt", "2", "--world-size", "4", "--rank", "4"],
-    ["--num-spk", "2", "--num-utt", "2", "--short-speakers", "keep"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--num-spk", "0", "--num-utt", "2"],
+        ["--num-spk", "2", "--num-utt", "-1"],
+        ["--num-spk", "2", "--num-utt", "2", "--world-size", "4", "--rank", "4"],
+        ["--num-spk", "2", "--num-utt", "2", "--short-speakers", "keep"],
+    ],
+)
 def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
     spk2utt = tmp_path / "spk2utt"
     make_spk2utt(spk2utt)
@@ -131,16 +173,39 @@ def make_recipe(tmp_path: Path) -> Path:
         (recipe / name).symlink_to(TEMPLATE / name)
     (recipe / "utils").symlink_to(ROOT / "utils")
     (recipe / "path.sh").write_text(
-        f'export PATH={Path(sys.executable).parent}:{ROOT / "utils"}:$PATH\n'
-        f"export PYTHONPATH={ROOT}\nexport LC_ALL=C\n")
+        f"export PATH={Path(sys.executable).parent}:{ROOT / 'utils'}:$PATH\nexport PYTHONPATH={ROOT}\nexport LC_ALL=C\n"
+    )
     return recipe
 
 
 def run_stage3(recipe: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "spk.sh", "--stage", "3", "--stop_stage", "3", "--train_set", "train",
-                           "--tag", "t", "--num_spk", "4", "--num_utt", "3", "--num_epochs", "3",
-                           "--batch_seed", "5", *extra],
-                          cwd=recipe, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            "bash",
+            "spk.sh",
+            "--stage",
+            "3",
+            "--stop_stage",
+            "3",
+            "--train_set",
+            "train",
+            "--tag",
+            "t",
+            "--num_spk",
+            "4",
+            "--num_utt",
+            "3",
+            "--num_epochs",
+            "3",
+            "--batch_seed",
+            "5",
+            *extra,
+        ],
+        cwd=recipe,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_stage3_writes_one_file_per_epoch_and_reuses_them(tmp_path: Path) -> None:

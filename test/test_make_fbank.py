@@ -20,8 +20,15 @@ from conftest import write_data_dir as write_kaldi_dir  # speakers given explici
 from spkflow.audio import AudioReader
 from spkflow.datadir import DataDir, c_sorted, read_kv, read_spk2utt
 from spkflow.errors import UtteranceError
-from spkflow.fbank_jobs import (extract_job, filter_data_dir, job_paths, merge_jobs, split_by_duration,
-                                utterance_durations, write_split)
+from spkflow.fbank_jobs import (
+    extract_job,
+    filter_data_dir,
+    job_paths,
+    merge_jobs,
+    split_by_duration,
+    utterance_durations,
+    write_split,
+)
 from spkflow.features import FbankOptions, VadOptions, compute_fbank
 
 MAKE_FBANK = ROOT / "scripts" / "feats" / "make_fbank.sh"
@@ -59,8 +66,15 @@ def kill_tree(pid: int) -> None:
 
 
 def run_make_fbank(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = ["bash", str(MAKE_FBANK), "--fbank-conf", str(CONF / "fbank.conf"), "--vad-conf", str(CONF / "vad.conf"),
-           *map(str, args)]
+    cmd = [
+        "bash",
+        str(MAKE_FBANK),
+        "--fbank-conf",
+        str(CONF / "fbank.conf"),
+        "--vad-conf",
+        str(CONF / "vad.conf"),
+        *map(str, args),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=300)
     if check and p.returncode != 0:
         raise AssertionError(f"make_fbank failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -83,8 +97,12 @@ def good_audio(root: Path) -> dict[str, str]:
         utt = f"{spk}-u{i:02d}"
         path = root / "audio" / f"{utt}.{fmt}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(path, synth_voice(rng, 110 + 30 * (i % 3), (500, 1500, 2500), sec, rate, silence=0.1), rate,
-                 subtype="PCM_16")
+        sf.write(
+            path,
+            synth_voice(rng, 110 + 30 * (i % 3), (500, 1500, 2500), sec, rate, silence=0.1),
+            rate,
+            subtype="PCM_16",
+        )
         out[utt] = str(path)
     return out
 
@@ -133,8 +151,10 @@ def test_every_utterance_once_sorted_and_kaldi_values(skip_bad_run):
         assert list(read_kv(out / name)) == feats_keys
     arks = {v.rsplit(":", 1)[0] for v in read_kv(out / "feats.scp").values()}
     assert len(arks) == 2 and all(Path(a).parent == (out / "data").resolve() for a in arks)  # 2 jobs
-    assert sorted(x.name for x in (out / "log").glob("make_fbank_train.*.log")) == \
-        ["make_fbank_train.1.log", "make_fbank_train.2.log"]
+    assert sorted(x.name for x in (out / "log").glob("make_fbank_train.*.log")) == [
+        "make_fbank_train.1.log",
+        "make_fbank_train.2.log",
+    ]
     feats = kaldiio.load_scp(str(out / "feats.scp"))
     vads = kaldiio.load_scp(str(out / "vad.scp"))
     frames = read_kv(out / "utt2num_frames")
@@ -195,8 +215,9 @@ def test_each_bad_input_is_named(tmp_path, kind):
         extract_job(data, tmp_path / "list", tmp_path / "arks", "x", 1, FbankOptions(), VadOptions(), progress=False)
     assert e.value.utt == kind
     assert not list((tmp_path / "arks").glob("*.scp"))
-    s = extract_job(data, tmp_path / "list", tmp_path / "arks", "x", 1, FbankOptions(), VadOptions(),
-                    skip_bad=True, progress=False)
+    s = extract_job(
+        data, tmp_path / "list", tmp_path / "arks", "x", 1, FbankOptions(), VadOptions(), skip_bad=True, progress=False
+    )
     assert (s.num_done, s.num_bad) == (1, 1)
     assert list(read_kv(tmp_path / "arks" / "bad_utts_x.1")) == [kind]
 
@@ -215,8 +236,13 @@ def test_interrupted_run_leaves_no_complete_looking_scp(tmp_path):
     write_data_dir(data, items)
     job1 = out / "data" / "raw_fbank_set.1.scp"
     t0 = time.time()
-    proc = subprocess.Popen(["bash", str(MAKE_FBANK), "--nj", "2", str(data), str(out)], env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(MAKE_FBANK), "--nj", "2", str(data), str(out)],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
     def job1_done() -> bool:  # the first run's scp is there until the rerun removes it
         return job1.exists() and job1.stat().st_mtime >= t0
@@ -234,8 +260,11 @@ def test_interrupted_run_leaves_no_complete_looking_scp(tmp_path):
     assert not (out / "feats.scp").exists()  # the old, complete one was removed before the jobs
     assert not (out / "data" / "raw_fbank_set.2.scp").exists()
     assert (out / "data" / "raw_fbank_set.2.ark").exists()  # a partial ark, referenced by nothing
-    with pytest.raises(RuntimeError, match=r"job 2 did not finish: .*raw_fbank_set.2.scp is missing; "
-                                           r"see .*make_fbank_set.2.log"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"job 2 did not finish: .*raw_fbank_set.2.scp is missing; "
+        r"see .*make_fbank_set.2.log",
+    ):
         merge_jobs(data, out, out / "data", "set", 2, out / "log")
 
 
@@ -315,13 +344,21 @@ def test_filter_data_dir_with_segments(tmp_path):
 def test_usage_and_bad_arguments(tmp_path):
     p = subprocess.run(["bash", str(MAKE_FBANK), str(tmp_path)], capture_output=True, text=True, env=env())
     assert p.returncode != 0 and "Usage:" in p.stderr
-    p = subprocess.run(["bash", str(MAKE_FBANK), str(tmp_path / "nodata"), str(tmp_path / "o")], capture_output=True,
-                       text=True, env=env())
+    p = subprocess.run(
+        ["bash", str(MAKE_FBANK), str(tmp_path / "nodata"), str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
     assert p.returncode != 0 and "wav.scp does not exist" in p.stderr
     data = tmp_path / "data"
     write_data_dir(data, {"a-1": "/x.wav"})
-    p = subprocess.run(["bash", str(MAKE_FBANK), "--nj", "0", str(data), str(tmp_path / "o")], capture_output=True,
-                       text=True, env=env())
+    p = subprocess.run(
+        ["bash", str(MAKE_FBANK), "--nj", "0", str(data), str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
     assert p.returncode != 0 and "--nj must be a positive integer" in p.stderr
     p = subprocess.run(["bash", str(MAKE_FBANK), str(data), str(data)], capture_output=True, text=True, env=env())
     assert p.returncode != 0 and "must differ" in p.stderr

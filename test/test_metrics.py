@@ -18,8 +18,9 @@ def gaussian_trials(seed: int, n: int, p_tar: float, gap: float) -> tuple[np.nda
     return scores, labels
 
 
-@pytest.mark.parametrize("seed,n,p_tar,gap", [(0, 3000, 0.1, 2.0), (1, 5000, 0.5, 1.0),
-                                              (2, 800, 0.02, 3.0), (3, 4000, 0.3, 0.2)])
+@pytest.mark.parametrize(
+    "seed,n,p_tar,gap", [(0, 3000, 0.1, 2.0), (1, 5000, 0.5, 1.0), (2, 800, 0.02, 3.0), (3, 4000, 0.3, 0.2)]
+)
 def test_against_espnet2_eer(seed, n, p_tar, gap):
     from espnet2.utils.eer import ComputeErrorRates, ComputeMinDcf, tuneThresholdfromScore
 
@@ -90,8 +91,10 @@ def test_monotone_transform_invariance():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=2, max_size=40),
-       st.sampled_from([0.01, 0.05, 0.3, 0.5]))
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=2, max_size=40),
+    st.sampled_from([0.01, 0.05, 0.3, 0.5]),
+)
 def test_brute_force_with_ties(trials, p_target):
     scores = np.array([s for s, _ in trials], dtype=float)
     labels = np.array([int(t) for _, t in trials])

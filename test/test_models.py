@@ -16,8 +16,15 @@ from spkflow.models import DVectorLSTM, EcapaTdnn, build_model, load_model_dir
 torch.set_num_threads(1)
 
 ECAPA = {"name": "ecapa_tdnn", "input_dim": 20, "channels": 32, "scale": 4, "embed_dim": 16}
-LSTM = {"name": "dvector_lstm", "input_dim": 20, "hidden": 24, "embed_dim": 12, "layers": 2,
-        "infer_window": 30, "infer_hop": 15}
+LSTM = {
+    "name": "dvector_lstm",
+    "input_dim": 20,
+    "hidden": 24,
+    "embed_dim": 12,
+    "layers": 2,
+    "infer_window": 30,
+    "infer_hop": 15,
+}
 
 
 def _trained_bn(model: torch.nn.Module) -> torch.nn.Module:
@@ -41,7 +48,7 @@ def _padded_vs_alone(model: torch.nn.Module, lengths: list[int], pad_value: floa
         batch = F.normalize(model(x, torch.tensor(lengths)), dim=-1)
         worst = 0.0
         for i, n in enumerate(lengths):
-            alone = F.normalize(model(x[i:i + 1, :n], torch.tensor([n])), dim=-1)[0]
+            alone = F.normalize(model(x[i : i + 1, :n], torch.tensor([n])), dim=-1)[0]
             worst = max(worst, float((batch[i] - alone).abs().max()))
     return worst
 
@@ -93,15 +100,18 @@ def test_shapes_and_paper_lstm() -> None:
         m(torch.zeros(2, 10, 20), torch.tensor([10, 11]))
 
 
-@pytest.mark.parametrize("cfg, match", [
-    ({**ECAPA, "chanels": 8}, "chanels"),
-    ({**ECAPA, "name": "resnet"}, "model.name"),
-    ({k: v for k, v in ECAPA.items() if k != "name"}, "model.name"),
-    ({**LSTM, "hidden_size": 8}, "hidden_size"),
-    ({**ECAPA, "specaug": {"freq_mask": 3}}, "freq_mask"),
-    ({**ECAPA, "input_norm": "utterance"}, "input_norm"),
-    ({**ECAPA, "channels": 30}, "multiple"),
-])
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ({**ECAPA, "chanels": 8}, "chanels"),
+        ({**ECAPA, "name": "resnet"}, "model.name"),
+        ({k: v for k, v in ECAPA.items() if k != "name"}, "model.name"),
+        ({**LSTM, "hidden_size": 8}, "hidden_size"),
+        ({**ECAPA, "specaug": {"freq_mask": 3}}, "freq_mask"),
+        ({**ECAPA, "input_norm": "utterance"}, "input_norm"),
+        ({**ECAPA, "channels": 30}, "multiple"),
+    ],
+)
 def test_config_errors(cfg: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         build_model(cfg)
@@ -122,8 +132,11 @@ def test_specaug_only_in_training() -> None:
 def test_load_model_dir_round_trip(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = _trained_bn(build_model(ECAPA))
-    cfg = {"frontend": {"vad": True, "mean_norm": False, "fbank": {"num_mel_bins": 20}}, "model": ECAPA,
-           "loss": {"name": "ge2e"}}
+    cfg = {
+        "frontend": {"vad": True, "mean_norm": False, "fbank": {"num_mel_bins": 20}},
+        "model": ECAPA,
+        "loss": {"name": "ge2e"},
+    }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     torch.save(model.state_dict(), tmp_path / "model.pth")
     state = torch.load(tmp_path / "model.pth", weights_only=True)
@@ -148,8 +161,8 @@ def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
     c = mel_centers(40)
     k = 20
     x = torch.zeros(2, 55, 40)
-    x[:, :, k] = 1.0                                  # a spectral peak at bin k ...
-    x[:, :, 0] = torch.arange(55).float()             # ... and a time ramp in bin 0
+    x[:, :, k] = 1.0  # a spectral peak at bin k ...
+    x[:, :, 0] = torch.arange(55).float()  # ... and a time ramp in bin 0
     for f in (0.9, 1.1):
         sp = FbankSpeedPerturb([f], fb)
         y, idx = sp(x, num_utt=2)
@@ -158,14 +171,14 @@ def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
         assert y.shape == (2, t_out, 40) and idx.tolist() == [0]
         band = y[0, 10, 10:]  # away from the ramp, which the lowest bins copy when f > 1
         peak = float((band * torch.arange(10, 40)).sum() / band.sum())
-        want = float(np.interp(c[k] * f, c, np.arange(40)))   # the peak moves to frequency c_k * f
+        want = float(np.interp(c[k] * f, c, np.arange(40)))  # the peak moves to frequency c_k * f
         assert abs(peak - want) < 0.6, (f, peak, want)
         if f > 1:  # bin 0 keeps the ramp (its source lies below the lowest centre): frame i = input i * f
             torch.testing.assert_close(y[0, :, 0], torch.arange(t_out).float() * f, atol=1e-4, rtol=0)
     mixed = FbankSpeedPerturb([1.0, 1.1], fb)
     assert mixed.read_frames(50) == 55 and mixed.out_frames(55) == 50
     same, _ = FbankSpeedPerturb([1.0, 1.0], fb)(x, num_utt=1)
-    torch.testing.assert_close(same, x)   # factor 1 is the identity
+    torch.testing.assert_close(same, x)  # factor 1 is the identity
 
 
 def test_fbank_speed_perturb_one_factor_per_speaker() -> None:

@@ -29,9 +29,20 @@ def queue_pl(engine: GridEngine, args: list[str], cwd: Path, timeout: float = 12
 
 
 def test_array_job_of_four_with_pipes_and_venv_python(sge_cluster: GridEngine, tmp_path: Path) -> None:
-    r = queue_pl(sge_cluster, ["JOB=1:4", "exp/log/x.JOB.log",
-                               "python", "-c", "import sys, spkflow; print(sys.prefix, JOB)",
-                               "|", "sed", "s/^/got: /"], tmp_path)
+    r = queue_pl(
+        sge_cluster,
+        [
+            "JOB=1:4",
+            "exp/log/x.JOB.log",
+            "python",
+            "-c",
+            "import sys, spkflow; print(sys.prefix, JOB)",
+            "|",
+            "sed",
+            "s/^/got: /",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     for i in range(1, 5):
@@ -45,8 +56,17 @@ def test_array_job_of_four_with_pipes_and_venv_python(sge_cluster: GridEngine, t
 
 
 def test_a_failing_task_is_reported_with_its_log(sge_cluster: GridEngine, tmp_path: Path) -> None:
-    r = queue_pl(sge_cluster, ["JOB=1:3", "log/f.JOB.log", "bash", "-c",
-                               "echo task JOB; [ JOB -ne 3 ] || { echo 'bad line 7' >&2; exit 100; }"], tmp_path)
+    r = queue_pl(
+        sge_cluster,
+        [
+            "JOB=1:3",
+            "log/f.JOB.log",
+            "bash",
+            "-c",
+            "echo task JOB; [ JOB -ne 3 ] || { echo 'bad line 7' >&2; exit 100; }",
+        ],
+        tmp_path,
+    )
     # exit 100 is Grid Engine's "error state" code: queue.pl must report it, not hang
     assert r.returncode == 1
     assert "queue.pl: 1 / 3 failed, log is in log/f.*.log" in r.stderr
@@ -57,8 +77,25 @@ def test_a_failing_task_is_reported_with_its_log(sge_cluster: GridEngine, tmp_pa
 
 
 def test_mem_threads_gpu_are_translated_and_granted(sge_cluster: GridEngine, tmp_path: Path) -> None:
-    r = queue_pl(sge_cluster, ["--mem", "100M", "--num-threads", "2", "--gpu", "1", "--time", "0:10:0",
-                               "JOB=1:2", "log/r.JOB.log", "bash", "-c", "echo slots=$NSLOTS pe=$PE"], tmp_path)
+    r = queue_pl(
+        sge_cluster,
+        [
+            "--mem",
+            "100M",
+            "--num-threads",
+            "2",
+            "--gpu",
+            "1",
+            "--time",
+            "0:10:0",
+            "JOB=1:2",
+            "log/r.JOB.log",
+            "bash",
+            "-c",
+            "echo slots=$NSLOTS pe=$PE",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     script = (tmp_path / "log" / "q" / "r.sh").read_text()
     for line in ("#$ -l mem_free=100M", "#$ -pe smp 2", "#$ -l gpu=1", "#$ -l h_rt=0:10:0"):
@@ -70,8 +107,19 @@ def test_mem_threads_gpu_are_translated_and_granted(sge_cluster: GridEngine, tmp
 
 def test_max_jobs_run_is_a_task_throttle(sge_cluster: GridEngine, tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
-    r = queue_pl(sge_cluster, ["--max-jobs-run", "1", "JOB=1:3", "log/m.JOB.log", "bash", "-c",
-                               "date +%s.%N > t/JOB; sleep 0.3; date +%s.%N >> t/JOB"], tmp_path)
+    r = queue_pl(
+        sge_cluster,
+        [
+            "--max-jobs-run",
+            "1",
+            "JOB=1:3",
+            "log/m.JOB.log",
+            "bash",
+            "-c",
+            "date +%s.%N > t/JOB; sleep 0.3; date +%s.%N >> t/JOB",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "#$ -tc 1\n" in (tmp_path / "log" / "q" / "m.sh").read_text()
     spans = sorted(tuple(float(x) for x in (tmp_path / "t" / str(i)).read_text().split()) for i in (1, 2, 3))
@@ -80,8 +128,9 @@ def test_max_jobs_run_is_a_task_throttle(sge_cluster: GridEngine, tmp_path: Path
 
 
 @pytest.mark.parametrize("array", [True, False])
-def test_tasks_stuck_in_error_state_are_reported_not_waited_for(sge_cluster: GridEngine, tmp_path: Path,
-                                                                array: bool) -> None:
+def test_tasks_stuck_in_error_state_are_reported_not_waited_for(
+    sge_cluster: GridEngine, tmp_path: Path, array: bool
+) -> None:
     # An output path that cannot be opened puts the tasks in Grid Engine's Eqw state,
     # where they would wait for an administrator forever.
     t0 = time.monotonic()
@@ -93,7 +142,7 @@ def test_tasks_stuck_in_error_state_are_reported_not_waited_for(sge_cluster: Gri
     assert time.monotonic() - t0 < 30
     job = re.search(r"of job (\d+)", r.stderr).group(1)
     out = subprocess.run(["qstat", "-j", job], env={**os.environ, **sge_cluster.env}, capture_output=True, text=True)
-    assert out.returncode != 0   # and the job was deleted
+    assert out.returncode != 0  # and the job was deleted
 
 
 def test_single_job_form_and_unknown_option(sge_cluster: GridEngine, tmp_path: Path) -> None:

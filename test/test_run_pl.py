@@ -19,9 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_PL = ROOT / "utils" / "run.pl"
 
 
-def run_pl(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(RUN_PL), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+def run_pl(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(RUN_PL), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def intervals(paths: list[Path]) -> list[tuple[float, float]]:
@@ -67,15 +75,17 @@ def test_job_range_not_starting_at_one_and_other_name(tmp_path: Path) -> None:
 
 def test_one_failure_among_four_is_reported_with_its_log(tmp_path: Path) -> None:
     # job 3 writes to stderr and exits 3; the others succeed
-    r = run_pl(["JOB=1:4", "log/x.JOB.log", "bash", "-c", "echo out JOB; [ JOB -ne 3 ] || { echo broken JOB >&2; exit 3; }"],
-               tmp_path)
+    r = run_pl(
+        ["JOB=1:4", "log/x.JOB.log", "bash", "-c", "echo out JOB; [ JOB -ne 3 ] || { echo broken JOB >&2; exit 3; }"],
+        tmp_path,
+    )
     assert r.returncode == 1
     assert "run.pl: 1 / 4 failed, log is in log/x.*.log" in r.stderr
     assert "failed (code 3): log/x.3.log" in r.stderr
     assert "log/x.1.log" not in r.stderr and "log/x.4.log" not in r.stderr
-    assert "broken 3" in r.stderr   # the failed job's last lines are shown
+    assert "broken 3" in r.stderr  # the failed job's last lines are shown
     log3 = (tmp_path / "log" / "x.3.log").read_text()
-    assert "broken 3" in log3 and "# Ended (code 3)" in log3   # stderr went to the log
+    assert "broken 3" in log3 and "# Ended (code 3)" in log3  # stderr went to the log
     for i in (1, 2, 4):
         assert "# Ended (code 0)" in (tmp_path / "log" / f"x.{i}.log").read_text()
 
@@ -113,13 +123,29 @@ def test_jobs_run_in_parallel_up_to_the_limit(tmp_path: Path) -> None:
 def test_pipes_redirections_and_quoting_like_kaldi(tmp_path: Path) -> None:
     script = tmp_path / "args.py"
     script.write_text("import sys\nprint(repr(sys.argv[1:]))\n")
-    r = run_pl(["JOB=1:2", "log/p.JOB.log",
-                sys.executable, str(script), "ark:gunzip -c foo.JOB.gz|", 'say "hi"', "it's \"both\"", "JOB",
-                "|", "tr", "a-z", "A-Z", ">", "out.JOB.txt"], tmp_path)
+    r = run_pl(
+        [
+            "JOB=1:2",
+            "log/p.JOB.log",
+            sys.executable,
+            str(script),
+            "ark:gunzip -c foo.JOB.gz|",
+            'say "hi"',
+            'it\'s "both"',
+            "JOB",
+            "|",
+            "tr",
+            "a-z",
+            "A-Z",
+            ">",
+            "out.JOB.txt",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     for i in (1, 2):
         got = (tmp_path / f"out.{i}.txt").read_text().strip()
-        assert got == repr(["ark:gunzip -c foo.%d.gz|" % i, 'say "hi"', "it's \"both\"", str(i)]).upper()
+        assert got == repr(["ark:gunzip -c foo.%d.gz|" % i, 'say "hi"', 'it\'s "both"', str(i)]).upper()
     # the header shows the command as bash ran it
     assert (tmp_path / "log" / "p.1.log").read_text().splitlines()[0].endswith("| tr a-z A-Z > out.1.txt")
 
@@ -134,19 +160,40 @@ def test_single_job_form_and_its_failure_message(tmp_path: Path) -> None:
 
 
 def test_scheduler_options_are_accepted_and_num_threads_recorded(tmp_path: Path) -> None:
-    r = run_pl(["--mem", "2G", "--time", "1:00:00", "--config", "conf/none.conf", "--gpu", "0",
-                "--num-threads", "3", "-q", "all.q", "JOB=1:2", "log/o.JOB.log", "true"], tmp_path)
+    r = run_pl(
+        [
+            "--mem",
+            "2G",
+            "--time",
+            "1:00:00",
+            "--config",
+            "conf/none.conf",
+            "--gpu",
+            "0",
+            "--num-threads",
+            "3",
+            "-q",
+            "all.q",
+            "JOB=1:2",
+            "log/o.JOB.log",
+            "true",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "# Accounting: time=0 threads=3" in (tmp_path / "log" / "o.1.log").read_text()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["JOB=1:3", "log/one.log", "true"], "one log file"),
-    (["JOB=0:3", "log/x.JOB.log", "true"], ">= 1"),
-    (["JOB=3:1", "log/x.JOB.log", "true"], "start > end"),
-    (["--max-jobs-run", "0", "JOB=1:2", "log/x.JOB.log", "true"], "--max-jobs-run"),
-    (["log/x.log"], "usage"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["JOB=1:3", "log/one.log", "true"], "one log file"),
+        (["JOB=0:3", "log/x.JOB.log", "true"], ">= 1"),
+        (["JOB=3:1", "log/x.JOB.log", "true"], "start > end"),
+        (["--max-jobs-run", "0", "JOB=1:2", "log/x.JOB.log", "true"], "--max-jobs-run"),
+        (["log/x.log"], "usage"),
+    ],
+)
 def test_bad_arguments_fail_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
     r = run_pl(args, tmp_path)
     assert r.returncode != 0
@@ -154,18 +201,37 @@ def test_bad_arguments_fail_with_a_message(tmp_path: Path, args: list[str], mess
 
 
 def test_jobs_get_no_stdin_and_see_the_caller_environment(tmp_path: Path) -> None:
-    r = subprocess.run([str(RUN_PL), "log/e.log", "bash", "-c", "cat; echo VAR=$SPKFLOW_TEST_VAR; pwd"],
-                       cwd=tmp_path, input="should not be read\n", capture_output=True, text=True, timeout=30,
-                       env={**os.environ, "SPKFLOW_TEST_VAR": "seen"})
+    r = subprocess.run(
+        [str(RUN_PL), "log/e.log", "bash", "-c", "cat; echo VAR=$SPKFLOW_TEST_VAR; pwd"],
+        cwd=tmp_path,
+        input="should not be read\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SPKFLOW_TEST_VAR": "seen"},
+    )
     assert r.returncode == 0, r.stderr
     assert body(tmp_path / "log" / "e.log") == ["VAR=seen", str(tmp_path)]
 
 
 def test_sigterm_is_forwarded_to_running_jobs(tmp_path: Path) -> None:
     (tmp_path / "pids").mkdir()
-    proc = subprocess.Popen([str(RUN_PL), "--max-jobs-run", "2", "JOB=1:3", "log/k.JOB.log",
-                             "bash", "-c", "echo $$ > pids/JOB; exec sleep 60"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(RUN_PL),
+            "--max-jobs-run",
+            "2",
+            "JOB=1:3",
+            "log/k.JOB.log",
+            "bash",
+            "-c",
+            "echo $$ > pids/JOB; exec sleep 60",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 20
     while len(list((tmp_path / "pids").iterdir())) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -175,10 +241,10 @@ def test_sigterm_is_forwarded_to_running_jobs(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 143
     assert "interrupted by SIGTERM" in err
-    for pid in pids:   # the sleeps are gone
+    for pid in pids:  # the sleeps are gone
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert not (tmp_path / "log" / "k.3.log").exists()   # job 3 was never started
+    assert not (tmp_path / "log" / "k.3.log").exists()  # job 3 was never started
     assert "signal 15" in (tmp_path / "log" / "k.1.log").read_text().splitlines()[-1]
 
 
@@ -187,26 +253,30 @@ def test_gpu_jobs_get_their_own_devices(tmp_path: Path) -> None:
     # reads first; the jobs only report what they were given.
     (tmp_path / "t").mkdir()
     cmd = "echo $CUDA_VISIBLE_DEVICES > t/dev.JOB; date +%s.%N > t/JOB; sleep 0.3; date +%s.%N >> t/JOB"
-    r = run_pl(["--gpu", "1", "JOB=1:4", "log/g.JOB.log", "bash", "-c", cmd], tmp_path,
-               env={"CUDA_VISIBLE_DEVICES": "3,5"})
+    r = run_pl(
+        ["--gpu", "1", "JOB=1:4", "log/g.JOB.log", "bash", "-c", cmd], tmp_path, env={"CUDA_VISIBLE_DEVICES": "3,5"}
+    )
     assert r.returncode == 0, r.stderr
     devs = [(tmp_path / "t" / f"dev.{i}").read_text().strip() for i in range(1, 5)]
     assert set(devs) == {"3", "5"}
     spans = intervals([tmp_path / "t" / str(i) for i in range(1, 5)])
-    assert max_overlap(spans) <= 2   # one job per device
+    assert max_overlap(spans) <= 2  # one job per device
     # jobs running at the same time never share a device
     for i in range(4):
         for j in range(i + 1, 4):
             if spans[i][0] < spans[j][1] and spans[j][0] < spans[i][1]:
                 assert devs[i] != devs[j]
-    r = run_pl(["--gpu", "2", "JOB=1:2", "log/h.JOB.log", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES"], tmp_path,
-               env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    r = run_pl(
+        ["--gpu", "2", "JOB=1:2", "log/h.JOB.log", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+        tmp_path,
+        env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+    )
     assert r.returncode == 0
     assert {body(tmp_path / "log" / f"h.{i}.log")[0] for i in (1, 2)} == {"0,1", "2,3"}
 
 
 def test_gpu_without_devices_runs_serially_with_a_warning(tmp_path: Path) -> None:
-    env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}   # no nvidia-smi on this PATH
+    env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}  # no nvidia-smi on this PATH
     r = run_pl(["--gpu", "1", "JOB=1:2", "log/n.JOB.log", "true"], tmp_path, env=env)
     assert r.returncode == 0
     assert "WARNING: --gpu 1 but 0 GPU(s) visible" in r.stderr

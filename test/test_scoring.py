@@ -30,8 +30,15 @@ def write_vectors(path_base: Path, vectors: dict[str, np.ndarray]) -> Path:
     return Path(f"{path_base}.scp")
 
 
-def speaker_set(seed: int, num_spk: int, num_utt: int, dim: int = 24, noise: float = 0.25,
-                nuisance: float = 0.0, prefix: str = "spk") -> dict[str, np.ndarray]:
+def speaker_set(
+    seed: int,
+    num_spk: int,
+    num_utt: int,
+    dim: int = 24,
+    noise: float = 0.25,
+    nuisance: float = 0.0,
+    prefix: str = "spk",
+) -> dict[str, np.ndarray]:
     """Utterance embeddings = speaker centre + noise (+ a random amount of one shared
     nuisance direction, which inflates cosine scores the way channel effects do)."""
     rng = np.random.default_rng(seed)
@@ -41,15 +48,16 @@ def speaker_set(seed: int, num_spk: int, num_utt: int, dim: int = 24, noise: flo
     for s in range(num_spk):
         centre = rng.normal(size=dim) / np.sqrt(dim)
         for u in range(num_utt):
-            out[f"{prefix}{s:03d}-u{u:02d}"] = centre + noise * rng.normal(size=dim) / np.sqrt(dim) \
-                + nuisance * abs(rng.normal()) * nuis
+            out[f"{prefix}{s:03d}-u{u:02d}"] = (
+                centre + noise * rng.normal(size=dim) / np.sqrt(dim) + nuisance * abs(rng.normal()) * nuis
+            )
     return out
 
 
 def all_trials(keys: list[str], path: Path | None = None) -> list[str]:
     lines = []
     for i, a in enumerate(keys):
-        for b in keys[i + 1:]:
+        for b in keys[i + 1 :]:
             lines.append(f"{a} {b} {'target' if a.split('-')[0] == b.split('-')[0] else 'nontarget'}\n")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,8 +119,10 @@ def test_missing_utterance_is_an_error_naming_file_line_and_utt(tmp_path):
     assert len(res.scores) == len(lines) - 2
 
 
-@pytest.mark.parametrize("line,msg", [("a b\n", "expected 'utt1 utt2"), ("a b same\n", "'same'"),
-                                      ("\n", "expected"), ("a b target x\n", "expected")])
+@pytest.mark.parametrize(
+    "line,msg",
+    [("a b\n", "expected 'utt1 utt2"), ("a b same\n", "'same'"), ("\n", "expected"), ("a b target x\n", "expected")],
+)
 def test_malformed_trials_line(tmp_path, line, msg):
     path = tmp_path / "trials"
     path.write_text("x-1 y-1 nontarget\n" + line)
@@ -187,8 +197,9 @@ def test_asnorm_removes_a_nuisance_offset():
     per-utterance cohort statistics remove most of it (EER drops)."""
     emb = speaker_set(5, 30, 4, dim=40, noise=0.8, nuisance=1.5)
     cohort_utts = speaker_set(6, 100, 5, dim=40, noise=0.8, nuisance=1.5, prefix="coh")
-    cohort = np.stack([np.mean([v for k, v in cohort_utts.items() if k.startswith(f"coh{s:03d}")], axis=0)
-                       for s in range(100)])
+    cohort = np.stack(
+        [np.mean([v for k, v in cohort_utts.items() if k.startswith(f"coh{s:03d}")], axis=0) for s in range(100)]
+    )
     keys = sorted(emb)
     trials = Trials.from_pairs((*ln.split()[:2], ln.split()[2] == "target") for ln in all_trials(keys))
     res = score_trials(trials, emb, cohort=cohort, cohort_size=20)
@@ -225,8 +236,21 @@ def test_score_cli_writes_everything(tmp_path):
     (exp / "config.yaml").parent.mkdir(parents=True)
     (exp / "config.yaml").write_text("model:\n  name: ecapa\nloss:\n  name: ge2e_xs\n")
     out = exp / "eval" / "test"
-    cmd = [PY, "-m", "spkflow.bin.score", "--trials", str(trials), "--xvector-scp", str(scp),
-           "--outdir", str(out), "--model-tag", "spk_demo", "--results-md", str(exp)]
+    cmd = [
+        PY,
+        "-m",
+        "spkflow.bin.score",
+        "--trials",
+        str(trials),
+        "--xvector-scp",
+        str(scp),
+        "--outdir",
+        str(out),
+        "--model-tag",
+        "spk_demo",
+        "--results-md",
+        str(exp),
+    ]
     subprocess.run(cmd, check=True, env=_env(), capture_output=True, text=True)
     scores = (out / "scores").read_text().splitlines()
     assert len(scores) == len(lines)
@@ -245,8 +269,13 @@ def test_score_cli_writes_everything(tmp_path):
 
     # AS-norm on a second set; RESULTS.md then has both sets, the test set with one row
     out2 = exp / "eval" / "test_norm"
-    subprocess.run(cmd[:-4] + ["--outdir", str(out2), "--cohort-scp", str(cohort), "--cohort-size", "10",
-                               "--results-md", str(exp)], check=True, env=_env(), capture_output=True)
+    subprocess.run(
+        cmd[:-4]
+        + ["--outdir", str(out2), "--cohort-scp", str(cohort), "--cohort-size", "10", "--results-md", str(exp)],
+        check=True,
+        env=_env(),
+        capture_output=True,
+    )
     m2 = json.loads((out2 / "metrics.json").read_text())
     assert m2["score_norm"] == "asnorm" and m2["cohort_size"] == 10
     assert m2["raw"]["eer"] == pytest.approx(m["eer"])
@@ -286,8 +315,9 @@ def _recipe(tmp_path: Path) -> Path:
         (rec / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
     for name in ("utils", "scripts"):
         (rec / name).symlink_to(ROOT / name)
-    (rec / "path.sh").write_text(f"export PATH={Path(PY).parent}:{ROOT}/utils:$PATH\n"
-                                 f"export PYTHONPATH={ROOT}\nexport LC_ALL=C\n")
+    (rec / "path.sh").write_text(
+        f"export PATH={Path(PY).parent}:{ROOT}/utils:$PATH\nexport PYTHONPATH={ROOT}\nexport LC_ALL=C\n"
+    )
     return rec
 
 
@@ -300,8 +330,13 @@ def test_stage6_in_spk_sh(tmp_path):
         all_trials(sorted(emb), rec / "data" / name / "trials")
     write_vectors(exp / "embed" / "train" / "spk_xvector", speaker_set(12, 30, 1, prefix="tr"))
     args = ["bash", "spk.sh", "--stage", "6", "--stop_stage", "6", "--tag", "demo", "--test_sets", "test dsp20"]
-    proc = subprocess.run(args + ["--score_norm", "true", "--cohort_size", "8", "--score_center", "true"],
-                          cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(
+        args + ["--score_norm", "true", "--cohort_size", "8", "--score_center", "true"],
+        cwd=rec,
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("test", "dsp20"):
         m = json.loads((exp / "eval" / name / "metrics.json").read_text())
@@ -329,8 +364,9 @@ def test_stage6_in_spk_sh(tmp_path):
 
 def test_score_sh_usage(tmp_path):
     rec = _recipe(tmp_path)
-    proc = subprocess.run(["bash", "scripts/spk/score.sh", "only-one-arg"], cwd=rec, env=_env(),
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", "scripts/spk/score.sh", "only-one-arg"], cwd=rec, env=_env(), capture_output=True, text=True
+    )
     assert proc.returncode == 1 and "Usage:" in proc.stderr
 
 
@@ -338,8 +374,10 @@ def test_score_sh_usage(tmp_path):
 def test_training_curves_plot(tmp_path):
     from spkflow.plots import plot_training_curves
 
-    history = [{"epoch": e, "train_loss": 3.0 / e, "valid_eer": 20.0 / e + 2, "lr": 1e-3 * 0.9 ** e,
-                "note": "text is ignored"} for e in range(1, 8)]
+    history = [
+        {"epoch": e, "train_loss": 3.0 / e, "valid_eer": 20.0 / e + 2, "lr": 1e-3 * 0.9**e, "note": "text is ignored"}
+        for e in range(1, 8)
+    ]
     path = tmp_path / "curves.png"
     plot_training_curves(history, path)
     _png_ok(path)

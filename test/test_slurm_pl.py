@@ -32,15 +32,27 @@ def slurm_pl(cluster: SlurmCluster, args: list[str], cwd: Path, timeout: float =
 
 
 def squeue_ids(cluster: SlurmCluster) -> list[str]:
-    out = subprocess.run(["squeue", "-h", "-o", "%i"], env={**os.environ, **cluster.env},
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i"], env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=30
+    )
     return out.stdout.split()
 
 
 def test_array_job_of_four_runs_with_pipes_and_venv_python(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    r = slurm_pl(slurm_cluster, ["JOB=1:4", "exp/log/x.JOB.log",
-                                 "python", "-c", "import sys, spkflow; print(sys.prefix, JOB)",
-                                 "|", "sed", "s/^/got: /"], tmp_path)
+    r = slurm_pl(
+        slurm_cluster,
+        [
+            "JOB=1:4",
+            "exp/log/x.JOB.log",
+            "python",
+            "-c",
+            "import sys, spkflow; print(sys.prefix, JOB)",
+            "|",
+            "sed",
+            "s/^/got: /",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     for i in range(1, 5):
@@ -56,9 +68,17 @@ def test_array_job_of_four_runs_with_pipes_and_venv_python(slurm_cluster: SlurmC
 
 
 def test_a_failing_task_is_reported_with_its_log(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    r = slurm_pl(slurm_cluster, ["JOB=1:4", "log/f.JOB.log", "bash", "-c",
-                                 "echo task JOB; [ JOB -ne 2 ] || { echo 'cannot read foo.scp' >&2; exit 7; }"],
-                 tmp_path)
+    r = slurm_pl(
+        slurm_cluster,
+        [
+            "JOB=1:4",
+            "log/f.JOB.log",
+            "bash",
+            "-c",
+            "echo task JOB; [ JOB -ne 2 ] || { echo 'cannot read foo.scp' >&2; exit 7; }",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 1
     assert "slurm.pl: 1 / 4 failed, log is in log/f.*.log" in r.stderr
     assert "failed (code 7): log/f.2.log" in r.stderr
@@ -69,8 +89,23 @@ def test_a_failing_task_is_reported_with_its_log(slurm_cluster: SlurmCluster, tm
 
 
 def test_mem_threads_time_are_translated_and_granted(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    r = slurm_pl(slurm_cluster, ["--mem", "100M", "--num-threads", "2", "--time", "5", "JOB=1:2", "log/r.JOB.log",
-                                 "bash", "-c", "echo cpus=$SLURM_CPUS_PER_TASK mem=$SLURM_MEM_PER_NODE"], tmp_path)
+    r = slurm_pl(
+        slurm_cluster,
+        [
+            "--mem",
+            "100M",
+            "--num-threads",
+            "2",
+            "--time",
+            "5",
+            "JOB=1:2",
+            "log/r.JOB.log",
+            "bash",
+            "-c",
+            "echo cpus=$SLURM_CPUS_PER_TASK mem=$SLURM_MEM_PER_NODE",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     script = (tmp_path / "log" / "q" / "r.sh").read_text()
     for line in ("#SBATCH --mem=100M", "#SBATCH --cpus-per-task=2", "#SBATCH --time=5"):
@@ -98,13 +133,24 @@ def test_gpu_option_becomes_gres(slurm_cluster: SlurmCluster, tmp_path: Path) ->
 
 def test_max_jobs_run_is_an_array_throttle(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
-    r = slurm_pl(slurm_cluster, ["--max-jobs-run", "1", "JOB=1:3", "log/m.JOB.log", "bash", "-c",
-                                 "date +%s.%N > t/JOB; sleep 0.5; date +%s.%N >> t/JOB"], tmp_path)
+    r = slurm_pl(
+        slurm_cluster,
+        [
+            "--max-jobs-run",
+            "1",
+            "JOB=1:3",
+            "log/m.JOB.log",
+            "bash",
+            "-c",
+            "date +%s.%N > t/JOB; sleep 0.5; date +%s.%N >> t/JOB",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "#SBATCH --array=1-3%1\n" in (tmp_path / "log" / "q" / "m.sh").read_text()
     spans = sorted(tuple(float(x) for x in (tmp_path / "t" / str(i)).read_text().split()) for i in (1, 2, 3))
     for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
-        assert e1 <= s2   # never two at once
+        assert e1 <= s2  # never two at once
 
 
 def test_recipe_config_file_is_used(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -138,8 +184,14 @@ def _wait_for_running_logs(logs: list[Path], timeout: float = 60) -> int:
 
 def test_a_task_cancelled_behind_our_back_is_reported(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     env = {**os.environ, **slurm_cluster.env}
-    proc = subprocess.Popen([str(SLURM_PL), "JOB=1:2", "log/l.JOB.log", "sleep", "120"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(SLURM_PL), "JOB=1:2", "log/l.JOB.log", "sleep", "120"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         job = _wait_for_running_logs([tmp_path / "log" / f"l.{i}.log" for i in (1, 2)])
         subprocess.run(["scancel", str(job)], env=env, check=True, timeout=30)
@@ -153,14 +205,20 @@ def test_a_task_cancelled_behind_our_back_is_reported(slurm_cluster: SlurmCluste
     assert "2 / 2 failed" in err
     assert "ended without status: slurm state CANCELLED" in err
     assert "log/l.1.log" in err and "log/l.2.log" in err
-    assert waited < 20   # noticed within seconds, not after a long timeout
+    assert waited < 20  # noticed within seconds, not after a long timeout
     print(f"cancelled job noticed after {waited:.1f} s")
 
 
 def test_sigterm_cancels_the_job(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     env = {**os.environ, **slurm_cluster.env}
-    proc = subprocess.Popen([str(SLURM_PL), "JOB=1:2", "log/s.JOB.log", "sleep", "120"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(SLURM_PL), "JOB=1:2", "log/s.JOB.log", "sleep", "120"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         job = _wait_for_running_logs([tmp_path / "log" / f"s.{i}.log" for i in (1, 2)])
         proc.send_signal(signal.SIGTERM)

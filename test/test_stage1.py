@@ -44,13 +44,20 @@ def mirror_recipe(tmp: Path) -> Path:
 def run_stage1(recipe: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(env_extra)
-    return subprocess.run(["./run.sh", "--stage", "1", "--stop_stage", "1", *args], cwd=recipe,
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        ["./run.sh", "--stage", "1", "--stop_stage", "1", *args],
+        cwd=recipe,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_stage1_on_mini_corpora(tmp_path: Path) -> None:
-    so762 = make_speechocean_mini(tmp_path / "so762", spk_train=("0001", "0005", "1027"),
-                                  spk_test=("0003", "9601", "9602"), n_train=3, n_test=3)
+    so762 = make_speechocean_mini(
+        tmp_path / "so762", spk_train=("0001", "0005", "1027"), spk_test=("0003", "9601", "9602"), n_train=3, n_test=3
+    )
     dsp = make_dsp20_mini(tmp_path / "dsp", spks=("15307110189", "15307130120", "15307130191"), words=2, rounds=3)
     recipe = mirror_recipe(tmp_path)
     r = run_stage1(recipe, {"SPEECHOCEAN762": str(so762), "DSPSPEECH20": str(dsp)})
@@ -59,8 +66,10 @@ def test_stage1_on_mini_corpora(tmp_path: Path) -> None:
     data = recipe / "data"
     assert f"Stage 1 output: data dirs in {recipe}/data" in out  # says where the output went
     assert re.search(r"data/train: 3 speakers, 9 utterances", out)
-    counts = {name: (len(DataDir(data / name).spks()), len(DataDir(data / name).utts()))
-              for name in ("train", "test", "dsp20")}
+    counts = {
+        name: (len(DataDir(data / name).spks()), len(DataDir(data / name).utts()))
+        for name in ("train", "test", "dsp20")
+    }
     assert counts == {"train": (3, 9), "test": (3, 9), "dsp20": (2, 8)}  # rounds 01-02, 15307130191 left out
     for name in ("test", "dsp20"):
         trials = read_trials(data / name / "trials", DataDir(data / name).utt2spk())
@@ -70,16 +79,18 @@ def test_stage1_on_mini_corpora(tmp_path: Path) -> None:
 
 def test_stage1_prepares_heldout_sets_on_request(tmp_path: Path) -> None:
     """--librispeech true --fsdd true add data/libri and data/fsdd (with trials) as test sets."""
-    so762 = make_speechocean_mini(tmp_path / "so762", spk_train=("0001", "0005", "1027"),
-                                  spk_test=("0003", "9601", "9602"), n_train=3, n_test=3)
+    so762 = make_speechocean_mini(
+        tmp_path / "so762", spk_train=("0001", "0005", "1027"), spk_test=("0003", "9601", "9602"), n_train=3, n_test=3
+    )
     dsp = make_dsp20_mini(tmp_path / "dsp", spks=("15307110189", "15307130120"), words=2, rounds=2)
     libri, fsdd = make_librispeech_mini(tmp_path / "libri"), make_fsdd_mini(tmp_path / "fsdd")
     recipe = mirror_recipe(tmp_path)
     env = {"SPEECHOCEAN762": str(so762), "DSPSPEECH20": str(dsp), "LIBRISPEECH": str(libri), "FSDD": str(fsdd)}
     r = run_stage1(recipe, env, "--test_sets", "test dsp20 libri fsdd")
     assert r.returncode != 0 and "data/libri" in r.stdout + r.stderr  # not prepared unless asked for
-    r = run_stage1(recipe, env, "--test_sets", "test dsp20 libri fsdd",
-                   "--local_data_opts", "--librispeech true --fsdd true")
+    r = run_stage1(
+        recipe, env, "--test_sets", "test dsp20 libri fsdd", "--local_data_opts", "--librispeech true --fsdd true"
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "data/libri: 3 speakers, 8 utterances" in out and "data/fsdd: 3 speakers, 18 utterances" in out
@@ -90,8 +101,12 @@ def test_stage1_prepares_heldout_sets_on_request(tmp_path: Path) -> None:
 
 def test_stage1_fails_clearly_without_corpus(tmp_path: Path) -> None:
     recipe = mirror_recipe(tmp_path)
-    r = run_stage1(recipe, {"SPEECHOCEAN762": str(tmp_path / "missing"), "DSPSPEECH20": str(tmp_path / "m2")},
-                   "--local_data_opts", "--download false")
+    r = run_stage1(
+        recipe,
+        {"SPEECHOCEAN762": str(tmp_path / "missing"), "DSPSPEECH20": str(tmp_path / "m2")},
+        "--local_data_opts",
+        "--download false",
+    )
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "SPEECHOCEAN762" in out and "export SPEECHOCEAN762=" in out
 

@@ -22,13 +22,25 @@ import yaml
 
 from conftest import ROOT, make_speakers
 
-TINY_MODEL = {"name": "ecapa_tdnn", "channels": 16, "scale": 4, "embed_dim": 8,
-              "specaug": {"freq_width": 3, "time_width": 4}}
+TINY_MODEL = {
+    "name": "ecapa_tdnn",
+    "channels": 16,
+    "scale": 4,
+    "embed_dim": 8,
+    "specaug": {"freq_width": 3, "time_width": 4},
+}
 
 
-def make_train_setup(root: Path, num_spk: int = 6, num_utt: int = 4, N: int = 3, M: int = 2,
-                     epochs: int = 2, model: dict[str, Any] | None = None,
-                     loss: dict[str, Any] | None = None) -> dict[str, Any]:
+def make_train_setup(
+    root: Path,
+    num_spk: int = 6,
+    num_utt: int = 4,
+    N: int = 3,
+    M: int = 2,
+    epochs: int = 2,
+    model: dict[str, Any] | None = None,
+    loss: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Data dir + stage-2 features + stage-3 batch lists + trials + a training config."""
     from spkflow.batches import plan_epoch, write_batch_list
     from spkflow.features import FbankOptions, VadOptions
@@ -59,31 +71,75 @@ def make_train_setup(root: Path, num_spk: int = 6, num_utt: int = 4, N: int = 3,
         "loss": dict(loss or {"name": "ge2e"}),
         "optim": {"name": "adam", "lr": 0.01},
         "scheduler": {"name": "warmup_cosine", "warmup_steps": 2},
-        "train": {"crop_min_frames": 20, "crop_max_frames": 30, "select": "average", "average_last": 2,
-                  "log_every": 1, "input_stats_utts": 10},
+        "train": {
+            "crop_min_frames": 20,
+            "crop_max_frames": 30,
+            "select": "average",
+            "average_last": 2,
+            "log_every": 1,
+            "input_stats_utts": 10,
+        },
     }
-    return {"data": data, "feats": feats, "batches": batches, "conf": conf, "config": config,
-            "epochs": epochs, "root": root}
+    return {
+        "data": data,
+        "feats": feats,
+        "batches": batches,
+        "conf": conf,
+        "config": config,
+        "epochs": epochs,
+        "root": root,
+    }
 
 
 def options(setup: dict[str, Any], out: Path, **kw: Any):
     from spkflow.trainer import TrainOptions
 
-    base = dict(config=setup["config"], train_data=str(setup["data"]), train_feats=str(setup["feats"]),
-                batches_dir=str(setup["batches"]), out_dir=str(out), num_epochs=setup["epochs"],
-                valid_data=str(setup["data"]), valid_feats=str(setup["feats"]),
-                fbank_conf=str(setup["conf"] / "fbank.conf"), vad_conf=str(setup["conf"] / "vad.conf"),
-                device="cpu", progress=False)
+    base = dict(
+        config=setup["config"],
+        train_data=str(setup["data"]),
+        train_feats=str(setup["feats"]),
+        batches_dir=str(setup["batches"]),
+        out_dir=str(out),
+        num_epochs=setup["epochs"],
+        valid_data=str(setup["data"]),
+        valid_feats=str(setup["feats"]),
+        fbank_conf=str(setup["conf"] / "fbank.conf"),
+        vad_conf=str(setup["conf"] / "vad.conf"),
+        device="cpu",
+        progress=False,
+    )
     base.update(kw)
     return TrainOptions(**base)
 
 
 def cli_args(setup: dict[str, Any], out: Path, config_path: Path) -> list[str]:
-    return ["--config", str(config_path), "--train-data", str(setup["data"]), "--train-feats", str(setup["feats"]),
-            "--batches-dir", str(setup["batches"]), "--num-epochs", str(setup["epochs"]), "--out-dir", str(out),
-            "--valid-data", str(setup["data"]), "--valid-feats", str(setup["feats"]),
-            "--fbank-conf", str(setup["conf"] / "fbank.conf"), "--vad-conf", str(setup["conf"] / "vad.conf"),
-            "--device", "cpu", "--no-progress", "--num-threads", "1"]
+    return [
+        "--config",
+        str(config_path),
+        "--train-data",
+        str(setup["data"]),
+        "--train-feats",
+        str(setup["feats"]),
+        "--batches-dir",
+        str(setup["batches"]),
+        "--num-epochs",
+        str(setup["epochs"]),
+        "--out-dir",
+        str(out),
+        "--valid-data",
+        str(setup["data"]),
+        "--valid-feats",
+        str(setup["feats"]),
+        "--fbank-conf",
+        str(setup["conf"] / "fbank.conf"),
+        "--vad-conf",
+        str(setup["conf"] / "vad.conf"),
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--num-threads",
+        "1",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +161,15 @@ def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path
     assert [r["epoch"] for r in history] == [1, 2]
     for r in history:
         assert np.isfinite(r["train_loss"]) and 0.0 <= r["valid_eer"] <= 100.0
-    for name in ("config.yaml", "model.pth", "checkpoint.pth", "epoch1.pth", "epoch2.pth", "history.json",
-                 "curves.png"):
+    for name in (
+        "config.yaml",
+        "model.pth",
+        "checkpoint.pth",
+        "epoch1.pth",
+        "epoch2.pth",
+        "history.json",
+        "curves.png",
+    ):
         assert (out / name).is_file(), name
     ck = torch.load(out / "checkpoint.pth", weights_only=True)
     assert ck["epoch"] == 3 and ck["batch"] == 0 and ck["step"] == 8
@@ -214,8 +277,13 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
     cfg["optimizer"] = {"lr": 1}
     path.write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, tmp_path / "z", path)],
-                       capture_output=True, text=True, env=env, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, tmp_path / "z", path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert r.returncode == 1 and "optimizer" in r.stderr and "bad.yaml" in r.stderr
 
 
@@ -245,9 +313,12 @@ def test_aam_and_lstm_train(tmp_path: Path) -> None:
     from spkflow.models import load_model_dir
     from spkflow.trainer import Trainer
 
-    s = make_train_setup(tmp_path, epochs=1, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30},
-                         model={"name": "dvector_lstm", "hidden": 16, "embed_dim": 8, "layers": 2,
-                                "infer_window": 20, "infer_hop": 10})
+    s = make_train_setup(
+        tmp_path,
+        epochs=1,
+        loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30},
+        model={"name": "dvector_lstm", "hidden": 16, "embed_dim": 8, "layers": 2, "infer_window": 20, "infer_hop": 10},
+    )
     s["config"]["train"]["select"] = "last"
     s["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
     history = Trainer(options(s, tmp_path / "exp")).run()

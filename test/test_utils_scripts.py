@@ -53,14 +53,17 @@ def opts(tmp_path: Path) -> Path:
     return p
 
 
-@pytest.mark.parametrize("args,expected", [
-    ("", "4|10|false|run.pl|a b|0|"),
-    ("--nj 8 x", "8|10|false|run.pl|a b|1|x|"),
-    ("--nj=8 --stop-stage=3 --stop_stage 5 x y", "8|5|false|run.pl|a b|2|x|y|"),
-    ("--use-gpu true --cmd 'queue.pl -l \"a b\" $X' d", 'true|4|'[0:0] + '4|10|true|queue.pl -l "a b" $X|a b|1|d|'),
-    ("--name '' --nj 2 -- --nj 3", "2|10|false|run.pl||2|--nj|3|"),
-    ("d --nj 3", "4|10|false|run.pl|a b|3|d|--nj|3|"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ("", "4|10|false|run.pl|a b|0|"),
+        ("--nj 8 x", "8|10|false|run.pl|a b|1|x|"),
+        ("--nj=8 --stop-stage=3 --stop_stage 5 x y", "8|5|false|run.pl|a b|2|x|y|"),
+        ("--use-gpu true --cmd 'queue.pl -l \"a b\" $X' d", "true|4|"[0:0] + '4|10|true|queue.pl -l "a b" $X|a b|1|d|'),
+        ("--name '' --nj 2 -- --nj 3", "2|10|false|run.pl||2|--nj|3|"),
+        ("d --nj 3", "4|10|false|run.pl|a b|3|d|--nj|3|"),
+    ],
+)
 def test_parse_options_forms(opts: Path, args: str, expected: str) -> None:
     p = sh(f"bash {opts} {args}", check=True)
     assert p.stdout == expected
@@ -72,13 +75,16 @@ def test_parse_options_config_file_has_lower_priority(opts: Path, tmp_path: Path
     assert sh(f"bash {opts} --nj 2 --config={tmp_path}/my.conf d", check=True).stdout == "2|10|false|run.pl|conf|1|d|"
 
 
-@pytest.mark.parametrize("args,message", [
-    ("--foo 1", "invalid option --foo"),
-    ("--use-gpu yes", 'expected "true" or "false": --use-gpu yes'),
-    ("--nj", "option --nj needs a value"),
-    ("--cmd ''", "empty argument to --cmd option"),
-    ("--config /nonexistent/x.conf", "missing config '/nonexistent/x.conf'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ("--foo 1", "invalid option --foo"),
+        ("--use-gpu yes", 'expected "true" or "false": --use-gpu yes'),
+        ("--nj", "option --nj needs a value"),
+        ("--cmd ''", "empty argument to --cmd option"),
+        ("--config /nonexistent/x.conf", "missing config '/nonexistent/x.conf'"),
+    ],
+)
 def test_parse_options_errors(opts: Path, args: str, message: str) -> None:
     p = sh(f"bash {opts} {args}")
     assert p.returncode == 1 and message in p.stderr
@@ -90,6 +96,7 @@ def test_parse_options_help(opts: Path) -> None:
 
 
 # --------------------------------------------------------------------------- the Perl converters
+
 
 def test_utt2spk_spk2utt_scripts(tmp_path: Path) -> None:
     (tmp_path / "utt2spk").write_text("a-1 a\nb-1 b\na-2 a\n")
@@ -108,7 +115,7 @@ def test_utt2spk_spk2utt_scripts(tmp_path: Path) -> None:
 
 def test_filter_scp(tmp_path: Path) -> None:
     (tmp_path / "ids").write_text("b whatever\nd\n")
-    (tmp_path / "scp").write_text("a 1\nb  2 x\nc 3\nd 4")           # spacing and missing newline kept
+    (tmp_path / "scp").write_text("a 1\nb  2 x\nc 3\nd 4")  # spacing and missing newline kept
     f = f"{UTILS}/filter_scp.pl"
     assert sh(f"{f} {tmp_path}/ids {tmp_path}/scp", check=True).stdout == "b  2 x\nd 4"
     assert sh(f"{f} --exclude {tmp_path}/ids {tmp_path}/scp", check=True).stdout == "a 1\nc 3\n"
@@ -124,6 +131,7 @@ def test_filter_scp(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- split_scp.pl
 
+
 def lines_of(path: Path) -> list[str]:
     return path.read_text().splitlines(keepends=True)
 
@@ -133,9 +141,9 @@ def test_split_scp_by_lines(tmp_path: Path) -> None:
     outs = " ".join(str(tmp_path / f"p{j}") for j in range(1, 5))
     sh(f"{UTILS}/split_scp.pl {tmp_path}/scp {outs}", check=True)
     sizes = [len(lines_of(tmp_path / f"p{j}")) for j in range(1, 5)]
-    assert sizes == [3, 3, 2, 2]                     # the remainder goes to the first parts
+    assert sizes == [3, 3, 2, 2]  # the remainder goes to the first parts
     assert "".join((tmp_path / f"p{j}").read_text() for j in range(1, 5)) == (tmp_path / "scp").read_text()
-    assert sorted(os.listdir(tmp_path)) == ["p1", "p2", "p3", "p4", "scp"]   # no temporary files left
+    assert sorted(os.listdir(tmp_path)) == ["p1", "p2", "p3", "p4", "scp"]  # no temporary files left
     p = sh(f"{UTILS}/split_scp.pl -j 4 1 {tmp_path}/scp", check=True)
     assert p.stdout == (tmp_path / "p2").read_text()
     p = sh(f"{UTILS}/split_scp.pl -j 4 4 --one-based {tmp_path}/scp {tmp_path}/only", check=True)
@@ -161,8 +169,10 @@ def test_split_scp_keeps_speakers_together(tmp_path: Path) -> None:
     # Speakers are first dealt out as a b | c d | e (6/5/2 utterances); no single move of a
     # boundary speaker narrows a neighbour gap, so Kaldi's split_scp.pl keeps 6/5/2 (checked with it).
     assert [len(p) for p in parts] == [6, 5, 2]
-    p = sh(f"{UTILS}/split_scp.pl --utt2spk={tmp_path}/utt2spk {tmp_path}/utt2spk "
-           + " ".join(str(tmp_path / f"q{j}") for j in range(6)))
+    p = sh(
+        f"{UTILS}/split_scp.pl --utt2spk={tmp_path}/utt2spk {tmp_path}/utt2spk "
+        + " ".join(str(tmp_path / f"q{j}") for j in range(6))
+    )
     assert p.returncode != 0 and "5 speakers" in p.stderr
     (tmp_path / "scp").write_text("a-0 x\nzz-1 y\n")
     p = sh(f"{UTILS}/split_scp.pl --utt2spk={tmp_path}/utt2spk {tmp_path}/scp {tmp_path}/o1")
@@ -171,9 +181,14 @@ def test_split_scp_keeps_speakers_together(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- data-dir scripts
 
+
 def good(d: Path) -> Path:
-    return write(d, utt2spk="a-1 a\na-2 a\nb-1 b\n", spk2utt="a a-1 a-2\nb b-1\n",
-                 wav_scp="a-1 /w/a1.wav\na-2 /w/a2.wav\nb-1 /w/b1.wav\n")
+    return write(
+        d,
+        utt2spk="a-1 a\na-2 a\nb-1 b\n",
+        spk2utt="a a-1 a-2\nb b-1\n",
+        wav_scp="a-1 /w/a1.wav\na-2 /w/a2.wav\nb-1 /w/b1.wav\n",
+    )
 
 
 def test_validate_data_dir_script(tmp_path: Path) -> None:
@@ -181,7 +196,7 @@ def test_validate_data_dir_script(tmp_path: Path) -> None:
     v = f"{UTILS}/validate_data_dir.sh"
     p = sh(f"{v} --no-text --no-feats {d}")
     assert p.returncode == 0 and f"Successfully validated data-directory {d}" in p.stdout
-    p = sh(f"{v} {d}")                                    # Kaldi's default: text is required
+    p = sh(f"{v} {d}")  # Kaldi's default: text is required
     assert p.returncode == 1 and f"{d}/text: no such file (if this is by design, use --no-text)" in p.stderr
     (d / "utt2spk").write_text("a-1 a\nb-1 b\na-2 a\n")
     p = sh(f"{v} --no-text --no-feats {d}")
@@ -213,9 +228,12 @@ def test_fix_data_dir_extra_files_option(tmp_path: Path) -> None:
 
 
 def test_subset_combine_copy_scripts(tmp_path: Path) -> None:
-    src = write(tmp_path / "src", utt2spk="".join(f"s{s}-{u} s{s}\n" for s in range(3) for u in range(3)),
-                spk2utt="".join(f"s{s} " + " ".join(f"s{s}-{u}" for u in range(3)) + "\n" for s in range(3)),
-                wav_scp="".join(f"s{s}-{u} /w/{s}{u}.wav\n" for s in range(3) for u in range(3)))
+    src = write(
+        tmp_path / "src",
+        utt2spk="".join(f"s{s}-{u} s{s}\n" for s in range(3) for u in range(3)),
+        spk2utt="".join(f"s{s} " + " ".join(f"s{s}-{u}" for u in range(3)) + "\n" for s in range(3)),
+        wav_scp="".join(f"s{s}-{u} /w/{s}{u}.wav\n" for s in range(3) for u in range(3)),
+    )
     p = sh(f"{UTILS}/subset_data_dir.sh --first {src} 4 {tmp_path}/first", check=True)
     assert "reducing #utt from 9 to 4" in p.stdout
     assert lines_of(tmp_path / "first" / "utt2spk") == lines_of(src / "utt2spk")[:4]
@@ -248,6 +266,9 @@ def test_scripts_work_through_a_recipe_utils_symlink(tmp_path: Path) -> None:
     recipe.mkdir()
     (recipe / "utils").symlink_to(UTILS)
     good(recipe / "data" / "train")
-    p = sh("utils/fix_data_dir.sh data/train && utils/validate_data_dir.sh --no-text --no-feats data/train",
-           cwd=recipe, check=True)
+    p = sh(
+        "utils/fix_data_dir.sh data/train && utils/validate_data_dir.sh --no-text --no-feats data/train",
+        cwd=recipe,
+        check=True,
+    )
     assert "kept all 3 utterances" in p.stdout and "Successfully validated" in p.stdout

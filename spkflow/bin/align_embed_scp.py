@@ -16,14 +16,17 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spkflow.bin.align_embed_scp",
-                                description="Filter, sort and verify embedding scp files against a data dir.")
+    p = argparse.ArgumentParser(
+        prog="python -m spkflow.bin.align_embed_scp",
+        description="Filter, sort and verify embedding scp files against a data dir.",
+    )
     p.add_argument("--check-only", action="store_true", help="verify, do not rewrite the files")
     p.add_argument("data_dir")
     p.add_argument("scp", nargs="+")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
+    )
     from spkflow.embed import align_scp
     from spkflow.errors import InputError
 

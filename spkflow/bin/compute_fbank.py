@@ -24,9 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fbank-conf", default="", help="Kaldi-style fbank options (default: FbankOptions())")
     p.add_argument("--vad-conf", default="", help="Kaldi-style compute-vad options (default: VadOptions())")
     p.add_argument("--compress", type=boolean, default=False, help="Kaldi-compress the feature matrices")
-    p.add_argument("--compression-method", type=int, default=DEFAULT_COMPRESSION_METHOD,
-                   help="Kaldi CompressionMethod for --compress true: 3 two-byte (default), 1 Kaldi's automatic "
-                        "(1-byte per-column), 2 kSpeechFeature, 5 one-byte")
+    p.add_argument(
+        "--compression-method",
+        type=int,
+        default=DEFAULT_COMPRESSION_METHOD,
+        help="Kaldi CompressionMethod for --compress true: 3 two-byte (default), 1 Kaldi's automatic "
+        "(1-byte per-column), 2 kSpeechFeature, 5 one-byte",
+    )
     p.add_argument("--skip-bad", type=boolean, default=False, help="leave bad utterances out, listed in bad_utts")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("data_dir")
@@ -39,9 +43,19 @@ def main(argv: list[str] | None = None) -> int:
         fbank = FbankOptions.from_kaldi_conf(a.fbank_conf) if a.fbank_conf else FbankOptions()
         vad = VadOptions.from_kaldi_conf(a.vad_conf) if a.vad_conf else VadOptions()
         print(f"fbank options:\n{fbank.to_kaldi_conf()}vad options:\n{vad.to_kaldi_conf()}", file=sys.stderr, end="")
-        extract_job(a.data_dir, a.utt_list, a.ark_dir, a.name, a.job, fbank, vad,
-                    compress=a.compress, skip_bad=a.skip_bad, progress=not a.no_progress,
-                    compression_method=a.compression_method)
+        extract_job(
+            a.data_dir,
+            a.utt_list,
+            a.ark_dir,
+            a.name,
+            a.job,
+            fbank,
+            vad,
+            compress=a.compress,
+            skip_bad=a.skip_bad,
+            progress=not a.no_progress,
+            compression_method=a.compression_method,
+        )
     except (InputError, UtteranceError, ValueError) as e:
         print(f"compute_fbank: ERROR: {e}", file=sys.stderr)
         return 1

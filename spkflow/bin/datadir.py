@@ -22,8 +22,9 @@ from spkflow.errors import InputError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spkflow.bin.datadir", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m spkflow.bin.datadir", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     v = sub.add_parser("validate", help="check a data dir like Kaldi's validate_data_dir.sh")
@@ -65,13 +66,22 @@ def main(argv: list[str] | None = None) -> int:
     say = print
     try:
         if args.cmd == "validate":
-            for w in DataDir(args.data).validate(no_feats=args.no_feats, no_text=args.no_text, no_wav=args.no_wav,
-                                                 no_spk_sort=args.no_spk_sort, non_print=args.non_print):
+            for w in DataDir(args.data).validate(
+                no_feats=args.no_feats,
+                no_text=args.no_text,
+                no_wav=args.no_wav,
+                no_spk_sort=args.no_spk_sort,
+                non_print=args.non_print,
+            ):
                 say(f"{args.name}: WARNING: {w}")
             say(f"{args.name}: Successfully validated data-directory {args.data}")
         elif args.cmd == "fix":
-            fix_data_dir(args.data, utt_extra_files=args.utt_extra_files.split(),
-                         spk_extra_files=args.spk_extra_files.split(), log=say)
+            fix_data_dir(
+                args.data,
+                utt_extra_files=args.utt_extra_files.split(),
+                spk_extra_files=args.spk_extra_files.split(),
+                log=say,
+            )
         elif args.cmd == "subset":
             if args.utt_list is not None or args.spk_list is not None:
                 subset_data_dir(args.src, args.dest, utt_list=args.utt_list, spk_list=args.spk_list, log=say)
@@ -83,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "combine":
             combine_data(args.dest, args.srcs, extra_files=args.extra_files.split(), skip_fix=args.skip_fix, log=say)
         elif args.cmd == "copy":
-            copy_data_dir(args.src, args.dest, utt_prefix=args.utt_prefix, utt_suffix=args.utt_suffix,
-                          spk_prefix=args.spk_prefix, spk_suffix=args.spk_suffix, log=say)
+            copy_data_dir(
+                args.src,
+                args.dest,
+                utt_prefix=args.utt_prefix,
+                utt_suffix=args.utt_suffix,
+                spk_prefix=args.spk_prefix,
+                spk_suffix=args.spk_suffix,
+                log=say,
+            )
     except InputError as e:
         print(f"{_script(args)}: error: {e}", file=sys.stderr)
         return 1
@@ -95,8 +112,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _script(args: argparse.Namespace) -> str:
-    return {"validate": getattr(args, "name", "validate_data_dir.sh"), "fix": "fix_data_dir.sh",
-            "subset": "subset_data_dir.sh", "combine": "combine_data.sh", "copy": "copy_data_dir.sh"}[args.cmd]
+    return {
+        "validate": getattr(args, "name", "validate_data_dir.sh"),
+        "fix": "fix_data_dir.sh",
+        "subset": "subset_data_dir.sh",
+        "combine": "combine_data.sh",
+        "copy": "copy_data_dir.sh",
+    }[args.cmd]
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ _non_negative = int_at_least(0)
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spkflow.bin.extract_embeddings",
-                                description="Embed the utterances of one job (batched, resumable).")
+    p = argparse.ArgumentParser(
+        prog="python -m spkflow.bin.extract_embeddings",
+        description="Embed the utterances of one job (batched, resumable).",
+    )
     p.add_argument("--toolkit", choices=("spkflow", "espnet"), default="spkflow", help="model type")
     p.add_argument("--model-dir", required=True, help="model directory (config.yaml + weights)")
     p.add_argument("--model-file", default=None, help="espnet: weights file (default: DIR/model.pth or the only *.pth)")
@@ -35,9 +37,13 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-id", default="1", help="job number (names the outputs)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (cuda = first visible device)")
     p.add_argument("--batch-size", type=_positive, default=32, help="utterances per batch")
-    p.add_argument("--max-frames", type=_positive, default=None,
-                   help="bound on padded 10 ms frames per batch (batch size x longest utterance); "
-                        "default 3000 on cpu, 60000 on cuda")
+    p.add_argument(
+        "--max-frames",
+        type=_positive,
+        default=None,
+        help="bound on padded 10 ms frames per batch (batch size x longest utterance); "
+        "default 3000 on cpu, 60000 on cuda",
+    )
     p.add_argument("--num-workers", type=_non_negative, default=1, help="DataLoader worker processes (0: in process)")
     p.add_argument("--num-threads", type=_positive, default=1, help="torch threads of the model")
     p.add_argument("--skip-bad", type=boolean, default=False, help="list unreadable utterances instead of failing")
@@ -49,8 +55,9 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
+    )
     import torch
 
     from spkflow.config import ConfigError
@@ -65,17 +72,27 @@ def main(argv: list[str] | None = None) -> int:
             wanted = read_keys(args.keys)
             unknown = sorted(set(wanted) - set(utts))
             if unknown:
-                raise InputError(args.keys, None, f"{len(unknown)} key(s) not in {args.data_dir}/utt2spk, "
-                                                  f"e.g. {unknown[0]!r}")
+                raise InputError(
+                    args.keys, None, f"{len(unknown)} key(s) not in {args.data_dir}/utt2spk, e.g. {unknown[0]!r}"
+                )
             utts = wanted
-        embedder = load_embedder(args.toolkit, args.model_dir, args.device, model_file=args.model_file,
-                                 feats_dir=args.feats_dir)
-        logging.info("model %s (%s) on %s, %d-dim embeddings", args.model_dir, args.toolkit, args.device,
-                     embedder.dim)
+        embedder = load_embedder(
+            args.toolkit, args.model_dir, args.device, model_file=args.model_file, feats_dir=args.feats_dir
+        )
+        logging.info("model %s (%s) on %s, %d-dim embeddings", args.model_dir, args.toolkit, args.device, embedder.dim)
         max_frames = args.max_frames or (60000 if args.device.startswith("cuda") else 3000)
-        run_job(embedder, args.data_dir, utts, args.job_dir, args.job_id, batch_size=args.batch_size,
-                max_frames=max_frames, num_workers=args.num_workers, skip_bad=args.skip_bad,
-                progress=not args.no_progress)
+        run_job(
+            embedder,
+            args.data_dir,
+            utts,
+            args.job_dir,
+            args.job_id,
+            batch_size=args.batch_size,
+            max_frames=max_frames,
+            num_workers=args.num_workers,
+            skip_bad=args.skip_bad,
+            progress=not args.no_progress,
+        )
     except UtteranceError as err:
         logging.error("%s (use --skip-bad true to leave it out and list it in bad_utts)", err)
         return 1

@@ -21,8 +21,10 @@ from spkflow.errors import InputError
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spkflow.bin.make_batches",
-                                description="Plan one epoch of N x M batches (N speakers x M utterances).")
+    p = argparse.ArgumentParser(
+        prog="python -m spkflow.bin.make_batches",
+        description="Plan one epoch of N x M batches (N speakers x M utterances).",
+    )
     p.add_argument("--spk2utt", required=True, help="Kaldi spk2utt file")
     p.add_argument("--num-spk", type=int_at_least(1), required=True, help="N: speakers per batch")
     p.add_argument("--num-utt", type=int_at_least(1), required=True, help="M: utterances per speaker")
@@ -30,8 +32,12 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--epoch", type=int_at_least(0), required=True, help="epoch (recipes count from 1)")
     p.add_argument("--world-size", type=int_at_least(1), default=1, help="number of ranks (default 1)")
     p.add_argument("--rank", type=int_at_least(0), default=0, help="this rank, 0 <= rank < world size")
-    p.add_argument("--short-speakers", choices=SHORT_SPEAKER_POLICIES, default="drop",
-                   help="speakers with fewer than M utterances: drop (default) or repeat utterances")
+    p.add_argument(
+        "--short-speakers",
+        choices=SHORT_SPEAKER_POLICIES,
+        default="drop",
+        help="speakers with fewer than M utterances: drop (default) or repeat utterances",
+    )
     p.add_argument("--out", required=True, help="batch-list file to write")
     return p
 
@@ -45,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         table = load_spk2utt(args.spk2utt)
         t1 = time.perf_counter()
-        plan = plan_epoch(table, args.num_spk, args.num_utt, args.seed, args.epoch, args.world_size, args.rank,
-                          args.short_speakers)
+        plan = plan_epoch(
+            table, args.num_spk, args.num_utt, args.seed, args.epoch, args.world_size, args.rank, args.short_speakers
+        )
         t2 = time.perf_counter()
         write_batch_list(args.out, plan)
     except InputError as e:

@@ -19,8 +19,9 @@ from spkflow.errors import InputError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="make_trials", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="make_trials", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("data_dir")
     p.add_argument("out", nargs="?", default=None)
     p.add_argument("--nontarget-ratio", type=float, default=10.0)

@@ -18,12 +18,22 @@ from spkflow.bin.argtypes import boolean
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spkflow.bin.merge_embeddings",
-                                description="Check and merge per-job embeddings into xvector.scp + spk_xvector.scp.")
-    p.add_argument("--skip-bad", type=boolean, default=False,
-                   help="utterances that failed in the jobs are listed in OUT_DIR/bad_utts instead of failing")
-    p.add_argument("--spk-mean", choices=("raw", "l2"), default="raw",
-                   help="speaker means of raw vectors (ESPnet's convention) or of L2-normalised ones")
+    p = argparse.ArgumentParser(
+        prog="python -m spkflow.bin.merge_embeddings",
+        description="Check and merge per-job embeddings into xvector.scp + spk_xvector.scp.",
+    )
+    p.add_argument(
+        "--skip-bad",
+        type=boolean,
+        default=False,
+        help="utterances that failed in the jobs are listed in OUT_DIR/bad_utts instead of failing",
+    )
+    p.add_argument(
+        "--spk-mean",
+        choices=("raw", "l2"),
+        default="raw",
+        help="speaker means of raw vectors (ESPnet's convention) or of L2-normalised ones",
+    )
     p.add_argument("data_dir")
     p.add_argument("job_dir")
     p.add_argument("out_dir")
@@ -32,20 +42,29 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
+    )
     from spkflow.embed import MergeError, merge_embeddings
     from spkflow.errors import InputError
 
     try:
-        rep = merge_embeddings(args.data_dir, args.job_dir, args.out_dir, skip_bad=args.skip_bad,
-                               spk_mean=args.spk_mean)
+        rep = merge_embeddings(
+            args.data_dir, args.job_dir, args.out_dir, skip_bad=args.skip_bad, spk_mean=args.spk_mean
+        )
     except (MergeError, InputError) as err:
         logging.error("%s", err)
         return 1
     bad = f", {len(rep.bad_utts)} bad utterance(s) left out (listed in {args.out_dir}/bad_utts)" if rep.bad_utts else ""
-    logging.info("%s: %d utterances, %s: %d speakers, %d dims%s", rep.xvector_scp, rep.num_utts,
-                 rep.spk_xvector_scp, rep.num_spks, rep.dim, bad)
+    logging.info(
+        "%s: %d utterances, %s: %d speakers, %d dims%s",
+        rep.xvector_scp,
+        rep.num_utts,
+        rep.spk_xvector_scp,
+        rep.num_spks,
+        rep.dim,
+        bad,
+    )
     return 0
 
 

@@ -30,8 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             removed = filter_data_dir(a.out_dir, set(read_bad_utts(f"{a.out_dir}/bad_utts")))
             what = ", ".join(f"{k} -{v}" for k, v in sorted(removed.items()))
-            print(f"merge_fbank: WARNING: {bad} bad utterances left out (see {a.out_dir}/bad_utts); "
-                  f"data dir filtered: {what}", file=sys.stderr)
+            print(
+                f"merge_fbank: WARNING: {bad} bad utterances left out (see {a.out_dir}/bad_utts); "
+                f"data dir filtered: {what}",
+                file=sys.stderr,
+            )
         print(f"merge_fbank: {good} utterances in {a.out_dir}/feats.scp", file=sys.stderr)
     except (InputError, RuntimeError) as e:
         print(f"merge_fbank: ERROR: {e}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Prepare a Kaldi data dir from a corpus folder (front end of :mod:`spkflow.corpora`).
 
-    python -m spkflow.bin.prepare_corpus [--split test] [--trials] CORPUS CORPUS_DIR OUT_DIR
+python -m spkflow.bin.prepare_corpus [--split test] [--trials] CORPUS CORPUS_DIR OUT_DIR
 """
 
 from __future__ import annotations
@@ -15,16 +15,20 @@ from spkflow.errors import InputError, UtteranceError
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prepare_corpus", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="prepare_corpus", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("corpus", choices=CORPORA)
     p.add_argument("corpus_dir", help="the corpus folder")
     p.add_argument("out_dir", help="the data dir to write (previous contents go to OUT_DIR/.backup)")
     p.add_argument("--split", default=None, help="speechocean762: train | test")
     p.add_argument("--subsets", default=None, help="librispeech: space-separated subset names (default: all)")
     p.add_argument("--rounds", default=None, help="dspspeech20: space-separated rounds to keep (default: all)")
-    p.add_argument("--exclude-speakers", default=None,
-                   help="dspspeech20: space-separated speakers to leave out (default: 15307130191)")
+    p.add_argument(
+        "--exclude-speakers",
+        default=None,
+        help="dspspeech20: space-separated speakers to leave out (default: 15307130191)",
+    )
     p.add_argument("--no-utt2dur", dest="utt2dur", action="store_false", help="do not write utt2dur")
     p.add_argument("--no-text", dest="text", action="store_false", help="do not write text")
     p.add_argument("--trials", action="store_true", help="also write a trials list")
@@ -49,8 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         opts["exclude_speakers"] = args.exclude_speakers.split()
     try:
         data = collect(args.corpus, args.corpus_dir, **opts)
-        d = write_data_dir(data, args.out_dir, utt2dur=args.utt2dur, text=args.text, trials=args.trials,
-                           nontarget_ratio=args.nontarget_ratio, seed=args.seed, progress=sys.stderr.isatty())
+        d = write_data_dir(
+            data,
+            args.out_dir,
+            utt2dur=args.utt2dur,
+            text=args.text,
+            trials=args.trials,
+            nontarget_ratio=args.nontarget_ratio,
+            seed=args.seed,
+            progress=sys.stderr.isatty(),
+        )
     except (InputError, UtteranceError, ValueError, FileNotFoundError) as exc:
         logging.error("%s", exc)
         return 1

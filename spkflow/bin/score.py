@@ -23,17 +23,30 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", required=True, help="trials file: utt1 utt2 target|nontarget")
     p.add_argument("--xvector-scp", required=True, help="kaldiio scp of utterance embeddings")
     p.add_argument("--outdir", required=True, help="where scores, metrics.json and plots go")
-    p.add_argument("--cohort-scp", default=None,
-                   help="scp of cohort embeddings (e.g. training speakers' spk_xvector.scp): enables AS-norm")
+    p.add_argument(
+        "--cohort-scp",
+        default=None,
+        help="scp of cohort embeddings (e.g. training speakers' spk_xvector.scp): enables AS-norm",
+    )
     p.add_argument("--cohort-size", type=int, default=200, help="top-K cohort entries for AS-norm")
-    p.add_argument("--mean-scp", default=None,
-                   help="scp whose mean vector is subtracted from all embeddings before scoring (centring)")
-    p.add_argument("--skip-missing", action="store_true",
-                   help="leave out trials naming an utterance without an embedding (counted) instead of failing")
+    p.add_argument(
+        "--mean-scp",
+        default=None,
+        help="scp whose mean vector is subtracted from all embeddings before scoring (centring)",
+    )
+    p.add_argument(
+        "--skip-missing",
+        action="store_true",
+        help="leave out trials naming an utterance without an embedding (counted) instead of failing",
+    )
     p.add_argument("--model-tag", default="", help="experiment tag written into metrics.json")
     p.add_argument("--set-name", default=None, help="name of the set (default: basename of --outdir)")
-    p.add_argument("--results-md", default=None, metavar="EXP_DIR",
-                   help="afterwards rewrite EXP_DIR/RESULTS.md from EXP_DIR/eval/*/metrics.json")
+    p.add_argument(
+        "--results-md",
+        default=None,
+        metavar="EXP_DIR",
+        help="afterwards rewrite EXP_DIR/RESULTS.md from EXP_DIR/eval/*/metrics.json",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
 
@@ -44,16 +57,36 @@ def main(argv: list[str] | None = None) -> int:
     from spkflow.evaluation import evaluate_set, write_results_md
 
     try:
-        m = evaluate_set(args.trials, args.xvector_scp, args.outdir, cohort_scp=args.cohort_scp,
-                         cohort_size=args.cohort_size, mean_scp=args.mean_scp, skip_missing=args.skip_missing,
-                         model_tag=args.model_tag, set_name=args.set_name, plots=not args.no_plots)
+        m = evaluate_set(
+            args.trials,
+            args.xvector_scp,
+            args.outdir,
+            cohort_scp=args.cohort_scp,
+            cohort_size=args.cohort_size,
+            mean_scp=args.mean_scp,
+            skip_missing=args.skip_missing,
+            model_tag=args.model_tag,
+            set_name=args.set_name,
+            plots=not args.no_plots,
+        )
     except InputError as err:
         logging.error("%s", err)
         return 1
     norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
-    logging.info("%s: EER %.2f%% minDCF(0.01) %.4f minDCF(0.05) %.4f, %d target / %d non-target trials, "
-                 "%d skipped, %s scoring%s -> %s", m["set"], m["eer"], m["min_dcf_p0.01"], m["min_dcf_p0.05"],
-                 m["n_target"], m["n_nontarget"], m["n_skipped"], m["score_norm"], norm, args.outdir)
+    logging.info(
+        "%s: EER %.2f%% minDCF(0.01) %.4f minDCF(0.05) %.4f, %d target / %d non-target trials, "
+        "%d skipped, %s scoring%s -> %s",
+        m["set"],
+        m["eer"],
+        m["min_dcf_p0.01"],
+        m["min_dcf_p0.05"],
+        m["n_target"],
+        m["n_nontarget"],
+        m["n_skipped"],
+        m["score_norm"],
+        norm,
+        args.outdir,
+    )
     if args.results_md:
         logging.info("wrote %s", write_results_md(args.results_md))
     return 0

@@ -34,24 +34,38 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid-feats", default=None, help="its features dir (default: --valid-data)")
     p.add_argument("--fbank-conf", default=None, help="stage 2 fbank options, recorded in config.yaml")
     p.add_argument("--vad-conf", default=None, help="stage 2 VAD options, recorded in config.yaml")
-    p.add_argument("--resume", dest="resume", action="store_true", default=True,
-                   help="continue from <out-dir>/checkpoint.pth when present (default)")
+    p.add_argument(
+        "--resume",
+        dest="resume",
+        action="store_true",
+        default=True,
+        help="continue from <out-dir>/checkpoint.pth when present (default)",
+    )
     p.add_argument("--no-resume", dest="resume", action="store_false", help="start afresh")
     p.add_argument("--max-steps", type=int, default=None, help="stop after this global step (with a checkpoint)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--num-threads", type=int, default=0,
-                   help="torch threads per process (0: CPUs available to this job / local processes)")
+    p.add_argument(
+        "--num-threads",
+        type=int,
+        default=0,
+        help="torch threads per process (0: CPUs available to this job / local processes)",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
-    p.add_argument("--trace-batches", action="store_true",
-                   help="log the batches each rank trains on to <out-dir>/batch_trace.rank<R>.txt")
+    p.add_argument(
+        "--trace-batches",
+        action="store_true",
+        help="log the batches each rank trains on to <out-dir>/batch_trace.rank<R>.txt",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format=f"%(asctime)s (%(module)s:%(lineno)d) [rank {rank}] %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s (%(module)s:%(lineno)d) [rank {rank}] %(levelname)s: %(message)s",
+    )
     if args.num_epochs < 1:
         get_parser().error("--num-epochs must be >= 1")
     import torch
@@ -67,12 +81,24 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = load_train_config(args.config)
-        opts = TrainOptions(config=config, train_data=args.train_data, train_feats=args.train_feats,
-                            batches_dir=args.batches_dir, out_dir=args.out_dir, num_epochs=args.num_epochs,
-                            num_utt=args.num_utt, valid_data=args.valid_data, valid_feats=args.valid_feats,
-                            fbank_conf=args.fbank_conf, vad_conf=args.vad_conf, resume=args.resume,
-                            max_steps=args.max_steps, device=args.device, progress=args.progress,
-                            trace_batches=args.trace_batches)
+        opts = TrainOptions(
+            config=config,
+            train_data=args.train_data,
+            train_feats=args.train_feats,
+            batches_dir=args.batches_dir,
+            out_dir=args.out_dir,
+            num_epochs=args.num_epochs,
+            num_utt=args.num_utt,
+            valid_data=args.valid_data,
+            valid_feats=args.valid_feats,
+            fbank_conf=args.fbank_conf,
+            vad_conf=args.vad_conf,
+            resume=args.resume,
+            max_steps=args.max_steps,
+            device=args.device,
+            progress=args.progress,
+            trace_batches=args.trace_batches,
+        )
         trainer = Trainer(opts)
         trainer.run()
         if trainer.stopped_by == "signal":

@@ -85,8 +85,7 @@ def pick_unique_audio(paths: Sequence[Path], key: str) -> Path:
     ``x.flac``) is ambiguous and an error, not a silent choice."""
     if len(paths) > 1:
         listed = ", ".join(str(p) for p in paths)
-        raise InputError(paths[1], None, f"utterance {key!r} has more than one audio file: {listed}; "
-                                         "keep one format")
+        raise InputError(paths[1], None, f"utterance {key!r} has more than one audio file: {listed}; keep one format")
     return paths[0]
 
 
@@ -138,9 +137,17 @@ def _replace_dir(tmp: Path, out: Path) -> None:
         old.rmdir()
 
 
-def write_data_dir(data: CorpusData, out_dir: str | os.PathLike[str], *, utt2dur: bool = True,
-                   trials: bool = False, nontarget_ratio: float = 10.0, seed: int = 0,
-                   text: bool = True, progress: bool = False) -> DataDir:
+def write_data_dir(
+    data: CorpusData,
+    out_dir: str | os.PathLike[str],
+    *,
+    utt2dur: bool = True,
+    trials: bool = False,
+    nontarget_ratio: float = 10.0,
+    seed: int = 0,
+    text: bool = True,
+    progress: bool = False,
+) -> DataDir:
     """Write ``data`` as a Kaldi data dir at ``out_dir`` (see the module docstring).
 
     Files: ``wav.scp``, ``utt2spk``, ``spk2utt``; ``text`` when ``text`` and every utterance has
@@ -171,8 +178,9 @@ def write_data_dir(data: CorpusData, out_dir: str | os.PathLike[str], *, utt2dur
             durs = compute_utt2dur(tmp, progress=progress)
             write_kv(tmp / "utt2dur", [(k, format_duration(v)) for k, v in durs.items()])
         if trials:
-            write_trials(tmp / "trials", make_trials({u.utt: u.spk for u in utts},
-                                                     nontarget_ratio=nontarget_ratio, seed=seed))
+            write_trials(
+                tmp / "trials", make_trials({u.utt: u.spk for u in utts}, nontarget_ratio=nontarget_ratio, seed=seed)
+            )
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -211,7 +219,9 @@ def scan_files(root: Path, depth: int) -> Iterable[tuple[Path, str]]:
             yield p, d.name + ("/" + rel if rel else "")
 
 
-def match_names(paths: Iterable[tuple[Path, str]], pattern: re.Pattern[str], corpus: str) -> Iterable[tuple[Path, re.Match[str]]]:
+def match_names(
+    paths: Iterable[tuple[Path, str]], pattern: re.Pattern[str], corpus: str
+) -> Iterable[tuple[Path, re.Match[str]]]:
     """Files whose stem matches ``pattern``; others are counted and reported once."""
     skipped: list[Path] = []
     for p, _ in paths:

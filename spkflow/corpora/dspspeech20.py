@@ -30,8 +30,9 @@ def audio_root(corpus_dir: str | Path) -> Path:
     return root / "speech_data" if (root / "speech_data").is_dir() else root
 
 
-def collect(corpus_dir: str | Path, rounds: Iterable[str] | None = None,
-            exclude_speakers: Iterable[str] = DEFAULT_EXCLUDE) -> CorpusData:
+def collect(
+    corpus_dir: str | Path, rounds: Iterable[str] | None = None, exclude_speakers: Iterable[str] = DEFAULT_EXCLUDE
+) -> CorpusData:
     root = audio_root(corpus_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"DSPSpeech-20 not found at {corpus_dir} (expected speech_data/<spk>/...)")
@@ -48,6 +49,5 @@ def collect(corpus_dir: str | Path, rounds: Iterable[str] | None = None,
         utt = m.group(0)
         by_utt.setdefault(utt, []).append(path)
         spk_of[utt] = spk
-    utterances = [Utterance(utt, spk_of[utt], str(pick_unique_audio(paths, utt)))
-                  for utt, paths in by_utt.items()]
+    utterances = [Utterance(utt, spk_of[utt], str(pick_unique_audio(paths, utt))) for utt, paths in by_utt.items()]
     return CorpusData("dspspeech20", utterances)

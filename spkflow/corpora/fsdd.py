@@ -28,6 +28,7 @@ def collect(corpus_dir: str | Path) -> CorpusData:
         utt = f"{m.group('spk')}-{m.group(0)}"
         by_utt.setdefault(utt, []).append(path)
         meta[utt] = (m.group("spk"), m.group("digit"))
-    utterances = [Utterance(utt, meta[utt][0], str(pick_unique_audio(paths, utt)), meta[utt][1])
-                  for utt, paths in by_utt.items()]
+    utterances = [
+        Utterance(utt, meta[utt][0], str(pick_unique_audio(paths, utt)), meta[utt][1]) for utt, paths in by_utt.items()
+    ]
     return CorpusData("fsdd", utterances)

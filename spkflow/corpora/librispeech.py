@@ -42,8 +42,9 @@ def subset_dirs(corpus_dir: str | Path, subsets: Iterable[str] | None = None) ->
         return [root]
     dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and _looks_like_subset(d)]
     if not dirs:
-        raise FileNotFoundError(f"no LibriSpeech subset (<subset>/<spk>/<chapter>/<spk>-<chapter>-<n>.flac) "
-                                f"under {root}")
+        raise FileNotFoundError(
+            f"no LibriSpeech subset (<subset>/<spk>/<chapter>/<spk>-<chapter>-<n>.flac) under {root}"
+        )
     return dirs
 
 
@@ -82,7 +83,8 @@ def collect(corpus_dir: str | Path, subsets: Iterable[str] | None = None) -> Cor
                     key, _, words = line.strip().partition(" ")
                     if key and words:
                         text[key] = words.strip()
-    utterances = [Utterance(utt, spk_of[utt], str(pick_unique_audio(paths, utt)), text.get(utt))
-                  for utt, paths in by_utt.items()]
+    utterances = [
+        Utterance(utt, spk_of[utt], str(pick_unique_audio(paths, utt)), text.get(utt)) for utt, paths in by_utt.items()
+    ]
     root = Path(corpus_dir).resolve()
     return CorpusData("librispeech", utterances, _read_speakers_txt(root))

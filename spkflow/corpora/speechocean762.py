@@ -57,7 +57,8 @@ def collect(corpus_dir: str | Path, split: str = "train") -> CorpusData:
     missing = [u for u in utt2spk if u not in seen]
     if missing:
         line = list(utt2spk).index(missing[0]) + 1
-        raise InputError(utt2spk_path, line, f"utterance {missing[0]!r} has no audio in {wav_scp} "
-                                             f"({len(missing)} such utterances)")
+        raise InputError(
+            utt2spk_path, line, f"utterance {missing[0]!r} has no audio in {wav_scp} ({len(missing)} such utterances)"
+        )
     genders = {spk: g.lower() for spk, g in spk2gender.items()}
     return CorpusData(f"speechocean762/{split}", utterances, genders)

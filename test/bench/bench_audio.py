@@ -36,8 +36,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def db_var(name: str) -> Path:
-    out = subprocess.run(["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return Path(out)
 
 
@@ -63,7 +67,9 @@ def synth_dir(root: Path, n: int, rate: int, seconds: float) -> Path:
     return d
 
 
-def real_or_synth(tmp: Path, var: str, make: Callable[[], Path], prepare: Callable[[Path, Path], Path]) -> tuple[Path, str]:
+def real_or_synth(
+    tmp: Path, var: str, make: Callable[[], Path], prepare: Callable[[Path, Path], Path]
+) -> tuple[Path, str]:
     src = db_var(var)
     if src.is_dir():
         return prepare(src, tmp), f"{var}={src}"
@@ -91,13 +97,20 @@ def main() -> None:
         (tmp / "s").mkdir()
         (tmp / "f").mkdir()
         so, so_src = real_or_synth(
-            tmp, "SPEECHOCEAN762", lambda: synth_dir(tmp / "s", 500, 16000, 4.0),
-            lambda src, t: write_data_dir(collect("speechocean762", str(src), split="test"), t / "test", utt2dur=False).path)
+            tmp,
+            "SPEECHOCEAN762",
+            lambda: synth_dir(tmp / "s", 500, 16000, 4.0),
+            lambda src, t: (
+                write_data_dir(collect("speechocean762", str(src), split="test"), t / "test", utt2dur=False).path
+            ),
+        )
         fsdd, fsdd_src = real_or_synth(
-            tmp, "FSDD", lambda: synth_dir(tmp / "f", 600, 8000, 0.5),
-            lambda src, t: write_data_dir(collect("fsdd", str(src)), t / "fsdd", utt2dur=False).path)
-        print(f"data: {so_src} ({so}), {fsdd_src} ({fsdd}); repeat {args.repeat}; "
-              f"threads {torch.get_num_threads()}")
+            tmp,
+            "FSDD",
+            lambda: synth_dir(tmp / "f", 600, 8000, 0.5),
+            lambda src, t: write_data_dir(collect("fsdd", str(src)), t / "fsdd", utt2dur=False).path,
+        )
+        print(f"data: {so_src} ({so}), {fsdd_src} ({fsdd}); repeat {args.repeat}; threads {torch.get_num_threads()}")
 
         reader = AudioReader(so)
         paths = [reader.source(u) for u in reader.keys()]
@@ -137,8 +150,10 @@ def main() -> None:
         (segd / "segments").write_text("".join(f"{u} rec {s} {e}\n" for u, s, e in segs))
         sr = AudioReader(segd)
         ours_seg = best(lambda: [sr.read(u) for u, _, _ in segs], args.repeat)
-        whole = best(lambda: [sf.read(long, dtype="float32")[0][int(s * 16000):int(e * 16000)] for _, s, e in segs],
-                     args.repeat)
+        whole = best(
+            lambda: [sf.read(long, dtype="float32")[0][int(s * 16000) : int(e * 16000)] for _, s, e in segs],
+            args.repeat,
+        )
         print("4. 40 x 2 s segments of a 120 s FLAC")
         row("   AudioReader (seek)", ours_seg, whole, "decode whole file + slice")
 

@@ -129,9 +129,14 @@ LAUNCHER = textwrap.dedent("""
 def run_child(cmd: list[str], workdir: Path) -> tuple[float, float, int, str]:
     """Wall time, max RSS (MiB) and exit status of one command, and its stderr."""
     result = workdir / "child.rusage"
-    p = subprocess.run([sys.executable, "-c", LAUNCHER, str(result), *cmd], cwd=ROOT,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(result), *cmd],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     wall, rss_kib, rc = result.read_text().split()
     return float(wall), int(rss_kib) / 1024, int(rc), p.stderr
 
@@ -148,17 +153,33 @@ def utterance_use(path: Path, total: int) -> tuple[int, int]:
     return len(seen), uses - len(seen)
 
 
-def bench_scale(scale: int, N: int, M: int, repeat: int, workdir: Path, peer: bool, peer_command: bool
-                ) -> list[tuple]:
+def bench_scale(scale: int, N: int, M: int, repeat: int, workdir: Path, peer: bool, peer_command: bool) -> list[tuple]:
     S, U = VOX2_SPEAKERS * scale, VOX2_UTTS * scale
     spk2utt = workdir / f"spk2utt.x{scale}"
     B = packing_bound(generate(spk2utt, S, U), N, M)
     name = f"x{scale} ({S:,} spk, {U:,} utts, {B:,} batches)"
     # whole commands
     out = workdir / f"ours.x{scale}.txt"
-    ct, rss, rc, err = run_child([sys.executable, "-m", "spkflow.bin.make_batches", "--spk2utt", str(spk2utt),
-                                  "--num-spk", str(N), "--num-utt", str(M), "--seed", "0", "--epoch", "1",
-                                  "--out", str(out)], workdir)
+    ct, rss, rc, err = run_child(
+        [
+            sys.executable,
+            "-m",
+            "spkflow.bin.make_batches",
+            "--spk2utt",
+            str(spk2utt),
+            "--num-spk",
+            str(N),
+            "--num-utt",
+            str(M),
+            "--seed",
+            "0",
+            "--epoch",
+            "1",
+            "--out",
+            str(out),
+        ],
+        workdir,
+    )
     assert rc == 0, err
     used, rep = utterance_use(out, U)
     cov = float(err.split("coverage ")[1].split("%")[0])
@@ -167,15 +188,16 @@ def bench_scale(scale: int, N: int, M: int, repeat: int, workdir: Path, peer: bo
         pout = workdir / f"peer.x{scale}.txt"
         script = workdir / "peer_cmd.py"
         script.write_text(PEER_SCRIPT)
-        pt, prss, prc, perr = run_child([sys.executable, str(script), str(spk2utt), str(N), str(M), str(B),
-                                         str(pout)], workdir)
+        pt, prss, prc, perr = run_child(
+            [sys.executable, str(script), str(spk2utt), str(N), str(M), str(B), str(pout)], workdir
+        )
         assert prc == 0, perr
         pused, prep = utterance_use(pout, U)
         cmd_rows.append(("peer: same via MPerClassSampler", pt, prss, pused / U, prep))
         pout.unlink()
     table = load_spk2utt(spk2utt)
     assert len(plan_epoch(table, N, M, 0, 1)) == B
-    mapping = {s: table.utts[table.offsets[i]:table.offsets[i + 1]] for i, s in enumerate(table.speakers)}
+    mapping = {s: table.utts[table.offsets[i] : table.offsets[i + 1]] for i, s in enumerate(table.speakers)}
     labels = table.speaker_of()
     rows = []
     repeat = repeat if scale == 1 else 1
@@ -219,22 +241,33 @@ def main() -> None:
     ap.add_argument("--num-spk", type=int, default=64)
     ap.add_argument("--num-utt", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--peer-command-max-scale", type=int, default=1,
-                    help="run the peer as a whole command only up to this scale (it needs ~0.75 GB per 1x)")
+    ap.add_argument(
+        "--peer-command-max-scale",
+        type=int,
+        default=1,
+        help="run the peer as a whole command only up to this scale (it needs ~0.75 GB per 1x)",
+    )
     args = ap.parse_args()
     try:
         import pytorch_metric_learning  # noqa: F401
+
         peer = True
     except ImportError:
-        print("pytorch-metric-learning is not installed: skipping the peer "
-              "(.venv/bin/pip install pytorch-metric-learning)", file=sys.stderr)
+        print(
+            "pytorch-metric-learning is not installed: skipping the peer "
+            "(.venv/bin/pip install pytorch-metric-learning)",
+            file=sys.stderr,
+        )
         peer = False
-    print(f"N x M = {args.num_spk} x {args.num_utt}; python {sys.version.split()[0]}, numpy {np.__version__}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs")
+    print(
+        f"N x M = {args.num_spk} x {args.num_utt}; python {sys.version.split()[0]}, numpy {np.__version__}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for scale in (int(s) for s in args.scales.split(",")):
-            rows = bench_scale(scale, args.num_spk, args.num_utt, args.repeat, Path(tmp), peer,
-                               scale <= args.peer_command_max_scale)
+            rows = bench_scale(
+                scale, args.num_spk, args.num_utt, args.repeat, Path(tmp), peer, scale <= args.peer_command_max_scale
+            )
             print(f"\n{rows[0][0]}")
             print(f"  {'what':<44} {'wall s':>8} {'peak MiB':>9} {'utts used':>10} {'repeats':>9}")
             for r in rows:
@@ -250,8 +283,10 @@ def main() -> None:
                 line = f"  ratios peer / ours: in process {b[2] / a[2]:.1f}x time, {b[3] / a[3]:.1f}x traced memory"
                 if "peer: same via MPerClassSampler" in ours:
                     c, d = ours["ours: make_batches command"], ours["peer: same via MPerClassSampler"]
-                    line += (f"; command {d[2] / c[2]:.1f}x time, {d[3] / c[3]:.1f}x max RSS; "
-                             f"utterances used {100 * c[4]:.2f}% vs {100 * d[4]:.2f}%")
+                    line += (
+                        f"; command {d[2] / c[2]:.1f}x time, {d[3] / c[3]:.1f}x max RSS; "
+                        f"utterances used {100 * c[4]:.2f}% vs {100 * d[4]:.2f}%"
+                    )
                 print(line)
 
 

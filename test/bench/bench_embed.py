@@ -44,8 +44,12 @@ ARCHS = {
 
 
 def corpus_dir() -> Path:
-    out = subprocess.run(["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "$SPEECHOCEAN762"'],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "$SPEECHOCEAN762"'],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return Path(out)
 
 
@@ -94,8 +98,10 @@ def build_model_dir(out: Path, arch: str) -> Path:
     except (InputError, OSError) as err:
         print(f"# recipe conf not usable ({err}); using the default fbank/VAD options")
         fbank, vad = FbankOptions(), VadOptions()
-    cfg = {"frontend": {"vad": True, "mean_norm": False, "fbank": fbank.to_dict(), "vad_conf": dataclasses.asdict(vad)},
-           "model": dict(ARCHS[arch])}
+    cfg = {
+        "frontend": {"vad": True, "mean_norm": False, "fbank": fbank.to_dict(), "vad_conf": dataclasses.asdict(vad)},
+        "model": dict(ARCHS[arch]),
+    }
     torch.manual_seed(0)
     model = build_model(cfg["model"])
     out.mkdir(parents=True, exist_ok=True)
@@ -119,8 +125,10 @@ def sequential(model_dir: Path, data: Path, out: Path, threads: int) -> None:
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(data)
     out.mkdir(parents=True, exist_ok=True)
-    with kaldiio.WriteHelper(f"ark,scp:{out}/xvector.ark,{out}/xvector.scp") as w_utt, \
-            kaldiio.WriteHelper(f"ark,scp:{out}/spk_xvector.ark,{out}/spk_xvector.scp") as w_spk:
+    with (
+        kaldiio.WriteHelper(f"ark,scp:{out}/xvector.ark,{out}/xvector.scp") as w_utt,
+        kaldiio.WriteHelper(f"ark,scp:{out}/spk_xvector.ark,{out}/spk_xvector.scp") as w_spk,
+    ):
         for spk, utts in read_spk2utt(data / "spk2utt").items():
             vs = []
             for u in utts:
@@ -176,23 +184,45 @@ def main() -> None:
     data = build_data_dir(a.workdir / "data", a.limit)
     n = len((data / "utt2spk").read_text().splitlines())
     archs = [a.arch] if a.arch != "both" else ["ecapa", "dvector"]
-    print(f"# {n} utterances of speechocean762 train+test; {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"default torch threads {torch.get_num_threads()}, CUDA available: {torch.cuda.is_available()}")
+    print(
+        f"# {n} utterances of speechocean762 train+test; {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"default torch threads {torch.get_num_threads()}, CUDA available: {torch.cuda.is_available()}"
+    )
     for arch in archs:
         model_dir = a.model_dir or build_model_dir(a.workdir / f"model_{arch}", arch)
         what = f"{model_dir}" if a.model_dir else f"{arch} (random weights)"
         our_out = a.workdir / f"ours_{arch}"
         subprocess.run(["rm", "-rf", str(our_out)], check=True)
         load0 = os.getloadavg()
-        t_our, c_our = timed(["bash", str(ROOT / "scripts/spk/extract_embeddings.sh"), "--nj", str(a.nj),
-                              "--batch-size", str(a.batch_size), "--max-frames", str(a.max_frames),
-                              "--num-workers", str(a.num_workers), "--num-threads", "1",
-                              "--model-dir", str(model_dir), str(data), str(our_out)], env)
+        t_our, c_our = timed(
+            [
+                "bash",
+                str(ROOT / "scripts/spk/extract_embeddings.sh"),
+                "--nj",
+                str(a.nj),
+                "--batch-size",
+                str(a.batch_size),
+                "--max-frames",
+                str(a.max_frames),
+                "--num-workers",
+                str(a.num_workers),
+                "--num-threads",
+                "1",
+                "--model-dir",
+                str(model_dir),
+                str(data),
+                str(our_out),
+            ],
+            env,
+        )
         load1 = os.getloadavg()
         print(f"model {what}, {n} utterances")
-        print(f"  ours (nj={a.nj}, batch {a.batch_size}, max {a.max_frames} frames, {a.num_workers} worker/job, "
-              f"1 thread/job): {t_our:8.1f} s {n / t_our:7.2f} utt/s, CPU {c_our:7.1f} s "
-              f"(load avg {load0[0]:.1f} -> {load1[0]:.1f})", flush=True)
+        print(
+            f"  ours (nj={a.nj}, batch {a.batch_size}, max {a.max_frames} frames, {a.num_workers} worker/job, "
+            f"1 thread/job): {t_our:8.1f} s {n / t_our:7.2f} utt/s, CPU {c_our:7.1f} s "
+            f"(load avg {load0[0]:.1f} -> {load1[0]:.1f})",
+            flush=True,
+        )
         for threads in (int(x) for x in a.seq_threads.split(",") if x):
             seq_out = a.workdir / f"seq_{arch}_{threads}"
             subprocess.run(["rm", "-rf", str(seq_out)], check=True)
@@ -200,15 +230,20 @@ def main() -> None:
             if threads > 0:
                 senv["OMP_NUM_THREADS"] = str(threads)
             load0 = os.getloadavg()
-            t_seq, c_seq = timed([sys.executable, __file__, "--sequential", str(model_dir), str(data),
-                                  str(seq_out), str(threads)], senv)
+            t_seq, c_seq = timed(
+                [sys.executable, __file__, "--sequential", str(model_dir), str(data), str(seq_out), str(threads)], senv
+            )
             load1 = os.getloadavg()
             count, diff = compare(seq_out / "xvector.scp", our_out / "xvector.scp")
             label = f"{threads} thread" if threads else f"default {torch.get_num_threads()} threads"
-            print(f"  sequential (1 process, batch 1, {label}): {t_seq:8.1f} s {n / t_seq:7.2f} utt/s, "
-                  f"CPU {c_seq:7.1f} s (load avg {load0[0]:.1f} -> {load1[0]:.1f}); ours is {t_seq / t_our:.2f}x "
-                  f"faster (CPU seconds ratio {c_seq / c_our:.2f}); "
-                  f"max |diff| of L2-normalised embeddings {diff:.2e} over {count}", flush=True)
+            print(
+                f"  sequential (1 process, batch 1, {label}): {t_seq:8.1f} s {n / t_seq:7.2f} utt/s, "
+                f"CPU {c_seq:7.1f} s (load avg {load0[0]:.1f} -> {load1[0]:.1f}); ours is {t_seq / t_our:.2f}x "
+                f"faster (CPU seconds ratio {c_seq / c_our:.2f}); "
+                f"max |diff| of L2-normalised embeddings {diff:.2e} over {count}",
+                flush=True,
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -42,8 +42,12 @@ from spkflow.features import FbankOptions, compute_fbank  # noqa: E402
 
 
 def db_var(name: str) -> str:
-    out = subprocess.run(["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout
 
 
@@ -108,14 +112,20 @@ def main() -> int:
         torch.set_num_threads(1)
         data = work / "data" / "train"
         entries, audio = build_data_dir(corpus, data, a.utts)
-        print(f"audio: {len(entries)} utterances, {audio / 3600:.2f} h ({corpus}); "
-              f"cores: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}")
+        print(
+            f"audio: {len(entries)} utterances, {audio / 3600:.2f} h ({corpus}); "
+            f"cores: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}"
+        )
         rows: list[tuple[str, tuple[float, float]]] = []
         loop(entries[:20], lambda w, sr: None)  # warm the page cache
         decode = loop(entries, lambda w, sr: None)
         rows.append(("decode only (soundfile), 1 process", decode))
-        ta = loop(entries, lambda w, sr: kaldi.fbank(torch.from_numpy(w)[None] * 32768.0, num_mel_bins=80,
-                                                    dither=0.0, energy_floor=0.0, sample_frequency=sr))
+        ta = loop(
+            entries,
+            lambda w, sr: kaldi.fbank(
+                torch.from_numpy(w)[None] * 32768.0, num_mel_bins=80, dither=0.0, energy_floor=0.0, sample_frequency=sr
+            ),
+        )
         rows.append(("torchaudio Kaldi fbank, 1 process (peer)", ta))
         opts = FbankOptions()
         rows.append(("spkflow compute_fbank, 1 process", loop(entries, lambda w, sr: compute_fbank(w, sr, opts))))
@@ -138,23 +148,43 @@ def main() -> int:
         except ImportError:
             print("(kaldi-native-fbank not installed: row skipped)")
         if not a.skip_script:
-            env = dict(os.environ, PATH=f"{ROOT / '.venv' / 'bin'}:{ROOT / 'utils'}:{os.environ['PATH']}",
-                       OMP_NUM_THREADS="1")
+            env = dict(
+                os.environ, PATH=f"{ROOT / '.venv' / 'bin'}:{ROOT / 'utils'}:{os.environ['PATH']}", OMP_NUM_THREADS="1"
+            )
             for nj in (1, 2):
                 out = work / f"fbank_nj{nj}"
                 shutil.rmtree(out, ignore_errors=True)
                 t, c = time.perf_counter(), children_cpu()
-                subprocess.run(["bash", str(ROOT / "scripts" / "feats" / "make_fbank.sh"), "--nj", str(nj),
-                                "--fbank-conf", str(ROOT / "egs" / "TEMPLATE" / "spk1" / "conf" / "fbank.conf"),
-                                "--vad-conf", str(ROOT / "egs" / "TEMPLATE" / "spk1" / "conf" / "vad.conf"),
-                                str(data), str(out)], check=True, env=env, capture_output=True)
-                rows.append((f"make_fbank.sh nj={nj} (run.pl; + VAD, stats, arks)",
-                             (time.perf_counter() - t, children_cpu() - c)))
+                subprocess.run(
+                    [
+                        "bash",
+                        str(ROOT / "scripts" / "feats" / "make_fbank.sh"),
+                        "--nj",
+                        str(nj),
+                        "--fbank-conf",
+                        str(ROOT / "egs" / "TEMPLATE" / "spk1" / "conf" / "fbank.conf"),
+                        "--vad-conf",
+                        str(ROOT / "egs" / "TEMPLATE" / "spk1" / "conf" / "vad.conf"),
+                        str(data),
+                        str(out),
+                    ],
+                    check=True,
+                    env=env,
+                    capture_output=True,
+                )
+                rows.append(
+                    (
+                        f"make_fbank.sh nj={nj} (run.pl; + VAD, stats, arks)",
+                        (time.perf_counter() - t, children_cpu() - c),
+                    )
+                )
         print(f"{'':52s} {'wall s':>7s} {'RTF':>8s} {'x torch':>8s} {'CPU s':>7s} {'CPU/audio':>10s}")
         for name, (sec, cpu) in rows:
             print(f"{name:52s} {sec:7.2f} {sec / audio:8.5f} {ta[0] / sec:7.2f}x {cpu:7.2f} {cpu / audio:10.5f}")
-        print("RTF = wall / audio; CPU/audio = CPU seconds (all processes) per second of audio; on N free "
-              "cores a script's wall time approaches its CPU time / min(N, nj)")
+        print(
+            "RTF = wall / audio; CPU/audio = CPU seconds (all processes) per second of audio; on N free "
+            "cores a script's wall time approaches its CPU time / min(N, nj)"
+        )
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
         if cleanup:

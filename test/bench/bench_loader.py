@@ -71,15 +71,18 @@ def write_features(work: Path, num_utts: int, method: int, arks: int = 16) -> di
     t0 = time.perf_counter()
     for a in range(arks):
         lo, hi = a * per_ark, min(num_utts, (a + 1) * per_ark)
-        with open(work / f"raw_fbank.{a + 1}.ark", "wb") as ff, open(work / f"vad.{a + 1}.ark", "wb") as fv, \
-                open(work / f"cmvn.{a + 1}.ark", "wb") as fc:
+        with (
+            open(work / f"raw_fbank.{a + 1}.ark", "wb") as ff,
+            open(work / f"vad.{a + 1}.ark", "wb") as fv,
+            open(work / f"cmvn.{a + 1}.ark", "wb") as fc,
+        ):
             for i in range(lo, hi):
                 spk = f"spk{i // per_spk:05d}"
                 utt = f"{spk}-{i % per_spk:03d}"
                 spk2utt.setdefault(spk, []).append(utt)
                 n = int(rng.integers(200, 401))
                 s = int(rng.integers(0, 4096 - n))
-                mat = pool[s:s + n]
+                mat = pool[s : s + n]
                 key = (utt + " ").encode()
                 ff.write(key)
                 feats_scp.append(f"{utt} {ff.name}:{ff.tell()}\n")
@@ -124,7 +127,7 @@ class NaiveDataset:
             if len(w) < samples:
                 w = np.tile(w, -(-samples // len(w)))
             s = int(rng.integers(0, len(w) - samples + 1))
-            x = torch.from_numpy(w[s:s + samples].copy())[None] * 32768.0
+            x = torch.from_numpy(w[s : s + samples].copy())[None] * 32768.0
             f = kaldi.fbank(x, num_mel_bins=F, dither=0.0, energy_floor=0.0)
             out[i] = f - f.mean(0)
         return out, self.batches[b]
@@ -145,8 +148,9 @@ def cpu_per_batch(dataset, workers: int, k: int, reuse_buffers: bool = True) -> 
 
     c0 = cpu_seconds()
     n = 0
-    for _ in make_loader(dataset, start_batch=len(dataset) - k, num_workers=workers, prefetch_factor=2,
-                         reuse_buffers=reuse_buffers):
+    for _ in make_loader(
+        dataset, start_batch=len(dataset) - k, num_workers=workers, prefetch_factor=2, reuse_buffers=reuse_buffers
+    ):
         n += 1
     gc.collect()
     return (cpu_seconds() - c0) / n
@@ -168,8 +172,12 @@ def timed(loader, batches: int) -> tuple[float, int]:
 
 
 def db_var(name: str) -> str:
-    out = subprocess.run(["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout
 
 
@@ -180,14 +188,21 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--naive-batches", type=int, default=6)
     ap.add_argument("--cpu-batches", type=int, default=40, help="batches for the CPU-time measurement")
-    ap.add_argument("--compression-method", type=int, default=0,
-                    help="0: float32 (default); 3: Kaldi two-byte (make_fbank --compress true); 1: Kaldi 1-byte CM")
+    ap.add_argument(
+        "--compression-method",
+        type=int,
+        default=0,
+        help="0: float32 (default); 3: Kaldi two-byte (make_fbank --compress true); 1: Kaldi 1-byte CM",
+    )
     ap.add_argument("--access", default="pread", choices=["pread", "mmap"])
     ap.add_argument("--work", default="")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--no-vad", action="store_true")
-    ap.add_argument("--no-reuse-buffers", action="store_true",
-                    help="a fresh shared-memory tensor per batch (the loader before buffer recycling)")
+    ap.add_argument(
+        "--no-reuse-buffers",
+        action="store_true",
+        help="a fresh shared-memory tensor per batch (the loader before buffer recycling)",
+    )
     a = ap.parse_args()
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench_loader.", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
@@ -206,18 +221,31 @@ def main() -> int:
         batches = plan.batches
         mem = dict(line.split(":") for line in open("/proc/meminfo"))
         avail = int(mem["MemAvailable"].split()[0]) / 2**20
-        print(f"feature set: {a.utts} utterances, {size:.1f} GiB of arks; {len(batches)} batches of {N}x{M}, "
-              f"T={T}, F={F}; workers={a.workers}; access={a.access}; cores={os.cpu_count()}; "
-              f"memory available {avail:.1f} GiB; load average {os.getloadavg()[0]:.2f}")
-        ds = NxMCropDataset(work / "feats.scp", batches, seed=0, epoch=1, crop=T, use_vad=not a.no_vad,
-                            mean_norm="utterance", access=a.access)
-        sec, k = timed(make_loader(ds, num_workers=a.workers, prefetch_factor=4,
-                                   reuse_buffers=not a.no_reuse_buffers), a.batches)
+        print(
+            f"feature set: {a.utts} utterances, {size:.1f} GiB of arks; {len(batches)} batches of {N}x{M}, "
+            f"T={T}, F={F}; workers={a.workers}; access={a.access}; cores={os.cpu_count()}; "
+            f"memory available {avail:.1f} GiB; load average {os.getloadavg()[0]:.2f}"
+        )
+        ds = NxMCropDataset(
+            work / "feats.scp",
+            batches,
+            seed=0,
+            epoch=1,
+            crop=T,
+            use_vad=not a.no_vad,
+            mean_norm="utterance",
+            access=a.access,
+        )
+        sec, k = timed(
+            make_loader(ds, num_workers=a.workers, prefetch_factor=4, reuse_buffers=not a.no_reuse_buffers), a.batches
+        )
         ours = k / sec
         print(f"spkflow loader: {k} batches in {sec:.2f} s = {ours:.1f} batches/s ({ours * N * M:.0f} crops/s)")
         cpu = cpu_per_batch(ds, a.workers, a.cpu_batches, reuse_buffers=not a.no_reuse_buffers)
-        print(f"  CPU per batch {cpu * 1000:.0f} ms (workers + main): {2 / cpu:.1f} batches/s on 2 free cores "
-              "if the disk keeps up")
+        print(
+            f"  CPU per batch {cpu * 1000:.0f} ms (workers + main): {2 / cpu:.1f} batches/s on 2 free cores "
+            "if the disk keeps up"
+        )
 
         corpus = Path(db_var("SPEECHOCEAN762"))
         audio = sorted(str(p) for p in (corpus / "WAVE").rglob("*.flac"))
@@ -230,8 +258,10 @@ def main() -> int:
         print(f"naive (audio + fbank per utterance per batch): {nk} batches in {nsec:.2f} s = {nb:.2f} batches/s")
         ncpu = cpu_per_batch(naive, a.workers, 4)
         print(f"  CPU per batch {ncpu * 1000:.0f} ms: {2 / ncpu:.2f} batches/s on 2 free cores")
-        print(f"ratio: {ours / nb:.1f}x measured, {ncpu / cpu:.1f}x in CPU per batch; "
-              f"load average after {os.getloadavg()[0]:.2f}")
+        print(
+            f"ratio: {ours / nb:.1f}x measured, {ncpu / cpu:.1f}x in CPU per batch; "
+            f"load average after {os.getloadavg()[0]:.2f}"
+        )
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

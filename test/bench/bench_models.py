@@ -53,8 +53,10 @@ def main() -> None:
 
     m.train()
     a, b = median_time(espnet_step, args.repeat), median_time(ours_step, args.repeat)
-    print(f"train step 128x200x80, C={args.channels}, {args.threads} threads: espnet2 {a:.3f} s, "
-          f"spkflow masked {b:.3f} s, ratio {b / a:.2f}")
+    print(
+        f"train step 128x200x80, C={args.channels}, {args.threads} threads: espnet2 {a:.3f} s, "
+        f"spkflow masked {b:.3f} s, ratio {b / a:.2f}"
+    )
 
     lengths = torch.randint(100, 801, (32,))
     xb = torch.randn(32, int(lengths.max()), 80)
@@ -62,8 +64,10 @@ def main() -> None:
     with torch.no_grad():
         a = median_time(lambda: m.projector(m.pooling(m.encoder(xb))), args.repeat)
         b = median_time(lambda: m(xb, lengths), args.repeat)
-    print(f"inference, 32 padded utterances of 100-800 frames: espnet2 (unmasked, wrong for padded rows) "
-          f"{a:.3f} s, spkflow masked {b:.3f} s, ratio {b / a:.2f}")
+    print(
+        f"inference, 32 padded utterances of 100-800 frames: espnet2 (unmasked, wrong for padded rows) "
+        f"{a:.3f} s, spkflow masked {b:.3f} s, ratio {b / a:.2f}"
+    )
 
     sp = FbankSpeedPerturb([0.9, 1.0, 1.1], {"num_mel_bins": 80})
     xr = torch.randn(128, 220, 80)

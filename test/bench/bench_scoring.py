@@ -61,10 +61,16 @@ def main() -> None:
 
     ours = compute_metrics(scores, labels)
     _, ref_eer, _, _ = tuneThresholdfromScore(scores, labels, [1])
-    print(f"[check] EER ours {ours['eer']:.4f}% espnet2 {ref_eer:.4f}%; "
-          f"minDCF0.01 ours {ours['min_dcf_p0.01']:.5f} espnet2 {peer_metrics()[0][0]:.5f}")
-    row(f"metrics, {args.trials} trials", best(lambda: compute_metrics(scores, labels), args.repeat),
-        best(peer_metrics, 1), "espnet2.utils.eer")
+    print(
+        f"[check] EER ours {ours['eer']:.4f}% espnet2 {ref_eer:.4f}%; "
+        f"minDCF0.01 ours {ours['min_dcf_p0.01']:.5f} espnet2 {peer_metrics()[0][0]:.5f}"
+    )
+    row(
+        f"metrics, {args.trials} trials",
+        best(lambda: compute_metrics(scores, labels), args.repeat),
+        best(peer_metrics, 1),
+        "espnet2.utils.eer",
+    )
 
     # 2. cosine scoring
     from sklearn.metrics.pairwise import cosine_similarity
@@ -98,8 +104,12 @@ def main() -> None:
     mu, sd = asnorm_stats(mat, cohort, 300)
     pm, ps = peer_stats()
     assert np.allclose(mu, pm) and np.allclose(sd, ps)
-    row("AS-norm stats 2000 x 5000, top 300", best(lambda: asnorm_stats(mat, cohort, 300), args.repeat),
-        best(peer_stats, args.repeat), "full sort (WeSpeaker)")
+    row(
+        "AS-norm stats 2000 x 5000, top 300",
+        best(lambda: asnorm_stats(mat, cohort, 300), args.repeat),
+        best(peer_stats, args.repeat),
+        "full sort (WeSpeaker)",
+    )
 
     # 4. loss cost
     import torch
@@ -113,8 +123,12 @@ def main() -> None:
     def step(loss):
         return lambda: loss(x).backward()
 
-    row("GE2E-XS fwd+bwd 64x10x256", best(step(xs), args.repeat * 5), best(step(sm), args.repeat * 5),
-        "GE2E softmax fwd+bwd")
+    row(
+        "GE2E-XS fwd+bwd 64x10x256",
+        best(step(xs), args.repeat * 5),
+        best(step(sm), args.repeat * 5),
+        "GE2E softmax fwd+bwd",
+    )
 
 
 if __name__ == "__main__":

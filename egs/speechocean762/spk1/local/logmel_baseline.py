@@ -53,10 +53,12 @@ def main() -> None:
     exp = a.expdir / "logmel_baseline"
     for s in a.sets.split():
         scp = embed_set(a.dumpdir / "fbank" / s, exp / "embed" / s)
-        m = evaluate_set(str(a.datadir / s / "trials"), str(scp), str(exp / "eval" / s),
-                         model_tag="logmel_baseline", set_name=s)
-        print(json.dumps({k: m[k] for k in ("set", "eer", "min_dcf_p0.01", "min_dcf_p0.05", "n_target",
-                                             "n_nontarget")}))
+        m = evaluate_set(
+            str(a.datadir / s / "trials"), str(scp), str(exp / "eval" / s), model_tag="logmel_baseline", set_name=s
+        )
+        print(
+            json.dumps({k: m[k] for k in ("set", "eer", "min_dcf_p0.01", "min_dcf_p0.05", "n_target", "n_nontarget")})
+        )
 
 
 if __name__ == "__main__":
