@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,12 +24,12 @@ from hypothesis import strategies as st
 
 from spkflow.corpora import collect
 from spkflow.corpora.base import write_data_dir
+from spkflow.corpora.fetch import CorpusNotFound, ensure_corpus
 from spkflow.corpora.trials import make_trials, read_trials, write_trials
 from spkflow.datadir import DataDir, c_sorted, check_sorted_unique, read_kv
 from spkflow.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCAL = ROOT / "local"
 
 
 def tone(path: Path, seconds: float, rate: int = 16000, freq: float = 220.0) -> None:
@@ -301,44 +302,59 @@ def test_trials_properties(sizes: list[int], ratio: float, seed: int) -> None:
     assert make_trials(u2s, nontarget_ratio=ratio, seed=seed) == trials
 
 
-# --------------------------------------------------------------------------- local/*.sh
+# --------------------------------------------------------------------------- the front end
 
 
-def run_local(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_prepare(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m spkflow.bin.prepare_corpus ARGS`` as a recipe's local/data.sh runs it."""
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    return subprocess.run([str(LOCAL / script), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "spkflow.bin.prepare_corpus", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
-def test_local_scripts_prepare_and_validate(tmp_path: Path) -> None:
+def test_front_end_prepares_and_validates(tmp_path: Path) -> None:
     fsdd = make_fsdd_mini(tmp_path / "fsdd")
-    r = run_local("fsdd.sh", "--trials", "true", str(fsdd), str(tmp_path / "data" / "fsdd"))
+    r = run_prepare("fsdd", "--trials", "true", str(fsdd), str(tmp_path / "data" / "fsdd"))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (tmp_path / "data" / "fsdd" / "trials").is_file()
+    assert (tmp_path / "data" / "fsdd" / "trials").is_file() and "validated" in r.stderr
     libri = make_librispeech_mini(tmp_path / "LibriSpeech")
-    r = run_local("librispeech.sh", "--subsets", "test-clean", str(libri), str(tmp_path / "data" / "libri"))
+    r = run_prepare("librispeech", "--subsets", "test-clean", str(libri), str(tmp_path / "data" / "libri"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert DataDir(tmp_path / "data" / "libri").spks() == ["121", "61"]
     dsp = make_dsp20_mini(tmp_path / "dsp")
-    r = run_local("dspspeech20.sh", "--rounds", "01 02", str(dsp), str(tmp_path / "data" / "dsp20"))
+    r = run_prepare("dspspeech20", "--rounds", "01 02", str(dsp), str(tmp_path / "data" / "dsp20"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(DataDir(tmp_path / "data" / "dsp20").utts()) == 2 * 3 * 2
-    r = run_local("speechocean762.sh", "--split", "dev", str(tmp_path), str(tmp_path / "x"))
-    assert r.returncode != 0 and "--split must be train or test" in r.stdout + r.stderr
-    r = run_local("fsdd.sh", str(fsdd))
-    assert r.returncode != 0 and "Usage:" in r.stderr
+    r = run_prepare("speechocean762", "--split", "dev", str(tmp_path), str(tmp_path / "x"))
+    assert r.returncode != 0 and "--split: invalid choice: 'dev'" in r.stderr
+    r = run_prepare("fsdd", str(fsdd))
+    assert r.returncode != 0 and "usage:" in r.stderr
+    r = run_prepare("timit", str(fsdd), str(tmp_path / "y"))
+    assert r.returncode != 0 and "invalid choice: 'timit'" in r.stderr
 
 
 @pytest.mark.parametrize(
-    "script,var",
+    "corpus,var",
     [
-        ("speechocean762.sh", "SPEECHOCEAN762"),
-        ("dspspeech20.sh", "DSPSPEECH20"),
-        ("fsdd.sh", "FSDD"),
-        ("librispeech.sh", "LIBRISPEECH"),
+        ("speechocean762", "SPEECHOCEAN762"),
+        ("dspspeech20", "DSPSPEECH20"),
+        ("fsdd", "FSDD"),
+        ("librispeech", "LIBRISPEECH"),
+        ("voxceleb1", "VOXCELEB1"),
+        ("voxceleb2", "VOXCELEB2"),
+        ("musan", "MUSAN"),
+        ("rirs_noises", "RIRS_NOISES"),
     ],
 )
-def test_missing_corpus_says_which_variable_to_set(tmp_path: Path, script: str, var: str) -> None:
-    r = run_local(script, "--download", "false", str(tmp_path / "nowhere"), str(tmp_path / "out"))
+def test_missing_corpus_says_which_variable_to_set(tmp_path: Path, corpus: str, var: str) -> None:
+    r = run_prepare(corpus, "--download", "false", str(tmp_path / "nowhere"), str(tmp_path / "out"))
     out = r.stdout + r.stderr
     assert r.returncode != 0 and var in out and str(tmp_path / "nowhere") in out and "db.sh" in out
     assert not (tmp_path / "out").exists()
@@ -346,16 +362,19 @@ def test_missing_corpus_says_which_variable_to_set(tmp_path: Path, script: str, 
 
 def test_download_attempt_fails_fast(tmp_path: Path) -> None:
     """An unreachable host (a non-routable address) must not hang data prep: the probe is
-    bounded by download_timeout, then the message names the variable."""
-    snippet = (
-        f'set -euo pipefail; download=true; download_timeout=2; . "{LOCAL}/corpus_common.sh"; '
-        f'ensure_corpus "{tmp_path}/c" wav.scp MYCORPUS https://10.255.255.1/none.git'
-    )
+    bounded by the timeout, then the message names the variable."""
     start = time.monotonic()
-    r = subprocess.run(["bash", "-c", snippet], capture_output=True, text=True, timeout=60)
+    with pytest.raises(CorpusNotFound, match="export MYCORPUS="):
+        ensure_corpus(tmp_path / "c", "wav.scp", "MYCORPUS", "https://10.255.255.1/none.git", True, timeout=2)
     assert time.monotonic() - start < 15
-    assert r.returncode == 1 and "export MYCORPUS=" in r.stdout and "download of" in r.stdout
     assert not list(tmp_path.iterdir())  # no partial download left
+
+
+def test_folder_without_marker_is_not_downloaded_over(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("x")
+    with pytest.raises(CorpusNotFound, match="exists but has no wav.scp"):
+        ensure_corpus(tmp_path / "c", "wav.scp", "MYCORPUS", "https://10.255.255.1/none.git", True, timeout=2)
 
 
 # --------------------------------------------------------------------------- the real corpora

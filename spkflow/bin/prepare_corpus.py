@@ -1,6 +1,12 @@
-"""Prepare a Kaldi data dir from a corpus folder (front end of :mod:`spkflow.corpora`).
+"""Prepare a Kaldi data dir from a corpus folder: the one route from a corpus to a data dir.
 
-python -m spkflow.bin.prepare_corpus [--split test] [--trials] CORPUS CORPUS_DIR OUT_DIR
+    python -m spkflow.bin.prepare_corpus CORPUS [options] CORPUS_DIR OUT_DIR
+    python -m spkflow.bin.prepare_corpus CORPUS --help      # that corpus's layout and options
+
+Finds the corpus folder (or clones its public release with --download true), collects the
+utterances (spkflow.corpora.<module>), writes the data dir atomically (a previous one goes to
+OUT_DIR/.backup), validates it and prints a summary.  Exit status 1 on bad input, with the file
+(and line) named; nothing is written then.
 """
 
 from __future__ import annotations
@@ -9,50 +15,60 @@ import argparse
 import logging
 import sys
 
-from spkflow.corpora import CORPORA, collect
-from spkflow.corpora.base import summary, write_data_dir
+from spkflow.bin.argtypes import boolean
+from spkflow.corpora import CORPORA, collect, spec
+from spkflow.corpora.base import CorpusSpec, summary, write_data_dir
+from spkflow.corpora.fetch import CorpusNotFound, ensure_corpus
 from spkflow.errors import InputError, UtteranceError
+
+
+def _add_corpus_parser(sub: argparse._SubParsersAction, s: CorpusSpec) -> None:
+    p = sub.add_parser(
+        s.name,
+        help=s.layout,
+        description=f"{s.name} ({s.db_var} in db.sh): {s.layout}",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("corpus_dir", help=f"the corpus folder (db.sh: {s.db_var})")
+    p.add_argument("out_dir", help="the data dir to write (previous contents go to OUT_DIR/.backup)")
+    for o in s.options:
+        flag = "--" + o.name.replace("_", "-")
+        kind = {"bool": boolean, "list": str}.get(o.kind, str)
+        p.add_argument(flag, dest=f"opt_{o.name}", type=kind, default=o.default, choices=o.choices, help=o.help)
+    p.add_argument("--utt2dur", type=boolean, default=True, help="write utt2dur (true|false)")
+    p.add_argument("--text", type=boolean, default=True, help="write text when every utterance has one")
+    p.add_argument("--trials", type=boolean, default=False, help="also write a sampled trials list")
+    p.add_argument("--nontarget-ratio", type=float, default=10.0, help="non-target pairs per target pair (max)")
+    p.add_argument("--trials-seed", type=int, default=0, help="seed of the non-target sample")
+    p.add_argument(
+        "--download", type=boolean, default=False, help="clone the public release when CORPUS_DIR is missing"
+    )
+    p.add_argument("--download-timeout", type=float, default=30.0, help="seconds allowed to reach the host")
+    p.set_defaults(spec=s)
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prepare_corpus", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("corpus", choices=CORPORA)
-    p.add_argument("corpus_dir", help="the corpus folder")
-    p.add_argument("out_dir", help="the data dir to write (previous contents go to OUT_DIR/.backup)")
-    p.add_argument("--split", default=None, help="speechocean762: train | test")
-    p.add_argument("--subsets", default=None, help="librispeech: space-separated subset names (default: all)")
-    p.add_argument("--rounds", default=None, help="dspspeech20: space-separated rounds to keep (default: all)")
-    p.add_argument(
-        "--exclude-speakers",
-        default=None,
-        help="dspspeech20: space-separated speakers to leave out (default: 15307130191)",
-    )
-    p.add_argument("--no-utt2dur", dest="utt2dur", action="store_false", help="do not write utt2dur")
-    p.add_argument("--no-text", dest="text", action="store_false", help="do not write text")
-    p.add_argument("--trials", action="store_true", help="also write a trials list")
-    p.add_argument("--nontarget-ratio", type=float, default=10.0, help="non-target pairs per target pair (max)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the non-target sample")
+    sub = p.add_subparsers(dest="corpus", required=True, metavar="CORPUS", help=" | ".join(CORPORA))
+    for name in CORPORA:
+        _add_corpus_parser(sub, spec(name))
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    s: CorpusSpec = args.spec
     opts: dict[str, object] = {}
-    if args.corpus == "speechocean762":
-        opts["split"] = args.split or "train"
-    elif args.split:
-        get_parser().error("--split applies to speechocean762 only")
-    if args.subsets is not None:
-        opts["subsets"] = args.subsets.split()
-    if args.rounds is not None:
-        opts["rounds"] = args.rounds.split()
-    if args.exclude_speakers is not None:
-        opts["exclude_speakers"] = args.exclude_speakers.split()
+    for o in s.options:
+        v = getattr(args, f"opt_{o.name}")
+        opts[o.name] = v.split() if o.kind == "list" and isinstance(v, str) else v
     try:
-        data = collect(args.corpus, args.corpus_dir, **opts)
+        marker = s.marker.format(**opts)
+        ensure_corpus(args.corpus_dir, marker, s.db_var, s.url, args.download, args.download_timeout)
+        data = collect(s.name, args.corpus_dir, **opts)
         d = write_data_dir(
             data,
             args.out_dir,
@@ -60,16 +76,17 @@ def main(argv: list[str] | None = None) -> int:
             text=args.text,
             trials=args.trials,
             nontarget_ratio=args.nontarget_ratio,
-            seed=args.seed,
+            seed=args.trials_seed,
             progress=sys.stderr.isatty(),
         )
+        d.validate(no_feats=True, no_text=True)
+    except CorpusNotFound as exc:
+        logging.error("Error: %s", exc)
+        return 1
     except (InputError, UtteranceError, ValueError, FileNotFoundError) as exc:
         logging.error("%s", exc)
         return 1
-    except TypeError as exc:  # an option the corpus does not take
-        logging.error("%s: %s", args.corpus, exc)
-        return 2
-    logging.info("wrote %s", summary(d))
+    logging.info("validated; wrote %s", summary(d))
     return 0
 
 

@@ -32,8 +32,9 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from spkflow.datadir import WHITESPACE, DataDir, c_sorted, utt2spk_to_spk2utt, write_kv
+from spkflow.datadir import WHITESPACE, DataDir, c_sorted, utt2spk_to_spk2utt, write_kv, write_lines
 from spkflow.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,44 @@ class Utterance:
 
 @dataclass
 class CorpusData:
-    """The utterances of one data set of a corpus (any order), plus per-speaker extras."""
+    """The utterances of one data set of a corpus (any order), plus per-speaker extras.
+
+    ``durations`` (seconds per utterance) replaces reading audio headers for ``utt2dur`` where
+    the corpus module knows them more cheaply (m4a behind a decoding pipe); ``trials`` is a trial
+    list given by the corpus (an official list, converted), written in its own order.
+    """
 
     name: str
     utterances: list[Utterance]
     spk2gender: dict[str, str] = field(default_factory=dict)
+    durations: dict[str, float] | None = None
+    trials: list[tuple[str, str, bool]] | None = None
+
+
+@dataclass(frozen=True)
+class CorpusOption:
+    """One keyword option of a corpus module's ``collect`` (``--name-with-dashes`` on the CLI)."""
+
+    name: str
+    help: str
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    kind: str = "str"  # str | list (space-separated) | bool (true|false)
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """What the single front end (``python -m spkflow.bin.prepare_corpus``) needs of a corpus:
+    the db.sh variable that points at it, a path inside it that proves a folder is a copy
+    (``{option}`` is filled from the options), the public git release tried when the folder is
+    missing (None: no automatic download), its layout (for ``--help``) and its options."""
+
+    name: str
+    db_var: str
+    marker: str
+    layout: str
+    url: str | None = None
+    options: tuple[CorpusOption, ...] = ()
 
 
 def is_audio(name: str) -> bool:
@@ -116,6 +150,11 @@ def _check(data: CorpusData) -> list[Utterance]:
         if u.utt in seen:
             raise ValueError(f"{data.name}: utterance id {u.utt!r} occurs twice ({seen[u.utt].wav} and {u.wav})")
         seen[u.utt] = u
+    if data.durations is not None and (lost := [u for u in seen if u not in data.durations]):
+        raise ValueError(f"{data.name}: no duration for {len(lost)} utterance(s), e.g. {lost[0]!r}")
+    for a, b, _ in data.trials or ():
+        if a not in seen or b not in seen:
+            raise ValueError(f"{data.name}: trial {a} {b} names an utterance that is not in the data set")
     return [seen[k] for k in c_sorted(seen)]
 
 
@@ -152,11 +191,14 @@ def write_data_dir(
 
     Files: ``wav.scp``, ``utt2spk``, ``spk2utt``; ``text`` when ``text`` and every utterance has
     a transcript; ``spk2gender`` when the corpus gives a gender for every speaker; ``utt2dur``
-    when ``utt2dur``; ``trials`` when ``trials``.
+    when ``utt2dur``; ``trials``: the corpus's own list when it gives one, else a sampled list
+    when ``trials`` (both is an error).
     """
+    if trials and data.trials is not None:
+        raise ValueError(f"{data.name}: the corpus gives its own trial list; do not ask for a sampled one")
     from spkflow.audio import format_duration
     from spkflow.audio import utt2dur as compute_utt2dur
-    from spkflow.corpora.trials import make_trials, write_trials
+    from spkflow.corpora.trials import format_trial, make_trials, write_trials
 
     utts = _check(data)
     out = Path(out_dir)
@@ -174,10 +216,14 @@ def write_data_dir(
             write_kv(tmp / "text", [(u.utt, u.text or "") for u in utts])
         if data.spk2gender and all(s in data.spk2gender for s in spk2utt):
             write_kv(tmp / "spk2gender", [(s, data.spk2gender[s]) for s in spk2utt])
-        if utt2dur:
+        if utt2dur and data.durations is not None:
+            write_kv(tmp / "utt2dur", [(u.utt, format_duration(data.durations[u.utt])) for u in utts])
+        elif utt2dur:
             durs = compute_utt2dur(tmp, progress=progress)
             write_kv(tmp / "utt2dur", [(k, format_duration(v)) for k, v in durs.items()])
-        if trials:
+        if data.trials is not None:  # the corpus's own list, in its order
+            write_lines(tmp / "trials", [format_trial(t) + "\n" for t in data.trials])
+        elif trials:
             write_trials(
                 tmp / "trials", make_trials({u.utt: u.spk for u in utts}, nontarget_ratio=nontarget_ratio, seed=seed)
             )

@@ -17,10 +17,29 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from spkflow.corpora.base import CorpusData, Utterance, match_names, pick_unique_audio, scan_files
+from spkflow.corpora.base import (
+    CorpusData,
+    CorpusOption,
+    CorpusSpec,
+    Utterance,
+    match_names,
+    pick_unique_audio,
+    scan_files,
+)
 
 URL = "https://github.com/zhongyuchen/DSPSpeech-20"
 DEFAULT_EXCLUDE = ("15307130191",)
+SPEC = CorpusSpec(
+    "dspspeech20",
+    "DSPSPEECH20",
+    "speech_data",
+    "speech_data/<spk>/<spk>-<word>-<round>.flac|wav",
+    URL,
+    (
+        CorpusOption("rounds", "rounds to keep, e.g. '01 02' (default: all)", None, kind="list"),
+        CorpusOption("exclude_speakers", "speakers to leave out", " ".join(DEFAULT_EXCLUDE), kind="list"),
+    ),
+)
 _NAME = re.compile(r"(?P<spk>[^-\s]+)-(?P<word>\d+)-(?P<round>\d+)")
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spkflow.corpora.base import CorpusData, Utterance, match_names, pick_unique_audio, scan_files
+from spkflow.corpora.base import CorpusData, CorpusSpec, Utterance, match_names, pick_unique_audio, scan_files
 
 URL = "https://github.com/Jakobovski/free-spoken-digit-dataset"
+SPEC = CorpusSpec("fsdd", "FSDD", "recordings", "recordings/<digit>_<spk>_<index>.flac|wav (8 kHz)", URL)
 _NAME = re.compile(r"(?P<digit>\d)_(?P<spk>[^_\s-]+)_(?P<index>\d+)")
 
 

@@ -15,7 +15,25 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from spkflow.corpora.base import CorpusData, Utterance, match_names, pick_unique_audio, scan_files
+from spkflow.corpora.base import (
+    CorpusData,
+    CorpusOption,
+    CorpusSpec,
+    Utterance,
+    match_names,
+    pick_unique_audio,
+    scan_files,
+)
+
+# No automatic download: the release is a set of large tarballs (openslr.org/12).
+SPEC = CorpusSpec(
+    "librispeech",
+    "LIBRISPEECH",
+    ".",
+    "<subset>/<spk>/<chapter>/<spk>-<chapter>-<utt>.flac|wav (+ *.trans.txt, SPEAKERS.TXT); https://www.openslr.org/12",
+    None,
+    (CorpusOption("subsets", "subsets to include, e.g. 'train-clean-100' (default: all found)", None, kind="list"),),
+)
 
 _NAME = re.compile(r"(?P<spk>\d+)-(?P<chapter>\d+)-(?P<utt>\d+)")
 

@@ -19,12 +19,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spkflow.corpora.base import CorpusData, Utterance, resolve_audio
+from spkflow.corpora.base import CorpusData, CorpusOption, CorpusSpec, Utterance, resolve_audio
 from spkflow.datadir import read_kv, read_kv_lines
 from spkflow.errors import InputError
 
 SPLITS = ("train", "test")
 URL = "https://github.com/jimbozhang/speechocean762"
+SPEC = CorpusSpec(
+    "speechocean762",
+    "SPEECHOCEAN762",
+    "{split}/wav.scp",
+    "{train,test}/{wav.scp,utt2spk,text,spk2gender} + WAVE/SPEAKERnnnn/*.WAV",
+    URL,
+    (CorpusOption("split", "official split", "train", choices=SPLITS),),
+)
 
 
 def collect(corpus_dir: str | Path, split: str = "train") -> CorpusData:

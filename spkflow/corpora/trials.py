@@ -70,7 +70,8 @@ def make_trials(utt2spk: Mapping[str, str], nontarget_ratio: float = 10.0, seed:
     is_target = np.concatenate([np.ones(num_target, bool), np.zeros(len(ni), bool)])
     rank = np.lexsort((all_j, all_i))
     trials = [
-        (utts[i], utts[j], t) for i, j, t in zip(all_i[rank].tolist(), all_j[rank].tolist(), is_target[rank].tolist())
+        (utts[i], utts[j], t)
+        for i, j, t in zip(all_i[rank].tolist(), all_j[rank].tolist(), is_target[rank].tolist(), strict=True)
     ]
     if any(min(u) < " " for u in utts):  # control characters in ids: sort the text itself
         trials.sort(key=lambda t: c_key(format_trial(t)))

@@ -6,8 +6,8 @@
 # and, on request (--librispeech true, --fsdd true), two more held-out test sets:
 #   data/libri  LibriSpeech mini (English read speech), with trials
 #   data/fsdd   Free Spoken Digit Dataset (English digits, 8 kHz), with trials
-# Corpus locations come from db.sh (SPEECHOCEAN762, DSPSPEECH20, LIBRISPEECH, FSDD); the work is done by the
-# corpus scripts in the top-level local/.
+# Corpus locations come from db.sh (SPEECHOCEAN762, DSPSPEECH20, LIBRISPEECH, FSDD); each data dir is made by
+# the one corpus front end, python -m spkflow.bin.prepare_corpus (docs/corpora.md), which also validates it.
 set -euo pipefail
 
 log() {
@@ -34,26 +34,24 @@ fi
 . ./db.sh
 
 trial_opts=(--trials true --nontarget-ratio "${nontarget_ratio}" --trials-seed "${trials_seed}")
+prepare() { python -m spkflow.bin.prepare_corpus "$@"; }
 
 log "speechocean762 from SPEECHOCEAN762=${SPEECHOCEAN762}"
-"${MAIN_ROOT}/local/speechocean762.sh" --download "${download}" --split train \
-    "${SPEECHOCEAN762}" "data/train"
-"${MAIN_ROOT}/local/speechocean762.sh" --download "${download}" --split test "${trial_opts[@]}" \
-    "${SPEECHOCEAN762}" "data/test"
+prepare speechocean762 --download "${download}" --split train "${SPEECHOCEAN762}" data/train
+prepare speechocean762 --download "${download}" --split test "${trial_opts[@]}" "${SPEECHOCEAN762}" data/test
 
 log "DSPSpeech-20 from DSPSPEECH20=${DSPSPEECH20}"
-"${MAIN_ROOT}/local/dspspeech20.sh" --download "${download}" --rounds "${dsp20_rounds}" "${trial_opts[@]}" \
-    "${DSPSPEECH20}" "data/dsp20"
+prepare dspspeech20 --download "${download}" --rounds "${dsp20_rounds}" "${trial_opts[@]}" "${DSPSPEECH20}" data/dsp20
 
 sets="train test dsp20"
 if ${librispeech}; then
     log "LibriSpeech from LIBRISPEECH=${LIBRISPEECH}"
-    "${MAIN_ROOT}/local/librispeech.sh" "${trial_opts[@]}" "${LIBRISPEECH}" "data/libri"
+    prepare librispeech "${trial_opts[@]}" "${LIBRISPEECH}" data/libri
     sets+=" libri"
 fi
 if ${fsdd}; then
     log "FSDD from FSDD=${FSDD}"
-    "${MAIN_ROOT}/local/fsdd.sh" --download "${download}" "${trial_opts[@]}" "${FSDD}" "data/fsdd"
+    prepare fsdd --download "${download}" "${trial_opts[@]}" "${FSDD}" data/fsdd
     sets+=" fsdd"
 fi
 
