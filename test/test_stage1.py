@@ -14,16 +14,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_corpora import make_dsp20_mini, make_fsdd_mini, make_librispeech_mini, make_speechocean_mini
 
 from spkflow.corpora.trials import read_trials
 from spkflow.datadir import DataDir
-from test_corpora import make_dsp20_mini, make_fsdd_mini, make_librispeech_mini, make_speechocean_mini
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = Path("egs") / "speechocean762" / "spk1"
 
 
-def mirror_recipe(tmp: Path) -> Path:
+def mirror_recipe(tmp: Path, recipe_rel: Path = RECIPE) -> Path:
     """A project tree of links whose recipe dir is a real folder; returns the recipe dir."""
     proj = tmp / "proj"
     (proj / "egs").mkdir(parents=True)
@@ -31,9 +31,9 @@ def mirror_recipe(tmp: Path) -> Path:
         if (ROOT / name).exists():
             (proj / name).symlink_to(ROOT / name)
     (proj / "egs" / "TEMPLATE").symlink_to(ROOT / "egs" / "TEMPLATE")
-    recipe = proj / RECIPE
+    recipe = proj / recipe_rel
     recipe.mkdir(parents=True)
-    for entry in (ROOT / RECIPE).iterdir():
+    for entry in (ROOT / recipe_rel).iterdir():
         if entry.name in ("data", "dump", "exp"):
             continue
         target = os.readlink(entry) if entry.is_symlink() else entry  # relative links stay relative

@@ -71,7 +71,7 @@ SPECS = {
             ),
             CorpusOption(
                 "trial_list",
-                "an official trial list (file in VOXCELEB1, or a path): the data dir then "
+                "an official trial list (file name in VOXCELEB1, or an absolute path): the data dir then "
                 "holds the utterances it names, and its trials",
                 None,
             ),
@@ -224,7 +224,7 @@ def collect_voxceleb1(
             raise FileNotFoundError(f"VoxCeleb1 ({part}): no idXXXXX/<video>/<clip>.wav under {root}")
         return CorpusData(f"voxceleb1/{part}", utterances)
     lst = Path(trial_list)
-    if not lst.is_absolute() and not lst.exists():
+    if not lst.is_absolute():  # a list name: the official lists sit in the VoxCeleb1 folder
         lst = top / lst
     if not lst.is_file():
         raise FileNotFoundError(f"trial list not found: {lst}")

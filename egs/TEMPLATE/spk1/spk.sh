@@ -122,6 +122,11 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     # utt2num_frames and per-utterance CMVN stats; with --skip_bad true unreadable utterances
     # are listed in bad_utts and left out of the copy.
     _sets=$(echo "${train_set} ${valid_set} ${test_sets} ${embed_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++')
+    # Scale facts before the work: hours of audio, estimated arks (float and compressed), free disk.
+    # shellcheck disable=SC2046
+    python -m spkflow.bin.scale_facts --fbank-conf "${fbank_conf}" --compress "${fbank_compress}" \
+        --out-dir "${dumpdir}" $(printf 'data/%s ' ${_sets}) 2>&1 | sed 's/^.*INFO: //; s/^.*WARNING: /Warning: /' \
+        | while read -r _line; do log "${_line}"; done || true
     for _set in ${_sets}; do
         if [ ! -f "data/${_set}/wav.scp" ]; then
             log "Error: data/${_set}/wav.scp not found (run stage 1)"

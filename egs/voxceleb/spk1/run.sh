@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# VoxCeleb speaker embedder: train on VoxCeleb2 dev (5,994 speakers), evaluate on the cleaned
+# Vox1-O / Vox1-E / Vox1-H trial lists (EER, minDCF), AS-norm with a VoxCeleb2-dev cohort.
+# Corpora: VOXCELEB1, VOXCELEB2, MUSAN, RIRS_NOISES in db.sh (or the environment). README.md
+# says what a full run costs; `--train_config conf/train_smoke.yaml` runs every stage on CPU.
+set -euo pipefail
+
+train_set=vox2_dev                    # vox12: VoxCeleb2 dev + VoxCeleb1 dev (add --local_data_opts "--vox12 true")
+test_sets="vox1_o vox1_e vox1_h"      # one data dir per official list (utterances it names + its trials)
+train_config=conf/train_ecapa_c512_aam.yaml
+# 64 speakers x 2 utterances = 128 utterances per batch (WeSpeaker's batch per GPU); an epoch
+# uses every training utterance at most once.
+num_spk=64
+num_utt=2
+num_epochs=40
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)   # every visible GPU (0: CPU)
+nj=$(nproc)                           # feature and embedding extraction jobs
+score_norm=true                       # AS-norm, cohort = speaker means of ${train_set}
+cohort_size=300                       # top-300 cohort (WeSpeaker)
+score_center=true                     # subtract the training speakers' mean embedding first
+
+gpu_inference=false
+[ "${ngpu}" -gt 0 ] && gpu_inference=true
+
+./spk.sh \
+    --train_set "${train_set}" \
+    --test_sets "${test_sets}" \
+    --train_config "${train_config}" \
+    --num_spk "${num_spk}" \
+    --num_utt "${num_utt}" \
+    --num_epochs "${num_epochs}" \
+    --ngpu "${ngpu}" \
+    --gpu_inference "${gpu_inference}" \
+    --nj "${nj}" \
+    --score_norm "${score_norm}" \
+    --cohort_size "${cohort_size}" \
+    --score_center "${score_center}" \
+    "$@"
