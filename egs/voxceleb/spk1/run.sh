@@ -18,6 +18,7 @@ nj=$(nproc)                           # feature and embedding extraction jobs
 score_norm=true                       # AS-norm, cohort = speaker means of ${train_set}
 cohort_size=300                       # top-300 cohort (WeSpeaker)
 score_center=true                     # subtract the training speakers' mean embedding first
+fbank_compress=true                   # Kaldi-compressed arks: ~60 MB per hour of audio instead of ~118 (measured; error ~3e-4)
 
 gpu_inference=false
 [ "${ngpu}" -gt 0 ] && gpu_inference=true
@@ -35,4 +36,5 @@ gpu_inference=false
     --score_norm "${score_norm}" \
     --cohort_size "${cohort_size}" \
     --score_center "${score_center}" \
+    --fbank_compress "${fbank_compress}" \
     "$@"
