@@ -290,3 +290,22 @@ def test_m4a_duration_from_header_matches_decoded_audio(vox_tree: dict[str, Path
     wav = tmp_path / "x.wav"
     subprocess.run([ffmpeg(), "-nostdin", "-v", "error", "-i", str(m4a), str(wav)], check=True)
     assert abs(m4a_duration(m4a) - sf.info(str(wav)).duration) < 0.1
+
+
+def test_scale_facts_figures_and_disk_warning(tmp_path: Path) -> None:
+    """Hours from utt2dur, arks by arithmetic (10 ms frames x 80 dims x 4 or 2 bytes + VAD),
+    and a warning when the features would not fit on the disk."""
+    d = tmp_path / "data" / "big"
+    d.mkdir(parents=True)
+    (d / "utt2spk").write_text("a-1 a\na-2 a\n")
+    (d / "utt2dur").write_text("a-1 3600\na-2 3600\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "spkflow.bin.scale_facts", "--out-dir", str(tmp_path / "dump"), str(d)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    # 2 h = 720,000 frames: float 720000 * (80*4 + 4) = 233.3 MB, compressed 720000 * (80*2 + 4) = 118.1 MB
+    assert "2.00 h of audio" in r.stderr and "~233.3 MB float32 arks, ~118.1 MB compressed" in r.stderr
+    assert "Warning" not in r.stderr and "WARNING" not in r.stderr
+    (d / "utt2dur").write_text("a-1 3600000000\na-2 3600\n")  # a million hours: no disk holds that
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "WARNING: scale: the features need" in r.stderr

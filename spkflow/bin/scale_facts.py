@@ -32,7 +32,7 @@ def feature_bytes(seconds: float, opts: FbankOptions, compress: bool) -> float:
 
 
 def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def main(argv: list[str] | None = None) -> int:
