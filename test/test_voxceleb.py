@@ -309,3 +309,24 @@ def test_scale_facts_figures_and_disk_warning(tmp_path: Path) -> None:
     (d / "utt2dur").write_text("a-1 3600000000\na-2 3600\n")  # a million hours: no disk holds that
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert r.returncode == 0 and "WARNING: scale: the features need" in r.stderr
+
+
+def test_voxceleb2_converted_copies_are_read_directly(tmp_path: Path, vox_tree: dict[str, Path]) -> None:
+    """A tree converted once to FLAC (README's one-liner) gives plain paths; an utterance stored
+    both as m4a and FLAC is an error naming both files."""
+    vox2 = tmp_path / "voxceleb2"
+    shutil.copytree(vox_tree["VOXCELEB2"], vox2)
+    m4a = sorted((vox2 / "dev" / "aac").rglob("*.m4a"))[0]
+    flac = m4a.with_suffix(".flac")
+    subprocess.run(
+        [ffmpeg(), "-nostdin", "-v", "error", "-i", str(m4a), "-ac", "1", "-ar", "16000", str(flac)], check=True
+    )
+    r = prepare("voxceleb2", str(vox2), str(tmp_path / "both"))
+    assert r.returncode == 1 and str(flac) in r.stderr and str(m4a) in r.stderr
+    m4a.unlink()
+    r = prepare("voxceleb2", str(vox2), str(tmp_path / "vox2_dev"))
+    assert r.returncode == 0, r.stderr
+    wav = read_kv(tmp_path / "vox2_dev" / "wav.scp")
+    utt = "-".join(flac.relative_to(vox2 / "dev" / "aac").with_suffix("").parts)
+    assert wav[utt] == str(flac) and sum(v.endswith("|") for v in wav.values()) == len(wav) - 1
+    assert abs(float(read_kv(tmp_path / "vox2_dev" / "utt2dur")[utt]) - sf.info(str(flac)).duration) < 1e-3

@@ -34,14 +34,25 @@ def _add_corpus_parser(sub: argparse._SubParsersAction, s: CorpusSpec) -> None:
     for o in s.options:
         flag = "--" + o.name.replace("_", "-")
         kind = {"bool": boolean, "list": str}.get(o.kind, str)
-        p.add_argument(flag, dest=f"opt_{o.name}", type=kind, default=o.default, choices=o.choices, help=o.help)
-    p.add_argument("--utt2dur", type=boolean, default=True, help="write utt2dur (true|false)")
-    p.add_argument("--text", type=boolean, default=True, help="write text when every utterance has one")
-    p.add_argument("--trials", type=boolean, default=False, help="also write a sampled trials list")
+        metavar = None if o.choices else ("true|false" if o.kind == "bool" else o.name.upper())
+        p.add_argument(
+            flag, dest=f"opt_{o.name}", type=kind, default=o.default, choices=o.choices, metavar=metavar, help=o.help
+        )
+    p.add_argument("--utt2dur", type=boolean, metavar="true|false", default=True, help="write utt2dur (true|false)")
+    p.add_argument(
+        "--text", type=boolean, metavar="true|false", default=True, help="write text when every utterance has one"
+    )
+    p.add_argument(
+        "--trials", type=boolean, metavar="true|false", default=False, help="also write a sampled trials list"
+    )
     p.add_argument("--nontarget-ratio", type=float, default=10.0, help="non-target pairs per target pair (max)")
     p.add_argument("--trials-seed", type=int, default=0, help="seed of the non-target sample")
     p.add_argument(
-        "--download", type=boolean, default=False, help="clone the public release when CORPUS_DIR is missing"
+        "--download",
+        type=boolean,
+        metavar="true|false",
+        default=False,
+        help="clone the public release when CORPUS_DIR is missing",
     )
     p.add_argument("--download-timeout", type=float, default=30.0, help="seconds allowed to reach the host")
     p.set_defaults(spec=s)
