@@ -591,8 +591,10 @@ class EspnetEmbedder:
             raise InputError(self.config_path, None, "not an ESPnet speaker config (no 'encoder')")
         from espnet2.tasks.spk import SpeakerTask
 
+        from spkflow.checkpoint import load_checkpoint
+
         model = SpeakerTask.build_model(argparse.Namespace(**args))
-        state = torch.load(self.model_path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(self.model_path, hint="copy the model file again")  # spkflow.checkpoint
         if isinstance(state, dict) and isinstance(state.get("model"), dict):
             state = state["model"]
         if not isinstance(state, Mapping):

@@ -356,7 +356,9 @@ def load_model_dir(
     if not isinstance(config, dict) or "model" not in config:
         raise ConfigError(f"{cfg_path}: no 'model' section")
     model = build_model(config["model"])
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    from spkflow.checkpoint import load_checkpoint
+
+    state = load_checkpoint(ckpt_path)  # CheckpointError names the file when it is truncated or holds code
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]  # a full training checkpoint also works
     try:

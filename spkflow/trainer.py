@@ -79,7 +79,8 @@ import torch
 import yaml
 from torch import nn
 
-from spkflow.atomic import atomic_write, write_text_atomic
+from spkflow.atomic import write_text_atomic
+from spkflow.checkpoint import load_checkpoint, save_checkpoint
 from spkflow.config import normalize_train_config
 from spkflow.errors import InputError
 from spkflow.models import SpeakerEmbedder, build_model
@@ -89,8 +90,6 @@ __all__ = [
     "TrainOptions",
     "Trainer",
     "average_state_dicts",
-    "save_checkpoint",
-    "load_checkpoint",
     "step_seed",
 ]
 
@@ -132,17 +131,6 @@ def step_seed(seed: int, epoch: int, batch: int) -> int:
 
 
 # --------------------------------------------------------------------------- checkpoints
-
-
-def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
-    """``torch.save`` to a temporary file beside ``path``, fsync, rename."""
-    with atomic_write(path, "wb") as f:
-        torch.save(dict(state), f)
-
-
-def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` (tensors and plain containers only)."""
-    return torch.load(os.fspath(path), map_location="cpu", weights_only=True)
 
 
 def average_state_dicts(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -750,8 +738,7 @@ class Trainer:
                 row.update({k: float(v) for k, v in objective.loss.scalars().items() if math.isfinite(v)})
                 _forget_partial(history, epoch)
                 if self.is_main:
-                    torch.save(objective.model.state_dict(), _tmp := str(self.out / f".epoch{epoch}.pth.tmp"))
-                    os.replace(_tmp, self.out / f"epoch{epoch}.pth")
+                    save_checkpoint(self.out / f"epoch{epoch}.pth", objective.model.state_dict())
                     if validator is not None:
                         tv = time.time()
                         row["valid_eer"] = validator.eer(
@@ -804,7 +791,7 @@ class Trainer:
             if select == "best":
                 log.warning("train.select=best without validation: using the last epoch")
             chosen = epochs[-1:]
-        states = [torch.load(self.out / f"epoch{e}.pth", map_location="cpu", weights_only=True) for e in chosen]
+        states = [load_checkpoint(self.out / f"epoch{e}.pth") for e in chosen]
         final = average_state_dicts(states)
         save_checkpoint(self.out / "model.pth", final)
         summary = {"select": select, "epochs": chosen, "history": history}
