@@ -5,8 +5,14 @@
 ``score_hist.png``.  :func:`write_results_md` (re)writes ``<exp>/RESULTS.md`` from every
 ``<exp>/eval/<set>/metrics.json``.  Guarantees:
 
-* every file is written atomically, and ``metrics.json`` last, so a ``metrics.json`` never
-  describes scores that are not on disk;
+* the outputs of an earlier run of the set are removed first (``metrics.json`` first), so
+  after a failed re-score nothing in ``outdir`` looks current; the new files are written
+  under temporary names in ``outdir`` and moved into place only when all of them are
+  complete, ``metrics.json`` last: a ``metrics.json`` never describes scores that are not on
+  disk, and an interrupted run leaves no ``scores`` without it (bar the instant between two
+  renames);
+* a trial list without both target and non-target trials (also after ``skip_missing``) is
+  an :class:`~spkflow.errors.InputError` naming the trials file, before anything is written;
 * ``metrics.json`` always has ``eer`` (percent), ``eer_threshold``, ``min_dcf_p0.01``,
   ``min_dcf_p0.05`` (+ ``_threshold``), ``n_target``, ``n_nontarget``, ``n_skipped``,
   ``score_norm``; with AS-norm also ``raw``, the same figures for plain cosine scores;
@@ -20,22 +26,27 @@ one markdown table per set.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import glob
 import json
 import logging
 import os
+import shutil
+import tempfile
 from typing import Any
 
 from spkflow.atomic import write_text_atomic
 from spkflow.metrics import compute_metrics, det_curve
 from spkflow.scoring import read_cohort, read_embeddings, read_mean, read_trials, score_trials, write_scores
 
-__all__ = ["evaluate_set", "write_results_md", "P_TARGETS"]
+__all__ = ["evaluate_set", "remove_outputs", "write_results_md", "P_TARGETS", "OUTPUTS"]
 
 log = logging.getLogger(__name__)
 
 P_TARGETS = (0.01, 0.05)
+#: What :func:`evaluate_set` writes to its ``outdir``, in the order stale copies are removed.
+OUTPUTS = ("metrics.json", "scores", "det.png", "score_hist.png")
 
 
 def _now() -> str:
@@ -61,6 +72,7 @@ def evaluate_set(
     from spkflow.plots import plot_det, plot_score_hist
 
     set_name = set_name or os.path.basename(os.path.normpath(outdir))
+    remove_outputs(outdir)
     trials = read_trials(trials_path)
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
     cohort = read_cohort(cohort_scp) if cohort_scp else None
@@ -74,9 +86,6 @@ def evaluate_set(
         cohort_size=cohort_size,
         mean=mean,
     )
-    os.makedirs(outdir, exist_ok=True)
-    write_scores(os.path.join(outdir, "scores"), result)
-
     metrics: dict[str, Any] = {"set": set_name, "model_tag": model_tag}
     metrics.update(compute_metrics(result.scores, result.labels, P_TARGETS))
     metrics.update(
@@ -101,19 +110,39 @@ def evaluate_set(
         curves = {f"{k}, centred": v for k, v in curves.items()}
         label += ", centred"
     curves[label] = det_curve(result.scores, result.labels)
-    if plots:
-        title = f"{set_name}" + (f" ({model_tag})" if model_tag else "")
-        plot_det(curves, os.path.join(outdir, "det.png"), title=f"DET: {title}", p_targets=P_TARGETS)
-        plot_score_hist(
-            result.scores,
-            result.labels,
-            os.path.join(outdir, "score_hist.png"),
-            title=f"Scores: {title}, EER {metrics['eer']:.2f}%",
-            threshold=metrics["eer_threshold"],
-            xlabel="cosine score" if result.score_norm == "none" else "AS-norm score",
-        )
-    write_text_atomic(os.path.join(outdir, "metrics.json"), json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+
+    os.makedirs(outdir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".score.", suffix=".tmp", dir=outdir)
+    try:
+        write_scores(os.path.join(tmp, "scores"), result)
+        if plots:
+            title = f"{set_name}" + (f" ({model_tag})" if model_tag else "")
+            plot_det(curves, os.path.join(tmp, "det.png"), title=f"DET: {title}", p_targets=P_TARGETS)
+            plot_score_hist(
+                result.scores,
+                result.labels,
+                os.path.join(tmp, "score_hist.png"),
+                title=f"Scores: {title}, EER {metrics['eer']:.2f}%",
+                threshold=metrics["eer_threshold"],
+                xlabel="cosine score" if result.score_norm == "none" else "AS-norm score",
+            )
+        write_text_atomic(os.path.join(tmp, "metrics.json"), json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        for name in reversed(OUTPUTS):  # metrics.json last
+            if os.path.exists(os.path.join(tmp, name)):
+                os.replace(os.path.join(tmp, name), os.path.join(outdir, name))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return metrics
+
+
+def remove_outputs(outdir: str) -> None:
+    """Remove what :func:`evaluate_set` writes to ``outdir`` (``metrics.json`` first), and the
+    temporary files of an interrupted run."""
+    for name in OUTPUTS:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(outdir, name))
+    for tmp in glob.glob(os.path.join(glob.escape(outdir), ".score.*.tmp")):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _model_desc(exp_dir: str) -> tuple[str, str]:

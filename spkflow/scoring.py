@@ -5,7 +5,8 @@ and kaldiio scp files of float32 vectors (``xvector.scp``; a cohort from a train
 ``spk_xvector.scp``).  Guarantees:
 
 * A malformed trials line is an :class:`~spkflow.errors.InputError` naming the trials file
-  and 1-based line; so is a trials line naming an utterance without an embedding, unless
+  and 1-based line; so is a trial list without both target and non-target trials (also
+  when skipping trials leaves only one kind); so is a trials line naming an utterance without an embedding, unless
   ``skip_missing`` is set, in which case such trials are left out and counted
   (``ScoreResult.n_skipped``, ``ScoreResult.missing``).
 * A bad scp line (unreadable ark, not a vector, wrong dimension, non-finite or all-zero
@@ -47,6 +48,7 @@ __all__ = [
     "Trials",
     "ScoreResult",
     "read_trials",
+    "check_both_labels",
     "read_embeddings",
     "read_cohort",
     "read_mean",
@@ -88,11 +90,11 @@ class Trials:
         return len(self.enroll)
 
     def __iter__(self) -> Iterator[Trial]:
-        for e, t, y, n in zip(self.enroll, self.test, self.target.tolist(), self.lines.tolist()):
+        for e, t, y, n in zip(self.enroll, self.test, self.target.tolist(), self.lines.tolist(), strict=True):
             yield Trial(e, t, y, n)
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str, str, bool]], path: str = "<trials>") -> "Trials":
+    def from_pairs(cls, pairs: Iterable[tuple[str, str, bool]], path: str = "<trials>") -> Trials:
         """Build from ``(utt1, utt2, is_target)`` tuples (line numbers are 1, 2, ...)."""
         rows = list(pairs)
         return cls(
@@ -103,7 +105,7 @@ class Trials:
             path,
         )
 
-    def subset(self, keep: np.ndarray) -> "Trials":
+    def subset(self, keep: np.ndarray) -> Trials:
         idx = np.flatnonzero(keep)
         return Trials(
             [self.enroll[i] for i in idx], [self.test[i] for i in idx], self.target[idx], self.lines[idx], self.path
@@ -143,7 +145,24 @@ def read_trials(path: str | os.PathLike[str]) -> Trials:
             target.append(label)
     if not enroll:
         raise InputError(path, None, "no trials")
-    return Trials(enroll, test, np.array(target, dtype=bool), np.arange(1, len(enroll) + 1), path)
+    trials = Trials(enroll, test, np.array(target, dtype=bool), np.arange(1, len(enroll) + 1), path)
+    check_both_labels(trials)
+    return trials
+
+
+def check_both_labels(trials: Trials, why: str = "") -> None:
+    """InputError naming the trials file unless it has target and non-target trials (EER and
+    minDCF are undefined otherwise).  ``why`` explains a reduced list (skipped trials)."""
+    n_tar = int(np.count_nonzero(trials.target))
+    n_non = len(trials) - n_tar
+    if n_tar and n_non:
+        return
+    raise InputError(
+        trials.path,
+        None,
+        f"{n_tar} target and {n_non} non-target trials{why}: EER and minDCF need both "
+        "(a trials file lists 'utt1 utt2 target|nontarget' pairs of both kinds)",
+    )
 
 
 def _scp_lines(path: str) -> dict[str, tuple[int, str]]:
@@ -273,7 +292,7 @@ def score_trials(
     utts = list(index)
     have = np.fromiter((u in embeddings for u in utts), dtype=bool, count=len(utts))
     ok = have[e_idx] & have[t_idx]
-    missing = sorted(u for u, h in zip(utts, have) if not h)
+    missing = sorted(u for u, h in zip(utts, have, strict=True) if not h)
     n_bad = int(n - ok.sum())
     if n_bad and not skip_missing:
         i = int(np.argmin(ok))
@@ -298,6 +317,9 @@ def score_trials(
             missing[0],
         )
         trials, e_idx, t_idx = trials.subset(ok), e_idx[ok], t_idx[ok]
+        check_both_labels(trials, f" left after skipping {n_bad} trial(s) without an embedding in {emb_source}")
+    else:
+        check_both_labels(trials)
 
     dim = None
     mat = np.zeros((len(utts), 0))
@@ -318,7 +340,7 @@ def score_trials(
         mat[have] -= mean
     norms = np.linalg.norm(mat[have], axis=1, keepdims=True)
     if np.any(norms == 0):
-        bad = [u for u, h in zip(utts, have) if h][int(np.flatnonzero(norms[:, 0] == 0)[0])]
+        bad = [u for u, h in zip(utts, have, strict=True) if h][int(np.flatnonzero(norms[:, 0] == 0)[0])]
         raise InputError(emb_source, None, f"embedding of {bad!r} equals the mean (cosine undefined)")
     mat[have] /= norms
     raw = np.empty(len(e_idx))

@@ -85,7 +85,7 @@ def test_cosine_scores_from_real_ark(tmp_path):
         assert np.array_equal(v, emb[k].astype(np.float32).astype(np.float64))
     assert all(abs(np.linalg.norm(v) - 1) < 1e-12 for v in read_embeddings(scp, normalize=True).values())
     res = score_trials(trials, loaded)
-    for e, t, s in zip(res.trials.enroll, res.trials.test, res.scores):
+    for e, t, s in zip(res.trials.enroll, res.trials.test, res.scores, strict=True):
         expected = cos(emb[e].astype(np.float32).astype(np.float64), emb[t].astype(np.float32).astype(np.float64))
         assert s == pytest.approx(expected, abs=1e-9)
     assert res.labels.tolist() == [int(ln.split()[2] == "target") for ln in lines]
@@ -131,6 +131,27 @@ def test_malformed_trials_line(tmp_path, line, msg):
     assert err.value.line == 2 and err.value.path == str(path)
 
 
+@pytest.mark.parametrize("label", ["target", "nontarget"])
+def test_trials_of_one_label_are_an_error(tmp_path, label):
+    path = tmp_path / "trials"
+    path.write_text(f"a-1 a-2 {label}\nb-1 b-2 {label}\n")
+    with pytest.raises(InputError, match="EER and minDCF need both") as err:
+        read_trials(path)
+    assert err.value.path == str(path)
+    n = "2 target and 0 non-target" if label == "target" else "0 target and 2 non-target"
+    assert n in str(err.value)
+
+
+def test_skipping_down_to_one_label_is_an_error(tmp_path):
+    emb = speaker_set(3, 2, 2)
+    path = tmp_path / "trials"
+    path.write_text("spk000-u00 spk000-u01 target\nspk000-u00 ghost-u00 nontarget\n")
+    trials = read_trials(path)  # both labels in the file ...
+    with pytest.raises(InputError, match=r"1 target and 0 non-target trials left after skipping 1 trial") as err:
+        score_trials(trials, emb, skip_missing=True)  # ... but not among the trials with embeddings
+    assert err.value.path == str(path)
+
+
 def test_bad_scp_entries_are_located(tmp_path):
     emb = {"a-1": np.ones(4), "b-1": np.ones(5)}
     scp = write_vectors(tmp_path / "x", emb)
@@ -165,7 +186,7 @@ def test_asnorm_matches_naive_definition(tmp_path):
         top = sorted((cos(x, c) for c in cohort_mat), reverse=True)[:5]
         return float(np.mean(top)), float(np.std(top))
 
-    for e, t, s, raw in zip(trials.enroll, trials.test, res.scores, res.raw_scores):
+    for e, t, s, raw in zip(trials.enroll, trials.test, res.scores, res.raw_scores, strict=True):
         s_raw = cos(emb[e], emb[t])
         (me, se), (mt, st) = stats(emb[e]), stats(emb[t])
         assert raw == pytest.approx(s_raw, abs=1e-12)
@@ -186,7 +207,9 @@ def test_centring_subtracts_the_mean_everywhere(tmp_path):
     res = score_trials(trials, emb, mean=mean, cohort=np.stack(list(cohort.values())), cohort_size=4)
     shifted = {k: v - mean for k, v in emb.items()}
     ref = score_trials(trials, shifted, cohort=np.stack([v - mean for v in cohort.values()]), cohort_size=4)
-    assert np.allclose(res.raw_scores, [cos(shifted[e], shifted[t]) for e, t in zip(trials.enroll, trials.test)])
+    assert np.allclose(
+        res.raw_scores, [cos(shifted[e], shifted[t]) for e, t in zip(trials.enroll, trials.test, strict=True)]
+    )
     assert np.allclose(res.scores, ref.scores)
     with pytest.raises(ValueError, match="dimension"):
         score_trials(trials, emb, mean=mean[:3])
@@ -254,7 +277,7 @@ def test_score_cli_writes_everything(tmp_path):
     subprocess.run(cmd, check=True, env=_env(), capture_output=True, text=True)
     scores = (out / "scores").read_text().splitlines()
     assert len(scores) == len(lines)
-    for got, want in zip(scores, lines):
+    for got, want in zip(scores, lines, strict=True):
         u1, u2, s, lab = got.split()
         assert [u1, u2, lab] == want.split() and np.isfinite(float(s))
     m = json.loads((out / "metrics.json").read_text())
@@ -285,25 +308,66 @@ def test_score_cli_writes_everything(tmp_path):
     assert md.count("| cosine |") == 2
 
 
-def test_score_cli_failure_keeps_previous_outputs(tmp_path):
+def test_score_cli_failure_removes_previous_outputs(tmp_path):
+    """A failed re-score leaves nothing of the earlier run that could pass for its result."""
     emb = speaker_set(9, 3, 3)
     scp = write_vectors(tmp_path / "xvector", emb)
     trials = tmp_path / "trials"
     all_trials(sorted(emb), trials)
-    out = tmp_path / "eval" / "test"
-    base = [PY, "-m", "spkflow.bin.score", "--xvector-scp", str(scp), "--outdir", str(out), "--no-plots"]
-    subprocess.run(base + ["--trials", str(trials)], check=True, env=_env(), capture_output=True)
-    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    exp = tmp_path / "exp"
+    out = exp / "eval" / "test"
+    base = [PY, "-m", "spkflow.bin.score", "--xvector-scp", str(scp), "--outdir", str(out)]
+    subprocess.run(base + ["--trials", str(trials), "--results-md", str(exp)], check=True, env=_env())
+    assert {"scores", "metrics.json", "det.png", "score_hist.png"} <= {p.name for p in out.iterdir()}
+    assert "## test\n" in (exp / "RESULTS.md").read_text()
     bad = tmp_path / "trials.bad"
     bad.write_text(trials.read_text() + "spk000-u00 lost-u9 nontarget\n")
     n_lines = len(bad.read_text().splitlines())
     proc = subprocess.run(base + ["--trials", str(bad)], env=_env(), capture_output=True, text=True)
-    assert proc.returncode == 1
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"{bad}:{n_lines}: utterance 'lost-u9' has no embedding" in proc.stderr
-    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert sorted(p.name for p in out.iterdir()) == []
     ok = subprocess.run(base + ["--trials", str(bad), "--skip-missing"], env=_env(), capture_output=True, text=True)
     assert ok.returncode == 0 and "1 skipped" in ok.stderr
     assert json.loads((out / "metrics.json").read_text())["n_skipped"] == 1
+    # only targets: one clear line, no traceback; no scores without metrics.json, and the
+    # set's row leaves RESULTS.md (the only set: RESULTS.md goes)
+    only = tmp_path / "trials.targets"
+    only.write_text("".join(ln for ln in trials.read_text().splitlines(True) if ln.endswith(" target\n")))
+    proc = subprocess.run(
+        base + ["--trials", str(only), "--results-md", str(exp)], env=_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{only}: 9 target and 0 non-target trials: EER and minDCF need both" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == []
+    assert not (exp / "RESULTS.md").exists()
+
+
+def test_score_cli_failure_while_writing_leaves_nothing(tmp_path):
+    """A write that fails half way (here: an unwritable plot, as on a full disk) leaves no
+    scores without metrics.json and no temporary files."""
+    emb = speaker_set(4, 3, 3)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    trials = tmp_path / "trials"
+    all_trials(sorted(emb), trials)
+    out = tmp_path / "eval"
+    cmd = [PY, "-m", "spkflow.bin.score", "--trials", str(trials), "--xvector-scp", str(scp), "--outdir", str(out)]
+    subprocess.run(cmd, check=True, env=_env())
+    # matplotlib is made to fail the way a full disk makes it fail: OSError(ENOSPC) from savefig
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import errno, matplotlib.figure\n"
+        "def _full(self, *a, **k):\n"
+        "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+        "matplotlib.figure.Figure.savefig = _full\n"
+    )
+    env = _env()
+    env["PYTHONPATH"] = f"{hook}{os.pathsep}{env['PYTHONPATH']}"
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "No space left on device" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == []
 
 
 def _recipe(tmp_path: Path) -> Path:
@@ -368,6 +432,62 @@ def test_score_sh_usage(tmp_path):
         ["bash", "scripts/spk/score.sh", "only-one-arg"], cwd=rec, env=_env(), capture_output=True, text=True
     )
     assert proc.returncode == 1 and "Usage:" in proc.stderr
+
+
+def test_score_sh_from_any_directory(tmp_path):
+    """score.sh by its path from a directory that is no recipe, with no utils on PATH."""
+    emb = speaker_set(5, 3, 3)
+    write_vectors(tmp_path / "xvector", emb)
+    all_trials(sorted(emb), tmp_path / "trials")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = dict(os.environ, PATH="/usr/bin:/bin", SPKFLOW_PYTHON=PY)
+    env.pop("PYTHONPATH", None)
+    score = ROOT / "scripts" / "spk" / "score.sh"
+    proc = subprocess.run(
+        ["bash", str(score), "--set-name", "x", "../trials", "../xvector.scp", "out"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((elsewhere / "out" / "metrics.json").read_text())["set"] == "x"
+    # usage errors and bad options from there too
+    proc = subprocess.run(["bash", str(score), "one"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "Usage:" in proc.stderr
+    proc = subprocess.run(
+        ["bash", str(score), "--skip-missing", "yes", "../trials", "../xvector.scp", "out"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and 'expected "true" or "false": --skip-missing yes' in proc.stderr
+    proc = subprocess.run(
+        ["bash", str(score), "../trials", "../nothing.scp", "out"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "../nothing.scp not found" in proc.stdout + proc.stderr
+    assert not (elsewhere / "out" / "metrics.json").exists()  # a failed re-score removes the old result
+
+
+def test_score_sh_one_label_trials(tmp_path):
+    emb = speaker_set(6, 3, 3)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    trials = tmp_path / "trials"
+    trials.write_text("".join(ln for ln in all_trials(sorted(emb)) if ln.endswith(" nontarget\n")))
+    score = ROOT / "scripts" / "spk" / "score.sh"
+    proc = subprocess.run(
+        ["bash", str(score), str(trials), str(scp), str(tmp_path / "out")], env=_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    assert "0 target and 27 non-target trials: EER and minDCF need both" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr + (tmp_path / "out" / "log" / "score.log").read_text()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["log"]
 
 
 # ---------------------------------------------------------------- plots

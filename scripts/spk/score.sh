@@ -6,8 +6,16 @@
 # Writes <out-dir>/{scores,metrics.json,det.png,score_hist.png} (scores: utt1 utt2 score
 # target|nontarget); with --cohort-scp the scores are AS-normalised (metrics.json keeps the
 # plain cosine figures under "raw"); with --results-md EXP also rewrites EXP/RESULTS.md.
-# Reusable from any recipe: it needs only the files above and path.sh's environment.
+# Callable from any directory (it finds the project through its own path, like the other stage
+# scripts). A trials file needs target and non-target trials. The set's earlier outputs are
+# removed first and the new ones appear only when all are written (metrics.json last), so after
+# a failure nothing in <out-dir> looks current (with --results-md the set's row leaves RESULTS.md).
 set -euo pipefail
+
+root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
+export PATH=${root}/utils:${PATH}
+export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
+export LC_ALL=C
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
@@ -35,7 +43,7 @@ Usage: $0 [options] <trials> <xvector.scp> <out-dir>
 EOM
 )
 
-. utils/parse_options.sh
+. "${root}/utils/parse_options.sh"
 
 if [ $# -ne 3 ]; then
     echo "${help_message}" >&2
@@ -45,9 +53,12 @@ trials=$1
 xvector_scp=$2
 outdir=$3
 spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
-. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../utils/spkflow_python.sh"
+. "${root}/utils/spkflow_python.sh"
 python=${spkflow_python}
 
+# No complete-looking result of an earlier run, whatever fails below (spkflow.bin.score removes
+# them too, but it may not get to start).
+rm -f "${outdir}/metrics.json" "${outdir}/scores" "${outdir}/det.png" "${outdir}/score_hist.png"
 for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"}; do
     [ -f "${f}" ] || { log "Error: ${f} not found"; exit 1; }
 done
@@ -62,7 +73,7 @@ ${skip_missing} && opts+=(--skip-missing)
 
 mkdir -p "${outdir}/log"
 log "Scoring ${trials} with ${xvector_scp}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})} -> ${outdir} (log: ${outdir}/log/score.log)"
-if ! ${python} -m spkflow.bin.score --trials "${trials}" --xvector-scp "${xvector_scp}" \
+if ! "${python}" -m spkflow.bin.score --trials "${trials}" --xvector-scp "${xvector_scp}" \
         --outdir "${outdir}" "${opts[@]}" > "${outdir}/log/score.log" 2>&1; then
     tail -n 5 "${outdir}/log/score.log" >&2
     log "Error: scoring failed, see ${outdir}/log/score.log"

@@ -6,13 +6,16 @@
         [--mean-scp exp/spk_x/embed/train/spk_xvector.scp] \\
         [--skip-missing] [--model-tag spk_x] [--results-md exp/spk_x]
 
-Argument parsing only; the work is :func:`spkflow.evaluation.evaluate_set`.
+Argument parsing only; the work is :func:`spkflow.evaluation.evaluate_set`.  On failure (exit 1,
+one error line, no traceback) the set's earlier outputs are gone and, with ``--results-md``,
+RESULTS.md is rewritten without it, so nothing stale looks current.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from spkflow.errors import InputError
@@ -69,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             set_name=args.set_name,
             plots=not args.no_plots,
         )
-    except InputError as err:
+    except (InputError, ValueError, OSError) as err:  # bad input (e.g. a mean of another dimension), a full disk
         logging.error("%s", err)
+        if args.results_md:  # the set's earlier metrics.json is gone: its RESULTS.md row must go too
+            _refresh_results_md(args.results_md)
         return 1
     norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
     logging.info(
@@ -90,6 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.results_md:
         logging.info("wrote %s", write_results_md(args.results_md))
     return 0
+
+
+def _refresh_results_md(exp_dir: str) -> None:
+    """Rewrite RESULTS.md from the metrics.json files left; remove it when none is left."""
+    from spkflow.evaluation import write_results_md
+
+    try:
+        logging.info("rewrote %s without the failed set", write_results_md(exp_dir))
+    except FileNotFoundError:
+        path = os.path.join(exp_dir, "RESULTS.md")
+        if os.path.exists(path):
+            os.unlink(path)
+            logging.info("removed %s: no set has metrics.json any more", path)
 
 
 if __name__ == "__main__":
