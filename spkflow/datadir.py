@@ -13,7 +13,9 @@ Guarantees:
   where Kaldi's script only says "file X is not sorted or has duplicates";
 * bytes are kept: files are read as UTF-8 with ``surrogateescape`` so any byte
   sequence survives a read/write round trip, and "sorted" means ``LC_ALL=C sort``
-  order, i.e. the order of the UTF-8 bytes (:func:`c_key`);
+  order, i.e. the order of the UTF-8 bytes (:func:`c_key`); validation rejects ids
+  (utterance, speaker, recording) that are not UTF-8, naming file and line, since the
+  feature and embedding arks cannot store them;
 * fields are separated by runs of ASCII white space (what Perl's ``split " "``
   uses in Kaldi's scripts); only ``"\\n"`` ends a line;
 * outputs are written atomically (:mod:`spkflow.atomic`): a crash never leaves a
@@ -63,6 +65,8 @@ __all__ = [
     "utt2spk_to_spk2utt",
     "spk2utt_to_utt2spk",
     "DataDir",
+    "validate_data_dir",
+    "check_utf8_ids",
     "UTT_FILES",
     "SPK_FILES",
     "VAD_LIKE_FILES",
@@ -507,7 +511,9 @@ class DataDir:
         utt2spk even without ``text`` (Kaldi checks it only when ``text`` exists); a
         spk2utt speaker without utterances fails; utt2dur / utt2num_frames / reco2dur
         values must be numbers (awk compares non-numbers as strings and lets "abc" pass);
-        a blank line is always an error.  On the text checks see :func:`_non_printable`.
+        a blank line is always an error; an id (utterance, speaker, recording) with bytes that
+        are not UTF-8 fails (:func:`check_utf8_ids`; Kaldi passes it, and stage 2 could not
+        write features under it).  On the text checks see :func:`_non_printable`.
         """
         d = self.path
         warnings: list[str] = []
@@ -524,6 +530,7 @@ class DataDir:
         def table(name: str) -> Table:
             if name not in tables:
                 tables[name] = Table(self.file(name))
+                check_utf8_ids(tables[name], name)
             return tables[name]
 
         u2s_t, s2u_t = table("utt2spk"), table("spk2utt")
@@ -713,6 +720,48 @@ class DataDir:
             if len(f) != 3 or f[2] not in ("A", "B", "1"):
                 raise InputError(t.path, n, f"expected '<recording> <file> A|B', got {_show(t.lines[n - 1])}")
         _same_keys(ref_path, ref, t.path, keys, "recording")
+
+
+#: Fields of each table that are ids (0-based; None: every field): utterance, speaker and
+#: recording ids.  Every other table's first field is its id.
+_ID_FIELDS: dict[str, tuple[int, ...] | None] = {"utt2spk": (0, 1), "spk2utt": None, "segments": (0, 1)}
+
+
+def check_utf8_ids(t: Table, name: str | None = None) -> None:
+    """InputError at the first line of ``t`` whose id (utterance, speaker or recording id:
+    the first field; both ids of utt2spk and segments; every field of spk2utt) holds bytes
+    that are not UTF-8.  Values (paths, transcripts) may hold any bytes.  Free when the file
+    is all UTF-8.  ``name`` is the table's file name (default: that of ``t.path``)."""
+    if t.key is _same:  # no byte that is not UTF-8 anywhere in the file
+        return
+    cols = _ID_FIELDS.get(name or t.path.name, (0,))
+    for n, f in enumerate(t.fields, 1):
+        for i, x in enumerate(f):
+            if (cols is None or i in cols) and _RAW_BYTE_RE.search(x):
+                shown = x.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                raise InputError(
+                    t.path,
+                    n,
+                    f"id '{shown}' holds bytes that are not UTF-8; utterance, speaker and recording ids must "
+                    "be UTF-8 text (features and embeddings are stored under them); rename it",
+                )
+
+
+def validate_data_dir(
+    path: PathLike,
+    *,
+    no_feats: bool = True,
+    no_text: bool = True,
+    no_wav: bool = False,
+    no_spk_sort: bool = False,
+    non_print: bool = False,
+) -> list[str]:
+    """Check the data dir at ``path`` (:meth:`DataDir.validate`, the checks of
+    ``utils/validate_data_dir.sh``); returns warnings, raises InputError (file, line) on the
+    first problem.  What stage 2 calls on its input before any job starts."""
+    return DataDir(path).validate(
+        no_feats=no_feats, no_text=no_text, no_wav=no_wav, no_spk_sort=no_spk_sort, non_print=non_print
+    )
 
 
 def _check_positive(t: Table, *, integer: bool) -> None:

@@ -11,7 +11,8 @@ white-space rules.
 What it does better than the anchor (Kaldi's scripts):
 
 * all-or-nothing: inputs are checked and the result is computed in memory first;
-  on bad input (an error naming the file and line) nothing in the data dir is
+  on bad input (an error naming the file and line: a duplicate key in any table that
+  subset_data_dir or copy_data_dir reads, which Kaldi's would copy) nothing in the data dir is
   touched, where Kaldi's fix_data_dir.sh may already have rewritten some files;
   every output is written atomically;
 * ``fix_data_dir`` keeps the *original* bytes of every file it changes in
@@ -199,6 +200,20 @@ def _check_no_blank(path: PathLike, lines: Sequence[str]) -> None:
     keys = _keys(lines)
     if "" in keys:
         raise InputError(path, keys.index("") + 1, "empty line")
+
+
+def _check_unique(path: PathLike, lines: Sequence[str]) -> None:
+    """InputError at the second line of a key already seen (tables keyed by their first field)."""
+    keys = _keys(lines)
+    if len(set(keys)) == len(keys):
+        return
+    first: dict[str, int] = {}
+    for n, k in enumerate(keys, 1):
+        if k in first:
+            raise InputError(
+                path, n, f"duplicate key {k!r} (first on line {first[k]}); utils/fix_data_dir.sh keeps the first"
+            )
+        first[k] = n
 
 
 def _check_utt2spk_lines(path: PathLike, lines: Sequence[str]) -> None:
@@ -620,6 +635,7 @@ def subset_data_dir(
         raise InputError(u2s_path, None, "no such file")
     src_u2s = read_lines(u2s_path)
     _check_no_blank(u2s_path, src_u2s)
+    _check_unique(u2s_path, src_u2s)
     if utt_list is None and spk_list is None:
         if num_utt is None:
             raise ValueError("give num_utt, utt_list or spk_list")
@@ -638,9 +654,16 @@ def subset_data_dir(
     def src_spk2utt() -> Lines:
         lines = read_lines(s / "spk2utt")
         _check_no_blank(s / "spk2utt", lines)
+        _check_unique(s / "spk2utt", lines)
+        seen: dict[str, int] = {}
         for n, line in enumerate(lines, 1):
-            if len(split_fields(line)) < 2:
+            f = split_fields(line)
+            if len(f) < 2:
                 raise InputError(s / "spk2utt", n, "speaker without utterances")
+            for u in f[1:]:
+                if u in seen:
+                    raise InputError(s / "spk2utt", n, f"utterance {u!r} listed twice (first on line {seen[u]})")
+                seen[u] = n
         return lines
 
     out: dict[str, Lines] = {}
@@ -715,7 +738,15 @@ def subset_data_dir(
 def _filter_file(path: Path, ids: set[str]) -> Lines:
     lines = read_lines(path)
     _check_no_blank(path, lines)
+    _check_unique(path, lines)
     return filter_lines(lines, ids)
+
+
+def _unique_lines(path: Path) -> Lines:
+    """The lines of a table whose keys must be unique (InputError at a repeated key)."""
+    lines = read_lines(path)
+    _check_unique(path, lines)
+    return lines
 
 
 def _copy_atomic(src: Path, dst: Path) -> None:
@@ -864,8 +895,10 @@ def copy_data_dir(
     u2s = read_lines(s / "utt2spk")
     _check_no_blank(s / "utt2spk", u2s)
     _check_utt2spk_lines(s / "utt2spk", u2s)
+    _check_unique(s / "utt2spk", u2s)
     s2u = read_lines(s / "spk2utt")
     _check_no_blank(s / "spk2utt", s2u)
+    _check_unique(s / "spk2utt", s2u)
     utt_map = {f[0]: f"{utt_prefix}{f[0]}{utt_suffix}" for f in map(_awk_fields, u2s)}
     spk_map = {f[0]: f"{spk_prefix}{f[0]}{spk_suffix}" for f in map(_awk_fields, s2u)}
     out: dict[str, Lines] = {}
@@ -895,10 +928,13 @@ def copy_data_dir(
             by_utt.append("reco2dur")
     for name in by_utt:
         if (s / name).is_file():
-            out[name] = _apply_map(s / name, read_lines(s / name), utt_map, 1)
+            out[name] = _apply_map(s / name, _unique_lines(s / name), utt_map, 1)
     for name in _COPY_SPK_FILES:
         if (s / name).is_file():
-            out[name] = _apply_map(s / name, read_lines(s / name), spk_map, 1)
+            out[name] = _apply_map(s / name, _unique_lines(s / name), spk_map, 1)
+    for name in ("wav.scp", "reco2dur", "reco2file_and_channel"):  # copied as bytes, keyed by recording
+        if name in raw:
+            _unique_lines(s / name)
     for name in _COPY_RAW_FILES:
         if (s / name).is_file():
             raw[name] = (s / name).read_bytes()

@@ -17,6 +17,7 @@ from spkflow.datadir import (
     read_spk2utt,
     spk2utt_to_utt2spk,
     utt2spk_to_spk2utt,
+    validate_data_dir,
     write_kv,
 )
 from spkflow.datadir_ops import (
@@ -236,6 +237,44 @@ def test_validate_bad_input(
     assert snapshot(d) == before  # validation never changes anything
 
 
+NON_UTF8_CASES = [
+    # (file, bytes, line, id shown): an utterance, speaker or recording id with a byte that is not UTF-8
+    ("utt2spk", b"a-1 a\na-2 a\nb-\xff1 b\n", 3, "b-\\xff1"),
+    ("utt2spk", b"a-1 a\na-2 a\nb-1 b\xe9\n", 3, "b\\xe9"),
+    ("spk2utt", b"a a-1 a-2\nb b-1 b-\xfe2\n", 2, "b-\\xfe2"),
+    ("wav.scp", b"a-1 /w/a1.wav\na-\xc32 /w/a2.wav\nb-1 /w/b1.wav\n", 2, "a-\\xc32"),
+    ("utt2dur", b"a-1 1.5\na-2 2\nb-1\x80 0.75\n", 3, "b-1\\x80"),
+]
+
+
+@pytest.mark.parametrize("name,content,line,shown", NON_UTF8_CASES)
+def test_validate_rejects_ids_that_are_not_utf8(
+    tmp_path: Path, name: str, content: bytes, line: int, shown: str
+) -> None:
+    d = good_dir(tmp_path / "d")
+    (d / name).write_bytes(content)
+    with pytest.raises(InputError) as e:
+        validate_data_dir(d)
+    assert e.value.path == str(d / name) and e.value.line == line, str(e.value)
+    assert f"id '{shown}' holds bytes that are not UTF-8" in str(e.value)
+    with pytest.raises(InputError, match="not UTF-8"):  # the class method is the same check
+        DataDir(d).validate()
+
+
+def test_validate_allows_other_bytes_in_values(tmp_path: Path) -> None:
+    """Paths and transcripts may hold any bytes (Kaldi's rule); only ids must be UTF-8."""
+    d = good_dir(tmp_path / "d")
+    (d / "wav.scp").write_bytes(b"a-1 /w/caf\xe9.wav\na-2 /w/a2.wav\nb-1 /w/b1.wav\n")
+    (d / "text").write_bytes(b"a-1 caf\xe9\na-2 ok\nb-1 ok\n")
+    assert validate_data_dir(d, no_text=False) == []
+    # segments: the recording id (field 2) is an id too
+    write(d, segments="a-1 r1 0 1\na-2 r1 1 2\nb-1 r2 0 1\n", wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\n")
+    assert validate_data_dir(d) == []
+    (d / "segments").write_bytes(b"a-1 r1 0 1\na-2 r1 1 2\nb-1 r\xff2 0 1\n")
+    with pytest.raises(InputError, match=r"segments:3: id 'r\\xff2'"):
+        validate_data_dir(d)
+
+
 def test_validate_text(tmp_path: Path) -> None:
     d = good_dir(tmp_path / "d")
     (d / "text").write_text("a-1 hello\na-2 world\nb-1 ok\n")
@@ -396,6 +435,57 @@ def test_subset_modes(tmp_path: Path) -> None:
     assert DataDir(tmp_path / "ul").validate() == []
     with pytest.raises(InputError, match="only 12"):
         subset_data_dir(src, tmp_path / "x", num_utt=13)
+
+
+DUP_CASES = [
+    # (file, content with a repeated key, line of the repeat)
+    ("wav.scp", "a-1 /w/a1.wav\na-2 /w/a2.wav\na-2 /w/a2-again.wav\nb-1 /w/b1.wav\n", 3),
+    ("utt2spk", "a-1 a\na-2 a\na-2 a\nb-1 b\n", 3),
+    ("utt2dur", "a-1 1.5\na-1 1.5\na-2 2\nb-1 0.75\n", 2),
+    ("spk2utt", "a a-1 a-2\nb b-1\nb b-1\n", 3),
+    ("spk2gender", "a m\nb f\nb m\n", 3),
+]
+
+
+@pytest.mark.parametrize(
+    "name,content,line,mode",
+    [
+        (*case, mode)
+        for case in DUP_CASES
+        for mode in ("first", "spread", "per_spk", "utt_list", "spk_list", "copy")
+        # these modes do not read spk2utt: they rebuild it from utt2spk, as Kaldi's script does
+        if not (case[0] == "spk2utt" and mode in ("first", "spread", "utt_list"))
+    ],
+)
+def test_subset_and_copy_stop_on_a_duplicate_key(tmp_path: Path, name: str, content: str, line: int, mode: str) -> None:
+    """Kaldi's subset_data_dir.sh and copy_data_dir.sh copy a repeated key; here they stop, naming
+    file and line, and write nothing."""
+    src = good_dir(tmp_path / "src")
+    write(src, spk2gender="a m\nb f\n")
+    (src / name).write_text(content)
+    dest = write(tmp_path / "dest", keep="untouched\n")
+    (tmp_path / "list").write_text("a\nb\n" if mode == "spk_list" else "a-1\nb-1\n")
+    before = snapshot(dest)
+    with pytest.raises(InputError) as e:
+        if mode == "copy":
+            copy_data_dir(src, dest, utt_prefix="v-")
+        elif mode == "utt_list":
+            subset_data_dir(src, dest, utt_list=tmp_path / "list")
+        elif mode == "spk_list":
+            subset_data_dir(src, dest, spk_list=tmp_path / "list")
+        else:
+            subset_data_dir(src, dest, num_utt=2 if mode != "per_spk" else 1, mode=mode)
+    assert e.value.path == str(src / name) and e.value.line == line, str(e.value)
+    assert "duplicate key" in str(e.value) or "listed twice" in str(e.value)
+    assert snapshot(dest) == before
+
+
+def test_subset_stops_on_an_utterance_under_two_speakers(tmp_path: Path) -> None:
+    src = good_dir(tmp_path / "src")
+    (src / "spk2utt").write_text("a a-1 a-2\nb a-2 b-1\n")
+    with pytest.raises(InputError, match=r"utterance 'a-2' listed twice \(first on line 1\)") as e:
+        subset_data_dir(src, tmp_path / "dest", num_utt=1, mode="per_spk")
+    assert e.value.line == 2 and not (tmp_path / "dest").exists()
 
 
 def test_combine_and_copy(tmp_path: Path) -> None:

@@ -260,6 +260,33 @@ def test_subset_combine_copy_scripts(tmp_path: Path) -> None:
     assert sh(f"{UTILS}/copy_data_dir.sh {tmp_path}/all {tmp_path}/all").returncode == 1
 
 
+def test_subset_data_dir_script_stops_on_a_duplicate_key(tmp_path: Path) -> None:
+    src = write(
+        tmp_path / "src",
+        utt2spk="a-1 a\na-2 a\nb-1 b\n",
+        spk2utt="a a-1 a-2\nb b-1\n",
+        wav_scp="a-1 /w/a1.wav\na-2 /w/a2.wav\na-2 /w/a2-again.wav\nb-1 /w/b1.wav\n",
+    )
+    p = sh(f"{UTILS}/subset_data_dir.sh --first {src} 2 {tmp_path}/dest")
+    assert p.returncode == 1 and not (tmp_path / "dest").exists()
+    assert f"{src}/wav.scp:3: duplicate key 'a-2' (first on line 2)" in p.stderr
+    p = sh(f"{UTILS}/copy_data_dir.sh {src} {tmp_path}/copy")
+    assert p.returncode == 1 and not (tmp_path / "copy").exists()
+    assert f"{src}/wav.scp:3: duplicate key 'a-2'" in p.stderr
+
+
+def test_validate_data_dir_script_rejects_ids_that_are_not_utf8(tmp_path: Path) -> None:
+    """Kaldi's validate_data_dir.sh passes such an id; stage 2 then failed with "surrogates not allowed"."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "utt2spk").write_bytes(b"a-1 a\na-2 a\nb-\xff1 b\n")
+    (d / "spk2utt").write_bytes(b"a a-1 a-2\nb b-\xff1\n")
+    (d / "wav.scp").write_bytes(b"a-1 /w/a1.wav\na-2 /w/a2.wav\nb-\xff1 /w/b1.wav\n")
+    p = sh(f"{UTILS}/validate_data_dir.sh --no-text --no-feats {d}")
+    assert p.returncode == 1
+    assert f"{d}/utt2spk:3: id 'b-\\xff1' holds bytes that are not UTF-8" in p.stderr
+
+
 def test_scripts_work_through_a_recipe_utils_symlink(tmp_path: Path) -> None:
     """Recipes link utils/ into egs/<corpus>/spk1; the scripts must find spkflow from there."""
     recipe = tmp_path / "recipe"

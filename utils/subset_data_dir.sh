@@ -12,6 +12,8 @@
 # <num-utt> utterances; --shortest keeps the shortest (utt2num_frames or
 # feats.scp); --first / --last keep the first / last lines of utt2spk.  Every
 # table of <srcdir> is filtered to match and written atomically to <destdir>.
+# A key twice in a table it reads (Kaldi's script copies both lines) is an error
+# naming file and line; then nothing is written.
 set -euo pipefail
 
 usage() {

@@ -7,6 +7,8 @@
 # --no-feats), and, when present, vad.scp, utt2dur, utt2num_frames, utt2lang,
 # utt2uniq, utt2warp, cmvn.scp, spk2gender, spk2warp, reco2dur,
 # reco2file_and_channel list exactly the utterances / speakers / recordings.
+# Utterance, speaker and recording ids must be UTF-8 (Kaldi lets other bytes pass; spkflow's
+# feature and embedding arks cannot store them); paths and transcripts may hold any bytes.
 # The first problem is reported as "<file>:<line>: <what is wrong>" (exit 1).
 #
 # Kaldi's defaults are kept: a data dir without text needs --no-text, one without
