@@ -36,7 +36,7 @@ from typing import Any
 from spkflow.atomic import atomic_write
 from spkflow.errors import InputError
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "default_hint"]
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "restore", "default_hint"]
 
 #: What torch's weights-only unpickler says when the pickle names a global it does not allow
 #: (a class or function of some module: loading it would import and run code).
@@ -108,6 +108,46 @@ def load_checkpoint(path: str | os.PathLike[str], *, hint: str | None = None) ->
     if not isinstance(state, dict):
         raise CheckpointError(path, f"holds a {type(state).__name__}, not a dict of tensors; {todo}")
     return state
+
+
+def restore(
+    path: str | os.PathLike[str],
+    state: Mapping[str, Any],
+    targets: Mapping[str, Any],
+    *,
+    required: tuple[str, ...] = (),
+    hint: str | None = None,
+) -> None:
+    """``targets[k].load_state_dict(state[k])`` for every k (modules, optimizers, schedulers),
+    after checking that ``state`` has every key of ``targets`` and ``required``.
+
+    A missing entry, or one that does not fit (a model or optimizer built from a config that
+    changed since the checkpoint was written), is a :class:`CheckpointError` naming ``path``
+    and the entry, where torch raises a bare ``RuntimeError`` / ``ValueError``.
+    """
+    todo = hint if hint is not None else default_hint(path)
+    missing = [k for k in (*targets, *required) if k not in state]
+    if missing:
+        raise CheckpointError(path, f"no {', '.join(map(repr, missing))} in it (not a training checkpoint?); {todo}")
+    for key, target in targets.items():
+        try:
+            target.load_state_dict(state[key])
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                path,
+                f"its {key!r} does not fit the one built from the current config ({_mismatch(err)}); "
+                f"was the config changed since? {todo}",
+            ) from None
+
+
+def _mismatch(err: BaseException) -> str:
+    """The first problem torch's ``load_state_dict`` lists (it lists all, one per line)."""
+    lines = [x.strip() for x in str(err).splitlines() if x.strip()]
+    items = lines[1:] if len(lines) > 1 else lines
+    first = items[0] if items else type(err).__name__
+    first = first.split(". ")[0].rstrip(".")[:200]
+    more = sum(x.count("size mismatch for") or 1 for x in items[1:])
+    return first + (f"; and {more} more" if more else "")
 
 
 def _why(err: BaseException) -> str:

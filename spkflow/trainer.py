@@ -80,7 +80,7 @@ import yaml
 from torch import nn
 
 from spkflow.atomic import write_text_atomic
-from spkflow.checkpoint import load_checkpoint, save_checkpoint
+from spkflow.checkpoint import load_checkpoint, restore, save_checkpoint
 from spkflow.config import normalize_train_config
 from spkflow.errors import InputError
 from spkflow.models import SpeakerEmbedder, build_model
@@ -553,10 +553,8 @@ class Trainer:
         ckpt_path = self.out / CHECKPOINT
         if opts.resume and ckpt_path.is_file():
             ck = load_checkpoint(ckpt_path)
-            objective.model.load_state_dict(ck["model"])
-            objective.loss.load_state_dict(ck["loss"])
-            optimizer.load_state_dict(ck["optimizer"])
-            scheduler.load_state_dict(ck["scheduler"])
+            parts = {"model": objective.model, "loss": objective.loss, "optimizer": optimizer, "scheduler": scheduler}
+            restore(ckpt_path, ck, parts, required=("epoch", "batch", "step"))
             if "scaler" in ck and amp:
                 scaler.load_state_dict(ck["scaler"])
             epoch, start_batch, step = int(ck["epoch"]), int(ck["batch"]), int(ck["step"])

@@ -178,6 +178,26 @@ def test_train_refuses_checkpoint_with_code(trained: dict[str, Any], tmp_path: P
     assert not marker.exists()
 
 
+def test_train_resume_with_a_changed_config_names_checkpoint(trained: dict[str, Any], tmp_path: Path) -> None:
+    """A config changed since the checkpoint was written: torch's bare size-mismatch RuntimeError
+    becomes one line naming the checkpoint and the remedy."""
+    out = copy_run(trained, tmp_path)
+    config = yaml.safe_load(trained["config_path"].read_text())
+    config["model"]["channels"] = 24
+    changed = dict(trained, config_path=tmp_path / "changed.yaml")
+    changed["config_path"].write_text(yaml.safe_dump(config))
+    r = train(changed, out)
+    assert r.returncode == 1
+    assert_clear(r.stderr, out / "checkpoint.pth", "its 'model' does not fit", "size mismatch", "--resume false")
+    # an entry missing altogether
+    ck = torch.load(out / "checkpoint.pth", weights_only=True)
+    del ck["optimizer"]
+    torch.save(ck, out / "checkpoint.pth")
+    r = train(trained, out)
+    assert r.returncode == 1
+    assert_clear(r.stderr, out / "checkpoint.pth", "no 'optimizer' in it")
+
+
 @pytest.mark.parametrize("damage", ["truncate", "code"])
 def test_train_refuses_bad_epoch_snapshot(trained: dict[str, Any], tmp_path: Path, damage: str) -> None:
     """Re-running a finished training rebuilds model.pth from epoch<E>.pth: a bad one is named."""
