@@ -16,11 +16,16 @@ What it guarantees
     would have to run): ``<file> holds pickled Python objects (code), refused; spkflow
     checkpoints hold tensors only``.  It never suggests ``weights_only=False``;
   - a file that loads but is not a dict (a bare tensor, a list).
+* :func:`restore` puts a loaded checkpoint's entries into the model, loss, optimizer and
+  scheduler; an entry that is missing or does not fit (the config changed since the
+  checkpoint was written) is a :class:`CheckpointError` naming the file, the entry and the
+  first mismatch.
 
-Compared with the anchors (ESPnet's ``torch.load`` calls and WeSpeaker's
-``load_checkpoint``), which pass torch's traceback through (naming no file, and, since
-PyTorch 2.6, inviting the reader to retry with ``weights_only=False``), the error here is one
-line a stage script can print as it is.
+Compared with the anchors (ESPnet's ``torch.load`` calls; WeSpeaker's
+``wespeaker/utils/checkpoint.py``, which loads with ``strict=False`` so that a checkpoint of
+another shape loads partly, without a word), which pass torch's traceback through (naming no
+file, and, since PyTorch 2.6, inviting the reader to retry with ``weights_only=False``), the
+error here is one line a stage script can print as it is.
 """
 
 from __future__ import annotations
