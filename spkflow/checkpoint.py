@@ -22,8 +22,8 @@ What it guarantees
   first mismatch.
 
 Compared with the anchors (ESPnet's ``torch.load`` calls; WeSpeaker's
-``wespeaker/utils/checkpoint.py``, which loads with ``strict=False`` so that a checkpoint of
-another shape loads partly, without a word), which pass torch's traceback through (naming no
+``wespeaker/utils/checkpoint.py``, which loads with ``strict=False``: missing or unexpected
+weights only log a warning), which pass torch's traceback through (naming no
 file, and, since PyTorch 2.6, inviting the reader to retry with ``weights_only=False``), the
 error here is one line a stage script can print as it is.
 """
