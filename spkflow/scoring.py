@@ -33,11 +33,12 @@ same functions serve in-memory validation during training (:func:`score_trials` 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 import numpy as np
 
@@ -132,7 +133,7 @@ def read_trials(path: str | os.PathLike[str]) -> Trials:
     enroll: list[str] = []
     test: list[str] = []
     target: list[bool] = []
-    with open(path, encoding="utf-8") as f:
+    with _utf8_text(path) as f:
         for n, line in enumerate(f, start=1):
             fields = line.split()
             if len(fields) != 3:
@@ -165,9 +166,27 @@ def check_both_labels(trials: Trials, why: str = "") -> None:
     )
 
 
+@contextlib.contextmanager
+def _utf8_text(path: str) -> Iterator[IO[str]]:
+    """``open(path)`` as UTF-8 text; bytes that are not UTF-8 are an InputError naming the line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            yield f
+    except UnicodeDecodeError:
+        with open(path, "rb") as b:
+            data = b.read()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as err:  # offsets into the whole file this time
+            line = data.count(b"\n", 0, err.start) + 1
+            bad = data[err.start : err.end].hex(" ")
+            raise InputError(path, line, f"not UTF-8 (byte {bad}); ids must be UTF-8 text") from None
+        raise
+
+
 def _scp_lines(path: str) -> dict[str, tuple[int, str]]:
     entries: dict[str, tuple[int, str]] = {}
-    with open(path, encoding="utf-8") as f:
+    with _utf8_text(path) as f:
         for n, line in enumerate(f, start=1):
             parts = line.rstrip("\n").split(maxsplit=1)
             if len(parts) != 2:

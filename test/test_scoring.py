@@ -142,6 +142,19 @@ def test_trials_of_one_label_are_an_error(tmp_path, label):
     assert n in str(err.value)
 
 
+def test_trials_and_scp_that_are_not_utf8_name_the_line(tmp_path):
+    path = tmp_path / "trials"
+    path.write_bytes("a-1 \u9ed2-2 target\n".encode() + b"a-1 b-\xe9x nontarget\n")
+    with pytest.raises(InputError, match=r"not UTF-8 \(byte e9\)") as err:
+        read_trials(path)
+    assert err.value.path == str(path) and err.value.line == 2
+    scp = write_vectors(tmp_path / "x", {"a-1": np.ones(3)})
+    scp.write_bytes(scp.read_bytes() + b"b-\xff1 x.ark:3\n")
+    with pytest.raises(InputError, match=r"not UTF-8 \(byte ff\)") as err:
+        read_embeddings(scp)
+    assert err.value.line == 2
+
+
 def test_skipping_down_to_one_label_is_an_error(tmp_path):
     emb = speaker_set(3, 2, 2)
     path = tmp_path / "trials"
