@@ -275,6 +275,15 @@ def test_subset_data_dir_script_stops_on_a_duplicate_key(tmp_path: Path) -> None
     assert f"{src}/wav.scp:3: duplicate key 'a-2'" in p.stderr
 
 
+def test_data_dir_scripts_report_an_unwritable_destination(tmp_path: Path) -> None:
+    src = write(tmp_path / "src", utt2spk="a-1 a\nb-1 b\n", spk2utt="a a-1\nb b-1\n", wav_scp="a-1 x\nb-1 y\n")
+    (tmp_path / "file").write_text("not a directory\n")
+    for cmd in (f"subset_data_dir.sh --first {src} 1", f"copy_data_dir.sh {src}"):
+        p = sh(f"{UTILS}/{cmd} {tmp_path}/file/dest")
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+        assert f"error: {tmp_path}/file/dest: Not a directory" in p.stderr
+
+
 def test_validate_data_dir_script_rejects_ids_that_are_not_utf8(tmp_path: Path) -> None:
     """Kaldi's validate_data_dir.sh passes such an id; stage 2 then failed with "surrogates not allowed"."""
     d = tmp_path / "d"

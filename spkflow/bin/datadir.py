@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"{_script(args)}: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # an unwritable destination, a full disk: the file and the reason, no traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{_script(args)}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
 
 
