@@ -10,7 +10,9 @@ white-space rules.
 
 What it does better than the anchor (Kaldi's scripts):
 
-* all-or-nothing: inputs are checked and the result is computed in memory first;
+* all-or-nothing: inputs are checked and the result is computed in memory first,
+  then every output is written under a temporary name and renamed into place only
+  when all are written (a full disk leaves the destination as it was);
   on bad input (an error naming the file and line: a duplicate key in any table that
   subset_data_dir or copy_data_dir reads, which Kaldi's would copy) nothing in the data dir is
   touched, where Kaldi's fix_data_dir.sh may already have rewritten some files;
@@ -520,8 +522,7 @@ def fix_data_dir(
     for name in changed:
         if name in F.orig:
             write_lines(backup / name, F.orig[name])
-    for name in changed:
-        write_lines(d / name, F[name])
+    _commit(d, {name: F[name] for name in changed})
     log(f"fix_data_dir.sh: old files are kept in {backup}")
     return FixReport(kept=kept, total=total, changed=changed)
 
@@ -726,11 +727,10 @@ def subset_data_dir(
     if (s / "stm").is_file():
         stm = read_lines(s / "stm")
         out["stm"] = [x for x in stm if x.startswith(";;")] + filter_lines([x for x in stm if _first(x)], reco)
-    t.mkdir(parents=True, exist_ok=True)
-    for name, lines in out.items():
-        write_lines(t / name, lines)
+    files: dict[str, Lines | bytes] = dict(out)
     if (s / "frame_shift").is_file():
-        _copy_atomic(s / "frame_shift", t / "frame_shift")
+        files["frame_shift"] = (s / "frame_shift").read_bytes()
+    _commit(t, files)
     log(f"subset_data_dir.sh: reducing #utt from {len(src_u2s)} to {len(out['utt2spk'])}")
     return len(out["utt2spk"])
 
@@ -749,10 +749,29 @@ def _unique_lines(path: Path) -> Lines:
     return lines
 
 
-def _copy_atomic(src: Path, dst: Path) -> None:
-    data = src.read_bytes()
-    with atomic_write(dst, "wb", encoding=None) as g:
-        g.write(data)
+def _commit(dest: Path, files: dict[str, Lines | bytes]) -> None:
+    """Write ``files`` (name -> lines, or bytes copied as they are) into ``dest``, all or none:
+    each is written completely under a temporary directory inside ``dest`` first and renamed
+    into place only when all are, so a failure (a full disk) changes nothing in ``dest`` (and
+    removes ``dest`` again if this call made it)."""
+    made = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".new.", dir=dest))
+    try:
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                with atomic_write(tmp / name, "wb", encoding=None) as g:
+                    g.write(content)
+            else:
+                write_lines(tmp / name, content)
+        for name in files:
+            os.replace(tmp / name, dest / name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if made:
+            shutil.rmtree(dest, ignore_errors=True)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- combine_data
@@ -932,18 +951,13 @@ def copy_data_dir(
     for name in _COPY_SPK_FILES:
         if (s / name).is_file():
             out[name] = _apply_map(s / name, _unique_lines(s / name), spk_map, 1)
-    for name in ("wav.scp", "reco2dur", "reco2file_and_channel"):  # copied as bytes, keyed by recording
-        if name in raw:
-            _unique_lines(s / name)
     for name in _COPY_RAW_FILES:
         if (s / name).is_file():
             raw[name] = (s / name).read_bytes()
-    t.mkdir(parents=True, exist_ok=True)
-    for name, lines in out.items():
-        write_lines(t / name, lines)
-    for name, data in raw.items():
-        with atomic_write(t / name, "wb", encoding=None) as g:
-            g.write(data)
+    for name in ("wav.scp", "reco2dur", "reco2file_and_channel"):  # copied as bytes, keyed by recording
+        if name in raw:
+            _unique_lines(s / name)
+    _commit(t, {**out, **raw})
     log(f"copy_data_dir.sh: copied data from {s} to {t}")
     for name in _COPY_STALE_FILES:
         if (t / name).is_file() and not (s / name).is_file():

@@ -284,6 +284,32 @@ def test_data_dir_scripts_report_an_unwritable_destination(tmp_path: Path) -> No
         assert f"error: {tmp_path}/file/dest: Not a directory" in p.stderr
 
 
+@pytest.mark.parametrize("cmd", ["subset_data_dir.sh --first {src} 3 {dest}", "copy_data_dir.sh {src} {dest}"])
+def test_data_dir_scripts_write_all_or_nothing(tmp_path: Path, cmd: str) -> None:
+    """A write that fails part way (here a real file-size limit, EFBIG, as a full disk fails a
+    write) leaves the destination as it was: no new utt2spk beside an old wav.scp."""
+
+    def source(d: Path, spk: str) -> Path:
+        utts = [f"{spk}{i}-{j}" for i in range(3) for j in range(2)]
+        return write(
+            d,
+            utt2spk="".join(f"{u} {u[:2]}\n" for u in utts),
+            spk2utt="".join(f"{spk}{i} {spk}{i}-0 {spk}{i}-1\n" for i in range(3)),
+            wav_scp="".join(f"{u} /a/long/path/{'x' * 400}/{u}.wav\n" for u in utts),  # 3 lines > 1 KiB
+        )
+
+    dest = tmp_path / "dest"
+    cmd = f"{UTILS}/{cmd}"
+    sh(cmd.format(src=source(tmp_path / "s", "s"), dest=dest), check=True)
+    before = snapshot(dest)
+    other = source(tmp_path / "t", "t")  # every file differs from the first source's
+    p = sh("ulimit -f 1; " + cmd.format(src=other, dest=dest))  # files over 1 KiB (bash's unit) cannot be written
+    assert p.returncode == 1 and "File too large" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert snapshot(dest) == before
+    p = sh("ulimit -f 1; " + cmd.format(src=other, dest=tmp_path / "new"))
+    assert p.returncode == 1 and not (tmp_path / "new").exists()
+
+
 def test_validate_data_dir_script_rejects_ids_that_are_not_utf8(tmp_path: Path) -> None:
     """Kaldi's validate_data_dir.sh passes such an id; stage 2 then failed with "surrogates not allowed"."""
     d = tmp_path / "d"
