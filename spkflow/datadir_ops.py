@@ -10,13 +10,13 @@ white-space rules.
 
 What it does better than the anchor (Kaldi's scripts):
 
-* all-or-nothing: inputs are checked and the result is computed in memory first,
-  then every output is written under a temporary name and renamed into place only
-  when all are written (a full disk leaves the destination as it was);
-  on bad input (an error naming the file and line: a duplicate key in any table that
-  subset_data_dir or copy_data_dir reads, which Kaldi's would copy) nothing in the data dir is
-  touched, where Kaldi's fix_data_dir.sh may already have rewritten some files;
-  every output is written atomically;
+* all-or-nothing: inputs are checked and the result is computed in memory first, so
+  on bad input (an error naming the file and line) nothing is touched, where Kaldi's
+  fix_data_dir.sh may already have rewritten some files; the outputs are then written
+  under temporary names and renamed into place only when all are complete, so a full
+  disk leaves the destination as it was;
+* a key twice in a table that ``subset_data_dir`` or ``copy_data_dir`` reads is such an
+  error (Kaldi's scripts copy both lines);
 * ``fix_data_dir`` keeps the *original* bytes of every file it changes in
   ``.backup/`` (Kaldi overwrites part of its backup with already-sorted copies),
   and a second run that changes nothing leaves that backup alone;
@@ -29,7 +29,8 @@ without a final newline gets one (Kaldi's ``cat`` glues its last line to the nex
 source's first line); utt2spk lines without exactly two fields are an error up front.
 
 Standard library only (``--shortest`` without utt2num_frames reads feats.scp
-through kaldiio, imported on demand).
+through kaldiio, imported on demand).  One module for the four operations (about
+970 lines) because they share the pipeline steps above; split it by operation if it grows.
 """
 
 from __future__ import annotations
