@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from spkflow.atomic import atomic_write
 from spkflow.datadir import (
     VAD_LIKE_FILES,
     PathLike,
@@ -56,7 +57,6 @@ from spkflow.datadir import (
     split_fields,
     write_lines,
 )
-from spkflow.atomic import atomic_write
 from spkflow.errors import InputError
 
 Log = Callable[[str], None]
@@ -547,7 +547,7 @@ class PerlRandom:
 def _shuffle_list(lines: Sequence[str], seed: int = 0) -> Lines:
     """Kaldi's ``shuffle_list.pl``: sort lines by the string form of Perl ``rand()``."""
     r = PerlRandom(seed)
-    keyed = [("%.15g" % r.rand(), i, line) for i, line in enumerate(lines)]
+    keyed = [(f"{r.rand():.15g}", i, line) for i, line in enumerate(lines)]
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [_nl(line) for _, _, line in keyed]
 

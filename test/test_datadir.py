@@ -410,7 +410,7 @@ def test_filter_lines_and_subset_lines() -> None:
 def test_perl_random_matches_perl_drand48() -> None:
     # perl -e 'srand(0); print rand(), "\n" for 1..3'
     r = PerlRandom(0)
-    assert ["%.15g" % r.rand() for _ in range(3)] == ["0.17082803610629", "0.749901980484964", "0.0963716556235674"]
+    assert [f"{r.rand():.15g}" for _ in range(3)] == ["0.17082803610629", "0.749901980484964", "0.0963716556235674"]
 
 
 def test_subset_modes(tmp_path: Path) -> None:
