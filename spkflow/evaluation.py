@@ -37,6 +37,7 @@ import tempfile
 from typing import Any
 
 from spkflow.atomic import write_text_atomic
+from spkflow.errors import InputError
 from spkflow.metrics import compute_metrics, det_curve
 from spkflow.scoring import read_cohort, read_embeddings, read_mean, read_trials, score_trials, write_scores
 
@@ -168,6 +169,10 @@ def _model_desc(exp_dir: str) -> tuple[str, str]:
     return name("model"), name("loss")
 
 
+#: What a metrics.json must hold for its RESULTS.md row.
+_ROW_KEYS = ("eer", "min_dcf_p0.01", "min_dcf_p0.05", "n_target", "n_nontarget")
+
+
 def _row(m: dict[str, Any], tag: str, model: str, loss: str, scoring: str) -> str:
     return (
         f"| {tag} | {model or '-'} | {loss or '-'} | {scoring} | {m['eer']:.2f} | "
@@ -199,7 +204,13 @@ def write_results_md(exp_dir: str) -> str:
     )
     for path in files:
         with open(path, encoding="utf-8") as f:
-            m = json.load(f)
+            try:
+                m = json.load(f)
+            except ValueError as err:
+                raise InputError(path, None, f"not a metrics file ({err}); re-run scoring for this set") from None
+        missing = [k for k in _ROW_KEYS if not isinstance(m, dict) or k not in m]
+        if missing:
+            raise InputError(path, None, f"no {', '.join(missing)} in it; re-run scoring for this set")
         set_name = m.get("set") or os.path.basename(os.path.dirname(path))
         row_tag = m.get("model_tag") or tag
         lines += [

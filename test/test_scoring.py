@@ -356,6 +356,36 @@ def test_score_cli_failure_removes_previous_outputs(tmp_path):
     assert not (exp / "RESULTS.md").exists()
 
 
+def test_results_md_with_a_damaged_metrics_json(tmp_path):
+    """Another set's metrics.json cut short: one line naming it, no traceback; this set is scored."""
+    emb = speaker_set(11, 3, 3)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    trials = tmp_path / "trials"
+    all_trials(sorted(emb), trials)
+    exp = tmp_path / "exp"
+    damaged = exp / "eval" / "old" / "metrics.json"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text('{"eer": 3.5, "min_dcf')
+    cmd = [PY, "-m", "spkflow.bin.score", "--trials", str(trials), "--xvector-scp", str(scp), "--no-plots"]
+    proc = subprocess.run(
+        cmd + ["--outdir", str(exp / "eval" / "test"), "--results-md", str(exp)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{damaged}: not a metrics file" in proc.stderr and "the scores of test are written" in proc.stderr
+    assert (exp / "eval" / "test" / "metrics.json").is_file() and not (exp / "RESULTS.md").exists()
+    damaged.write_text('{"set": "old"}\n')
+    proc = subprocess.run(
+        cmd + ["--outdir", str(exp / "eval" / "test"), "--results-md", str(exp)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and f"{damaged}: no eer, min_dcf_p0.01" in proc.stderr
+
+
 def test_score_cli_failure_while_writing_leaves_nothing(tmp_path):
     """A write that fails half way (here: an unwritable plot, as on a full disk) leaves no
     scores without metrics.json and no temporary files."""

@@ -93,21 +93,30 @@ def main(argv: list[str] | None = None) -> int:
         args.outdir,
     )
     if args.results_md:
-        logging.info("wrote %s", write_results_md(args.results_md))
+        try:
+            logging.info("wrote %s", write_results_md(args.results_md))
+        except (InputError, OSError) as err:  # another set's metrics.json is damaged, or a full disk
+            logging.error("%s (the scores of %s are written)", err, m["set"])
+            return 1
     return 0
 
 
 def _refresh_results_md(exp_dir: str) -> None:
-    """Rewrite RESULTS.md from the metrics.json files left; remove it when none is left."""
+    """Rewrite RESULTS.md from the metrics.json files left; remove it when that fails (no set
+    left, another set's metrics.json damaged), so that it never shows the failed set's old row."""
     from spkflow.evaluation import write_results_md
 
     try:
         logging.info("rewrote %s without the failed set", write_results_md(exp_dir))
+        return
     except FileNotFoundError:
-        path = os.path.join(exp_dir, "RESULTS.md")
-        if os.path.exists(path):
-            os.unlink(path)
-            logging.info("removed %s: no set has metrics.json any more", path)
+        why = "no set has metrics.json any more"
+    except (InputError, OSError) as err:
+        why = str(err)
+    path = os.path.join(exp_dir, "RESULTS.md")
+    if os.path.exists(path):
+        os.unlink(path)
+        logging.info("removed %s: %s", path, why)
 
 
 if __name__ == "__main__":
