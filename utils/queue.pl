@@ -10,6 +10,11 @@
 #   --config F        (default conf/queue.conf or conf/slurm.conf if readable, else built in)
 #   --mem M  --num-threads N  --gpu N  --time T  and any --name value the config describes;
 #   --max-jobs-run N  at most N array tasks at once (qsub -tc N, sbatch --array=a-b%N);
+#   --num-nodes K     (slurm.pl only, not with JOB=1:N) one job of K tasks, by default one per
+#                     node (--nodes=K --ntasks-per-node=1); CMD runs once per task under
+#                     `srun --kill-on-bad-exit=1`, so a task that fails ends the others and
+#                     the job; every task's output goes to LOG (a launcher such as
+#                     scripts/spk/torchrun_node.sh tells the tasks apart by SLURM_PROCID);
 #   other -x value pairs (e.g. -q all.q, -p gpu, -l h=node1) go to qsub/sbatch unchanged.
 # Config lines: "command qsub ..." (the submit command and its fixed options);
 #   "option NAME=* ...$0..." (NAME given: $0 is its value); "option NAME=VALUE ..." (that
@@ -82,6 +87,7 @@ option time=* --time=$0
 default gpu=0
 option gpu=0
 option gpu=* --gres=gpu:$0
+option num_nodes=* --nodes=$0 --ntasks-per-node=1
 EOF
         directive => '#SBATCH',
         task_var  => 'SLURM_ARRAY_TASK_ID',
@@ -154,6 +160,15 @@ if (exists $cli{max_jobs_run}) {
     $max_jobs_run = delete $cli{max_jobs_run};
     die "$me: invalid --max-jobs-run '$max_jobs_run' (want a positive integer)\n"
         unless $max_jobs_run =~ m/^\d+$/ && $max_jobs_run > 0;
+}
+my $num_nodes;
+if (exists $cli{num_nodes}) {
+    $num_nodes = $cli{num_nodes};
+    die "$me: invalid --num-nodes '$num_nodes' (want a positive integer)\n" unless $num_nodes =~ m/^\d+$/ && $num_nodes > 0;
+    die "$me: --num-nodes is supported by slurm.pl only (Grid Engine has no portable multi-node launcher)\n"
+        if $backend ne "slurm";
+    die "$me: --num-nodes cannot be combined with an array job ($jobname=$jobstart:$jobend): "
+      . "it runs one command as one job of $num_nodes tasks\n" if $array;
 }
 if (exists $cli{num_threads}) {
     die "$me: invalid --num-threads '$cli{num_threads}'\n" unless $cli{num_threads} =~ m/^\d+$/ && $cli{num_threads} > 0;
@@ -279,7 +294,8 @@ $job_name = "j$job_name" if $job_name !~ m/^[A-Za-z]/;
 
 # Environment the job needs whatever the scheduler exports.
 my @env_names = qw(PATH LD_LIBRARY_PATH PYTHONPATH VIRTUAL_ENV CONDA_PREFIX LC_ALL LANG
-                   PYTHONIOENCODING OMP_NUM_THREADS MKL_NUM_THREADS KALDI_ROOT MAIN_ROOT);
+                   PYTHONIOENCODING OMP_NUM_THREADS MKL_NUM_THREADS KALDI_ROOT MAIN_ROOT
+                   GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME);
 
 my $now = strftime("%Y-%m-%d %H:%M:%S", localtime);
 open(my $q, ">", "$script.tmp") or die "$me: cannot write $script.tmp: $!\n";
@@ -310,14 +326,20 @@ for my $id ($jobstart .. $jobend) {
     print $q "  $id)\n";
     print $q "    log=" . squote(for_task($logfile, $id)) . "\n";
     print $q "    shown=" . squote($shown) . "\n";
-    print $q "    run_task() { ( $tcmd\n    ) ; } ;;\n";
+    if (defined $num_nodes) {
+        # one copy per task, started by srun; a task exiting non-zero ends the others
+        print $q "    run_task() { srun --kill-on-bad-exit=1 bash -c " . squote("$tcmd\n") . " ; } ;;\n";
+    } else {
+        print $q "    run_task() { ( $tcmd\n    ) ; } ;;\n";
+    }
 }
 print $q "  *) echo \"$me: task '\$task' is not in this script\" >&2; exit 1 ;;\n";
 print $q "esac\n";
 print $q "status=" . squote($sync_base) . ".\$task\n";
 print $q "mkdir -p \"\$(dirname \"\$log\")\"\n";
 print $q "{ printf '# %s\\n' \"\$shown\"\n";
-print $q "  echo \"# Running on \$(hostname) as $backend job $sched->{job_id}" . ($array ? ", task \$task" : "") . "\"\n";
+print $q "  echo \"# Running on \$(hostname) as $backend job $sched->{job_id}" . ($array ? ", task \$task" : "")
+  . (defined $num_nodes ? ", \${SLURM_NTASKS:-?} tasks on \${SLURM_JOB_NODELIST:-?}" : "") . "\"\n";
 print $q "  echo \"# Started at \$(date)\"\n";
 print $q "  [ -n \"\${CUDA_VISIBLE_DEVICES:-}\" ] && echo \"# CUDA_VISIBLE_DEVICES=\$CUDA_VISIBLE_DEVICES\"\n";
 print $q "  echo '#'\n";

@@ -19,7 +19,8 @@
 #     CPUs, raised to the number of jobs when that is less than 1.4 times the CPUs).
 #   * Scheduler options (--mem, --time, --config, -q, -l ...) are accepted and ignored, so
 #     one $train_cmd works with run.pl, queue.pl and slurm.pl; --num-threads is recorded
-#     in the accounting line.
+#     in the accounting line.  --num-nodes 1 is accepted; --num-nodes K > 1 is an error
+#     (this machine is one node: multi-node jobs need slurm.pl).
 #
 # What it does beyond Kaldi's egs/wsj/s5/utils/parallel/run.pl (the anchor):
 #   * the failure message lists every failed log with its exit code and shows the last
@@ -44,6 +45,7 @@ usage: $me [options] [JOB=1:N] LOG CMD...
   options: --max-jobs-run N  (also -tc N) run at most N jobs at once
            --num-threads N   recorded in the log's accounting line
            --gpu N           give each job N GPUs (CUDA_VISIBLE_DEVICES); 0: none
+           --num-nodes 1     accepted (K > 1 is an error: use slurm.pl)
            --mem M, --time T, --config F, and other queue options are ignored
 EOF
     exit 1;
@@ -73,6 +75,10 @@ for my $pass (1 .. 2) {
         } elsif ($switch eq "--gpu") {
             die "$me: invalid --gpu '$arg'\n" unless $arg =~ m/^\d+$/;
             $gpu = $arg;
+        } elsif ($switch eq "--num-nodes") {
+            die "$me: invalid --num-nodes '$arg'\n" unless $arg =~ m/^\d+$/ && $arg > 0;
+            die "$me: --num-nodes $arg: run.pl runs jobs on this machine only; a job spanning $arg nodes "
+              . "needs a scheduler (utils/slurm.pl, cmd_backend=slurm in cmd.sh)\n" if $arg > 1;
         } elsif ($switch eq "-pe") {   # -pe smp N (Grid Engine form of --num-threads)
             usage() unless @ARGV;
             $num_threads = shift @ARGV;

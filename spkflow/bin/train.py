@@ -7,7 +7,9 @@
         [--max-steps K] [--device auto|cpu|cuda]
 
 Several processes: ``torchrun --nproc_per_node P -m spkflow.bin.train ...`` (DDP; gloo on CPU,
-NCCL on GPU).  Exit status: 0 done (or stopped by --max-steps, with a checkpoint), 128 + N
+NCCL on GPU; several nodes: scripts/spk/train.sh --num-nodes K).  Under DDP each rank also logs
+at INFO to ``<out-dir>/log/train.rank<R>.log``; the console gets rank 0's INFO, others' warnings.
+Exit status: 0 done (or stopped by --max-steps, with a checkpoint), 128 + N
 stopped by signal N (SIGINT/SIGTERM, with a checkpoint: rerun to resume), 1 bad input or a
 non-finite loss (the message names the file/line or the batch), 2 bad arguments.
 The training itself is :class:`spkflow.trainer.Trainer`.
@@ -62,9 +64,18 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
+    # the console (train.log) gets rank 0's INFO and the other ranks' warnings; under DDP
+    # every rank also writes its full log to <out-dir>/log/train.rank<R>.log
+    console = logging.StreamHandler()
+    console.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    handlers: list[logging.Handler] = [console]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        os.makedirs(os.path.join(args.out_dir, "log"), exist_ok=True)
+        handlers.append(logging.FileHandler(os.path.join(args.out_dir, "log", f"train.rank{rank}.log")))
     logging.basicConfig(
-        level=logging.INFO if rank == 0 else logging.WARNING,
+        level=logging.INFO,
         format=f"%(asctime)s (%(module)s:%(lineno)d) [rank {rank}] %(levelname)s: %(message)s",
+        handlers=handlers,
     )
     if args.num_epochs < 1:
         get_parser().error("--num-epochs must be >= 1")

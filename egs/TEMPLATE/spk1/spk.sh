@@ -20,6 +20,7 @@ stop_stage=10000      # last stage to run
 nj=4                  # parallel jobs for feature and embedding extraction
 ngpu=0                # GPUs for training: 0 = CPU, 1 = one GPU, >1 = torchrun DDP
 nproc=1               # training processes when ngpu=0 (>1: CPU DDP with gloo through torchrun)
+num_nodes=1           # training nodes: >1 = one Slurm job of num_nodes tasks (cmd_backend=slurm), ngpu/nproc per node
 gpu_inference=false   # extract embeddings on GPU (one GPU per job)
 expdir=exp            # where experiments go
 dumpdir=dump          # where features go
@@ -64,7 +65,7 @@ score_skip_missing=false  # leave out trials naming an utterance without an embe
 help_message=$(cat <<EOM
 Usage: $0 [options]
   --stage / --stop_stage   stages to run (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 score)
-  --nj, --ngpu, --nproc    parallelism
+  --nj, --ngpu, --nproc, --num_nodes   parallelism (ngpu/nproc per node; num_nodes > 1 needs cmd_backend=slurm)
   --train_set, --test_sets, --valid_set
   --fbank_conf, --vad_conf, --skip_bad, --fbank_compress
   --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
@@ -86,6 +87,13 @@ fi
 
 . ./path.sh
 . ./cmd.sh
+
+# Fail now rather than after stages 1-3: only a scheduler spans nodes (scripts/spk/train.sh checks too).
+if [ "${num_nodes}" -gt 1 ] && [ "$(basename "${cuda_cmd%% *}")" != slurm.pl ] \
+    && [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 4 ]; then
+    log "Error: --num_nodes ${num_nodes} needs cmd_backend=slurm in cmd.sh (cuda_cmd is '${cuda_cmd}', which runs on this machine only)"
+    exit 2
+fi
 
 [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
 spk_exp=${expdir}/spk_${tag}
@@ -185,48 +193,32 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     # spkflow/trainer.py: N x M crops of the stage-2 features in the order of the stage-3 batch
     # lists, a checkpoint each epoch (resumable mid-epoch), validation EER on ${valid_set}'s
     # trials, model.pth = the model chosen by train.select; config.yaml records the frontend.
-    # ngpu > 1 or nproc > 1: DDP through torchrun, rank r trains on lines r, r+P, ... of each list.
+    # ngpu > 1 or nproc > 1: DDP through torchrun, rank r trains on lines r, r+W, ... of each list
+    # (W = num_nodes x processes per node).
     _train_dir=${dumpdir}/fbank/${train_set}
     [ -f "${_train_dir}/feats.scp" ] || { log "Error: ${_train_dir}/feats.scp not found (run stage 2)"; exit 1; }
     for _epoch in $(seq 1 "${num_epochs}"); do
         [ -f "${spk_exp}/batches/epoch${_epoch}.txt" ] || {
             log "Error: ${spk_exp}/batches/epoch${_epoch}.txt not found (run stage 3 with --num_epochs ${num_epochs})"; exit 1; }
     done
-    _opts=(--config "${train_config}" --train-data "${_train_dir}" --train-feats "${_train_dir}"
-           --batches-dir "${spk_exp}/batches" --num-epochs "${num_epochs}" --num-utt "${num_utt}"
-           --out-dir "${spk_exp}" --fbank-conf "${fbank_conf}" --vad-conf "${vad_conf}"
+    _opts=(--cmd "${cuda_cmd}" --num-nodes "${num_nodes}" --ngpu "${ngpu}" --nproc "${nproc}"
+           --train-config "${train_config}" --num-epochs "${num_epochs}" --num-utt "${num_utt}"
+           --fbank-conf "${fbank_conf}" --vad-conf "${vad_conf}" --resume "${resume}"
            --num-threads "${train_threads}")
     if [ -n "${valid_set}" ] && [ -f "data/${valid_set}/trials" ] && [ -f "${dumpdir}/fbank/${valid_set}/feats.scp" ]; then
         _opts+=(--valid-data "data/${valid_set}" --valid-feats "${dumpdir}/fbank/${valid_set}")
     else
         log "No validation: data/${valid_set}/trials or ${dumpdir}/fbank/${valid_set}/feats.scp missing"
     fi
-    ${resume} || _opts+=(--no-resume)
-    if [ "${ngpu}" -gt 0 ]; then
-        _nproc=${ngpu}; _opts+=(--device cuda)
-    else
-        _nproc=${nproc}; _opts+=(--device cpu)
-    fi
-    if [ "${_nproc}" -gt 1 ]; then
-        _launch=(python -m torch.distributed.run --standalone --nproc_per_node "${_nproc}")
-    else
-        _launch=(python)
-    fi
-    mkdir -p "${spk_exp}"
-    # one log per run: an earlier train.log is kept as train.log.<N>
-    if [ -f "${spk_exp}/train.log" ]; then
-        _n=1; while [ -f "${spk_exp}/train.log.${_n}" ]; do _n=$((_n + 1)); done
-        mv "${spk_exp}/train.log" "${spk_exp}/train.log.${_n}"
-    fi
-    log "Training ${_nproc} process(es), log: ${spk_exp}/train.log"
-    if ! ${cuda_cmd} --gpu "${ngpu}" "${spk_exp}/train.log" \
-            "${_launch[@]}" -m spkflow.bin.train "${_opts[@]}"; then
-        log "Error: training failed, see ${spk_exp}/train.log:"
-        grep -E "ERROR|Error|error:" "${spk_exp}/train.log" | tail -n 5 >&2 || tail -n 20 "${spk_exp}/train.log" >&2
-        exit 1
-    fi
-    if [ ! -f "${spk_exp}/model.pth" ]; then
-        log "Error: training stopped before epoch ${num_epochs} (${spk_exp}/checkpoint.pth kept): rerun stage 4 to resume"
+    # scripts/spk/train.sh: one process, torchrun --standalone (nproc/ngpu > 1) or, with
+    # num_nodes > 1, one Slurm job of num_nodes torchrun agents (c10d rendezvous); it keeps
+    # an earlier train.log as train.log.<N> and names the failed ranks' logs.
+    if ! scripts/spk/train.sh "${_opts[@]}" "${_train_dir}" "${spk_exp}/batches" "${spk_exp}"; then
+        if [ -f "${spk_exp}/checkpoint.pth" ]; then
+            log "Error: training failed or was stopped; ${spk_exp}/checkpoint.pth is kept: re-running stage 4 (--stage 4, same options) resumes from it"
+        else
+            log "Error: training failed before its first checkpoint, see ${spk_exp}/train.log"
+        fi
         exit 1
     fi
     grep -E "epoch [0-9]+ done|model.pth" "${spk_exp}/train.log" | sed 's/^.*INFO: //' | while read -r _line; do log "${_line}"; done
