@@ -241,3 +241,84 @@ def test_single_job_form(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     r = slurm_pl(slurm_cluster, ["log/bad.log", "exit", "4"], tmp_path)
     assert r.returncode == 1
     assert "slurm.pl: job failed (code 4), log is in log/bad.log" in r.stderr
+
+
+def test_num_nodes_default_translation_is_one_task_per_node(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    # The built-in (and recipe) translation asks for K nodes with one task each. The one-node
+    # test cluster cannot grant two: Slurm accepts the job and leaves it pending for ever
+    # (reason PartitionNodeLimit); slurm.pl must say so and cancel it rather than wait.
+    t0 = time.monotonic()
+    r = slurm_pl(slurm_cluster, ["--num-nodes", "2", "log/n.log", "hostname"], tmp_path, timeout=60)
+    assert r.returncode == 1
+    assert "will not run: pending for ever (slurm reason PartitionNodeLimit" in r.stderr
+    assert "log is in log/n.log" in r.stderr and time.monotonic() - t0 < 30
+    script = (tmp_path / "log" / "q" / "n.sh").read_text()
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script
+    assert "srun --kill-on-bad-exit=1 bash -c" in script
+    # one node is what this cluster has: it runs, under srun, with the run.pl log conventions
+    r = slurm_pl(
+        slurm_cluster, ["--num-nodes", "1", "log/one.log", "echo", "task $SLURM_PROCID of $SLURM_NTASKS"], tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "log" / "one.log"
+    assert re.search(r"^# Running on \S+ as slurm job \d+, 1 tasks on \S+$", log.read_text(), re.M)
+    assert body(log) == ["task 0 of 1"]
+
+
+def test_num_nodes_tasks_share_one_log_and_a_failing_task_ends_the_job(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # The K tasks share the one test node (--ntasks=K instead of --nodes=K, see test_multinode.py).
+    conf = (ROOT / "egs" / "TEMPLATE" / "spk1" / "conf" / "slurm.conf").read_text()
+    conf = conf.replace("option num_nodes=* --nodes=$0 --ntasks-per-node=1", "option num_nodes=* --ntasks=$0")
+    (tmp_path / "slurm.conf").write_text(conf)
+    cfg = ["--config", "slurm.conf"]
+    r = slurm_pl(
+        slurm_cluster, [*cfg, "--num-nodes", "2", "log/t.log", "echo", "task $SLURM_PROCID of $SLURM_NTASKS"], tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    assert sorted(body(tmp_path / "log" / "t.log")) == ["task 0 of 2", "task 1 of 2"]
+    assert "#SBATCH --ntasks=2\n" in (tmp_path / "log" / "q" / "t.sh").read_text()
+    # task 1 fails at once, task 0 would sleep for 5 minutes: srun ends it, the job fails now
+    t0 = time.monotonic()
+    r = slurm_pl(
+        slurm_cluster,
+        [
+            *cfg,
+            "--num-nodes",
+            "2",
+            "log/f.log",
+            "bash",
+            "-c",
+            "[ $SLURM_PROCID = 1 ] && { echo rank 1 fails; exit 3; }; exec sleep 300",
+        ],
+        tmp_path,
+        timeout=120,
+    )
+    waited = time.monotonic() - t0
+    assert r.returncode == 1
+    assert "slurm.pl: job failed (code 1" in r.stderr and "log is in log/f.log" in r.stderr
+    assert "rank 1 fails" in (tmp_path / "log" / "f.log").read_text()
+    assert waited < 60, waited
+    print(f"two-task job with a failing task ended after {waited:.1f} s")
+
+
+def test_num_nodes_is_refused_where_it_cannot_work(tmp_path: Path) -> None:
+    # Argument checks: no scheduler is reached (nothing is submitted).
+    r = subprocess.run(
+        [str(SLURM_PL), "--num-nodes", "2", "JOB=1:2", "log/a.JOB.log", "true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "cannot be combined with an array job" in r.stderr
+    r = subprocess.run(
+        [str(SLURM_PL), "--num-nodes", "0", "log/a.log", "true"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert r.returncode != 0 and "invalid --num-nodes '0'" in r.stderr
+    queue_pl = ROOT / "utils" / "queue.pl"
+    r = subprocess.run(
+        [str(queue_pl), "--num-nodes", "2", "log/a.log", "true"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert r.returncode != 0 and "supported by slurm.pl only" in r.stderr
+    assert not (tmp_path / "log").exists()

@@ -41,7 +41,8 @@
 #     argument is replaced too (Kaldi rewrites it to ${SGE_TASK_ID}, which single quotes
 #     leave unexpanded);
 #   * a task lost by the scheduler is reported within seconds with the scheduler's reason,
-#     and a task stuck in Grid Engine's error state (Eqw) is reported and deleted;
+#     and a task stuck in Grid Engine's error state (Eqw), or pending in Slurm for a reason
+#     that never clears (PartitionNodeLimit, a per-job QOS limit ...), is reported and deleted;
 #   * no fixed 5 s sleep after creating the q/ directory, and polling starts at 50 ms, so a
 #     short array job returns as soon as its tasks end;
 #   * one implementation for both schedulers, so their behaviour cannot drift apart.
@@ -406,6 +407,9 @@ sub run_capture {   # (exit code, output) of a command, no shell
     return ($? >> 8, $out);
 }
 
+# Slurm pending reasons that no amount of waiting resolves (a per-job request above a limit).
+my $slurm_never_runs = qr/^(PartitionNodeLimit|PartitionTimeLimit|BadConstraints|(QOS|Assoc)Max\w*PerJob\w*)$/;
+
 # Returns (gone, {task => "state reason"} for tasks in a state they will not leave by themselves).
 sub scheduler_view {
     if ($backend eq "slurm") {
@@ -414,7 +418,18 @@ sub scheduler_view {
         return (0, {}) if $rc != 0;    # the controller did not answer: assume still there
         my @lines = grep { m/\S/ } split(/\n/, $out);
         return (1, {}) unless @lines;
-        return (0, {});
+        # A job pending for a reason that does not clear by itself (e.g. more nodes than the
+        # partition has: Slurm accepts it unless EnforcePartLimits is set) would wait forever.
+        my %stuck;
+        for my $line (@lines) {
+            my ($id, $state, $reason) = split(/\|/, $line);
+            next unless defined $reason && $state eq "PENDING" && $reason =~ m/$slurm_never_runs/;
+            my $why = "pending for ever (slurm reason $reason: the job asks for more than the partition or "
+              . "its limits allow, e.g. --num-nodes above the partition's nodes)";
+            if ($id =~ m/_(\d+)$/) { $stuck{$1} = $why; }
+            else { $stuck{$_} = $why for $jobstart .. $jobend; }
+        }
+        return (0, \%stuck);
     } else {
         my ($rc, $out) = run_capture("qstat", "-j", $job_id);
         return (1, {}) if $rc != 0 && $out =~ m/(do not exist|not exist)/i;
