@@ -292,6 +292,7 @@ def bench_training(
 
     from spkflow.batches import plan_epoch
     from spkflow.datadir import read_kv
+    from spkflow.errors import InputError
     from spkflow.loader import NxMCropDataset, make_loader
     from spkflow.losses import batch_labels, build_loss
     from spkflow.models import build_model
@@ -310,7 +311,10 @@ def bench_training(
             sys.exit(f"make_fbank.sh failed:\n{r.stderr[-3000:]}")
     device = torch.device(device_name)
     amp = amp and device.type == "cuda"
-    batches = [list(b) for b in plan_epoch(feats / "spk2utt", num_spk, num_utt, seed=0, epoch=1).batches]
+    try:
+        batches = [list(b) for b in plan_epoch(feats / "spk2utt", num_spk, num_utt, seed=0, epoch=1).batches]
+    except InputError as err:
+        sys.exit(f"training part: {err} (use more --num-utts or a smaller --num-spk / --num-utt)")
     need = steps + warmup
     if len(batches) < need:  # repeat the epoch's plan (another epoch's crops) to have enough
         batches = (batches * (need // max(1, len(batches)) + 1))[:need]
