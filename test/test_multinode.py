@@ -241,3 +241,41 @@ def test_a_killed_rank_fails_the_job_and_the_next_run_resumes(
     assert (out / "log" / "train.rank1.log.1").exists()
     diff = max_abs_diff(out / "model.pth", reference / "model.pth")
     assert diff <= 1e-6, diff
+
+
+@pytest.mark.slow
+def test_spk_sh_stage4_says_that_rerunning_resumes(setup: dict[str, Any], tmp_path: Path) -> None:
+    """spk.sh stage 4 through scripts/spk/train.sh in a recipe dir: a training that fails in
+    epoch 2 (a batch list naming an unknown utterance, standing for any mid-training failure)
+    keeps the epoch-1 checkpoint and says that re-running stage 4 resumes; it does."""
+    recipe = tmp_path / "recipe"
+    recipe.mkdir()
+    for name in ("spk.sh", "path.sh", "cmd.sh"):
+        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
+    shutil.copytree(setup["conf"], recipe / "conf")
+    shutil.copy(setup["config_path"], recipe / "conf" / "train.yaml")
+    shutil.copytree(setup["feats"], recipe / "dump" / "fbank" / "train", symlinks=True)
+    batches = recipe / "exp" / "spk_train" / "batches"
+    shutil.copytree(setup["batches"], batches)
+    good = (batches / "epoch2.txt").read_text()
+    lines = good.splitlines()
+    lines[2] = " ".join(["nobody-utt99"] * len(lines[2].split()))
+    (batches / "epoch2.txt").write_text("\n".join(lines) + "\n")
+    args = ["./spk.sh", "--stage", "4", "--stop_stage", "4", "--num_epochs", "2", "--num_utt", "2"]
+    args += ["--train_threads", "1", "--test_sets", "none"]
+    env = _env({"cmd_backend": "local"})
+    r = subprocess.run(args, cwd=recipe, env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "re-running stage 4 (--stage 4, same options) resumes from it" in out
+    ck = torch.load(recipe / "exp" / "spk_train" / "checkpoint.pth", weights_only=True)
+    assert ck["epoch"] == 2  # the end of epoch 1
+    (batches / "epoch2.txt").write_text(good)
+    r = subprocess.run(args, cwd=recipe, env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "Resuming from exp/spk_train/checkpoint.pth" in out and "Stage 4 output" in out
+    assert (recipe / "exp" / "spk_train" / "train.log.1").exists()
+    assert (recipe / "exp" / "spk_train" / "model.pth").exists()
