@@ -15,6 +15,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+# The real Slurm / Grid Engine fixtures, once per session for every test module (a module that
+# imported them itself would start a second cluster beside the first).
+from schedulers import sge_cluster, slurm_cluster  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "egs" / "TEMPLATE" / "spk1"
 

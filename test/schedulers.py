@@ -1,7 +1,7 @@
 """Start and stop a real single-node Slurm and a real Sun Grid Engine for the runner tests.
 
-Tests import the session fixtures ``slurm_cluster`` and ``sge_cluster`` from here
-(``from schedulers import slurm_cluster``). Each fixture:
+Tests get the session fixtures ``slurm_cluster`` and ``sge_cluster`` defined here through
+conftest.py, which imports them, so that one cluster serves every module. Each fixture:
 
 * skips when the machine cannot host the scheduler (not root, Debian packages missing;
   ``sudo bash tools/install_schedulers.sh`` installs them), except under ``CI=true`` where

@@ -29,7 +29,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
-from schedulers import SlurmCluster, slurm_cluster  # noqa: F401  (session fixture)
+from schedulers import SlurmCluster
 from test_trainer import make_train_setup
 
 TRAIN_SH = ROOT / "scripts" / "spk" / "train.sh"
@@ -161,7 +161,7 @@ def worker_pid(out: Path, rank: int) -> int | None:
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_two_slurm_tasks_train_the_same_model_as_two_local_processes(
-    slurm_cluster: SlurmCluster,  # noqa: F811
+    slurm_cluster: SlurmCluster,
     setup: dict[str, Any],
     reference: Path,
     tmp_path: Path,
@@ -193,7 +193,7 @@ def test_two_slurm_tasks_train_the_same_model_as_two_local_processes(
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_job_and_the_next_run_resumes(
-    slurm_cluster: SlurmCluster,  # noqa: F811
+    slurm_cluster: SlurmCluster,
     setup: dict[str, Any],
     reference: Path,
     tmp_path: Path,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from schedulers import GridEngine, log_body as body, run_runner, sge_cluster  # noqa: F401  (session fixture)
+from schedulers import GridEngine, log_body as body, run_runner  # the sge_cluster fixture: conftest.py
 
 pytestmark = pytest.mark.sge
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from schedulers import SlurmCluster, log_body as body, run_runner, slurm_cluster  # noqa: F401  (session fixture)
+from schedulers import SlurmCluster, log_body as body, run_runner  # the slurm_cluster fixture: conftest.py
 
 pytestmark = pytest.mark.slurm
 
