@@ -254,15 +254,19 @@ def test_num_nodes_default_translation_is_one_task_per_node(slurm_cluster: Slurm
     assert "log is in log/n.log" in r.stderr and time.monotonic() - t0 < 30
     script = (tmp_path / "log" / "q" / "n.sh").read_text()
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script
-    assert "srun --kill-on-bad-exit=1 bash -c" in script
+    assert "srun --kill-on-bad-exit=1 ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} bash -c" in script
     # one node is what this cluster has: it runs, under srun, with the run.pl log conventions
+    # (and the job's CPUs: srun is told --cpus-per-task, which it no longer inherits)
     r = slurm_pl(
-        slurm_cluster, ["--num-nodes", "1", "log/one.log", "echo", "task $SLURM_PROCID of $SLURM_NTASKS"], tmp_path
-    )
+        slurm_cluster,
+        ["--num-nodes", "1", "--num-threads", "2", "log/one.log", "echo", "task $SLURM_PROCID of $SLURM_NTASKS",
+         "cpus $SLURM_CPUS_PER_TASK step $SLURM_STEP_ID"],
+        tmp_path,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     log = tmp_path / "log" / "one.log"
     assert re.search(r"^# Running on \S+ as slurm job \d+, 1 tasks on \S+$", log.read_text(), re.M)
-    assert body(log) == ["task 0 of 1"]
+    assert body(log) == ["task 0 of 1 cpus 2 step 0"]
 
 
 def test_num_nodes_tasks_share_one_log_and_a_failing_task_ends_the_job(

@@ -328,8 +328,11 @@ for my $id ($jobstart .. $jobend) {
     print $q "    log=" . squote(for_task($logfile, $id)) . "\n";
     print $q "    shown=" . squote($shown) . "\n";
     if (defined $num_nodes) {
-        # one copy per task, started by srun; a task exiting non-zero ends the others
-        print $q "    run_task() { srun --kill-on-bad-exit=1 bash -c " . squote("$tcmd\n") . " ; } ;;\n";
+        # one copy per task, started by srun; a task exiting non-zero ends the others. srun
+        # does not take --cpus-per-task from the job since Slurm 22.05: pass it on, or each
+        # task would be bound to one CPU where the site binds tasks to cores.
+        print $q "    run_task() { srun --kill-on-bad-exit=1 \${SLURM_CPUS_PER_TASK:+--cpus-per-task=\$SLURM_CPUS_PER_TASK} bash -c "
+          . squote("$tcmd\n") . " ; } ;;\n";
     } else {
         print $q "    run_task() { ( $tcmd\n    ) ; } ;;\n";
     }
