@@ -243,8 +243,8 @@ def gather(emb: Mapping[str, np.ndarray], utts: Iterable[str], where: str) -> np
 def top_k_accuracy(scores: np.ndarray, truth: np.ndarray, k: int) -> float:
     """Fraction of rows whose true column is among the ``k`` highest scores (ties count against)."""
     true_score = scores[np.arange(len(truth)), truth]
-    better = (scores > true_score[:, None]).sum(axis=1)
-    return float(np.mean(better < k))
+    rivals = (scores >= true_score[:, None]).sum(axis=1) - 1  # other speakers scoring as high or higher
+    return float(np.mean(rivals < k))
 
 
 def closed_set(
