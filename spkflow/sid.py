@@ -153,7 +153,10 @@ def read_split(splitdir: str | os.PathLike[str]) -> Split:
     if missing:
         raise InputError(os.path.join(d, "folds"), None, f"no fold for speakers {missing[:5]}")
     dropped_path = os.path.join(d, "dropped_spks")
-    dropped = open(dropped_path, encoding="utf-8").read().split() if os.path.exists(dropped_path) else []
+    dropped = []
+    if os.path.exists(dropped_path):
+        with open(dropped_path, encoding="utf-8") as f:
+            dropped = f.read().split()
     return Split(enrol, test, fold, dropped)
 
 
@@ -219,12 +222,15 @@ def fit_backend(name: str, x: np.ndarray, labels: Sequence[str], lda_dim: int = 
 
 
 def enrol(
-    backend: Backend, emb: Mapping[str, np.ndarray], enrol_utts: Mapping[str, Sequence[str]]
+    backend: Backend,
+    emb: Mapping[str, np.ndarray],
+    enrol_utts: Mapping[str, Sequence[str]],
+    where: str = "embeddings",
 ) -> tuple[list[str], np.ndarray]:
     """Speaker models in the backend's space: mean of the transformed enrolment embeddings,
     renormalised. Returns (speakers, [S, D'])."""
     spks = list(enrol_utts)
-    models = np.stack([backend.transform(np.stack([emb[u] for u in enrol_utts[s]])).mean(axis=0) for s in spks])
+    models = np.stack([backend.transform(gather(emb, enrol_utts[s], where)).mean(axis=0) for s in spks])
     return spks, _l2(models)
 
 
@@ -253,12 +259,13 @@ def closed_set(
     models: np.ndarray,
     emb: Mapping[str, np.ndarray],
     test: Sequence[tuple[str, str]],
+    where: str = "embeddings",
 ) -> tuple[dict[str, float | int], np.ndarray, np.ndarray]:
     """Cosine of each test utterance to every speaker model. Returns (metrics, scores [T, S],
-    true speaker index [T])."""
+    true speaker index [T]); ``where`` (the scp) names the source of a missing embedding."""
     index = {s: i for i, s in enumerate(spks)}
     truth = np.array([index[s] for _, s in test])
-    scores = backend.transform(gather(emb, (u for u, _ in test), "xvector.scp")) @ models.T
+    scores = backend.transform(gather(emb, (u for u, _ in test), where)) @ models.T
     metrics: dict[str, float | int] = {
         "top1": top_k_accuracy(scores, truth, 1),
         "top5": top_k_accuracy(scores, truth, 5),
@@ -285,6 +292,7 @@ def open_set(
     split: Split,
     fars: Sequence[float] = (0.01, 0.05, 0.1),
     lda_dim: int = 0,
+    where: str = "embeddings",
 ) -> tuple[dict[str, object], list[tuple[int, str, str, str, float, str]]]:
     """Open-set identification over the split's folds (module docstring). Returns (metrics,
     trials) with one trial per (fold, test utterance): fold, utt, true speaker, best enrolled
@@ -295,9 +303,9 @@ def open_set(
         gallery = {s: u for s, u in split.enrol.items() if split.fold[s] != f}
         utts = [u for s in gallery for u in gallery[s]]
         labels = [s for s in gallery for _ in gallery[s]]
-        backend = fit_backend(backend_name, gather(emb, utts, "xvector.scp"), labels, lda_dim)
-        spks, models = enrol(backend, emb, gallery)
-        scores = backend.transform(gather(emb, (u for u, _ in split.test), "xvector.scp")) @ models.T
+        backend = fit_backend(backend_name, gather(emb, utts, where), labels, lda_dim)
+        spks, models = enrol(backend, emb, gallery, where)
+        scores = backend.transform(gather(emb, (u for u, _ in split.test), where)) @ models.T
         best = scores.argmax(axis=1)
         for (utt, spk), b, row in zip(split.test, best, scores, strict=True):
             kind = "impostor" if split.fold[spk] == f else "known"

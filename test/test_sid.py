@@ -125,6 +125,37 @@ def test_open_set_separable_speakers_are_all_identified_and_impostors_rejected()
     assert all(best != spk for _, _, spk, best, _, kind in trials if kind == "impostor")
 
 
+def test_cli_names_the_scp_of_a_missing_embedding_and_the_missing_enrolment(tmp_path, caplog):
+    from spkflow.bin.sid import main
+
+    emb = clustered(4, 3, 8, nuisance=0.0)
+    spk2utt = spk2utt_of(4, 3)
+    (tmp_path / "spk2utt").write_text("".join(f"{s} {' '.join(u)}\n" for s, u in spk2utt.items()))
+    scp = tmp_path / "xvector.scp"
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'xvector.ark'},{scp}") as w:
+        for u, v in emb.items():
+            if u != "s02-u01":
+                w[u] = v.astype(np.float32)
+    sid = tmp_path / "sid"
+    assert (
+        main(
+            ["split", "--spk2utt", str(tmp_path / "spk2utt"), "--num-enrol", "2", "--folds", "2", "--outdir", str(sid)]
+        )
+        == 0
+    )
+    assert main(["closed", "--xvector-scp", str(scp), "--sid-dir", str(sid)]) == 1
+    assert "spk_model.scp: not found: run the enrolment stage" in caplog.text
+    split = read_split(sid)
+    missing_is_enrol = "s02-u01" in split.enrol["s02"]
+    rc = main(["enrol", "--xvector-scp", str(scp), "--sid-dir", str(sid)])
+    if missing_is_enrol:
+        assert rc == 1 and f"{scp}: 1 utterances have no embedding, e.g. ['s02-u01']" in caplog.text
+    else:
+        assert rc == 0 and main(["closed", "--xvector-scp", str(scp), "--sid-dir", str(sid)]) == 1
+        assert f"{scp}: 1 utterances have no embedding, e.g. ['s02-u01']" in caplog.text
+    assert not (sid / "metrics.json").exists() or "top1" not in (sid / "metrics.json").read_text()
+
+
 # ----------------------------------------------------------------------------- recipe
 
 

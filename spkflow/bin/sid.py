@@ -61,25 +61,27 @@ def _enrol(args: argparse.Namespace) -> None:
     import kaldiio
     import numpy as np
 
+    from spkflow.atomic import atomic_write, write_text_atomic
     from spkflow.sid import enrol, fit_backend, gather
 
     emb, split = _load(args)
     utts = [u for s in split.enrol for u in split.enrol[s]]
     labels = [s for s in split.enrol for _ in split.enrol[s]]
     backend = fit_backend(args.backend, gather(emb, utts, args.xvector_scp), labels, args.lda_dim)
-    spks, models = enrol(backend, emb, split.enrol)
+    spks, models = enrol(backend, emb, split.enrol, args.xvector_scp)
     backend.save(os.path.join(args.sid_dir, "backend.npz"))
-    # ark first, then its scp atomically: an scp on disk always points at a complete ark
+    # Old scp removed first, then the ark, then the new scp written atomically: an scp on disk
+    # always points into a complete ark of the same run (a kill in between leaves no scp).
     ark, scp = os.path.join(args.sid_dir, "spk_model.ark"), os.path.join(args.sid_dir, "spk_model.scp")
-    tmp_ark, tmp_scp = ark + ".tmp", scp + ".tmp"
-    with kaldiio.WriteHelper(f"ark,scp:{tmp_ark},{tmp_scp}") as w:
+    if os.path.exists(scp):
+        os.unlink(scp)
+    offsets = []
+    with atomic_write(ark, "wb") as f:
         for s, m in zip(spks, models, strict=True):
-            w[s] = m.astype(np.float32)
-    os.replace(tmp_ark, ark)
-    from spkflow.atomic import write_text_atomic
-
-    write_text_atomic(scp, open(tmp_scp, encoding="utf-8").read().replace(tmp_ark, ark))
-    os.unlink(tmp_scp)
+            f.write(f"{s} ".encode())
+            offsets.append(f.tell())
+            kaldiio.save_mat(f, m.astype(np.float32))
+    write_text_atomic(scp, "".join(f"{s} {ark}:{o}\n" for s, o in zip(spks, offsets, strict=True)))
     _merge(args.sid_dir, {"backend": args.backend, "n_enrol_utts": len(utts)})
     log.info(
         "%s: %d speaker models (%s backend, dim %d) -> %s", args.sid_dir, len(spks), args.backend, models.shape[1], scp
@@ -91,19 +93,23 @@ def _closed(args: argparse.Namespace) -> None:
     import numpy as np
 
     from spkflow.atomic import write_text_atomic
+    from spkflow.errors import InputError
     from spkflow.plots import plot_confusion
     from spkflow.sid import Backend, closed_set, confusion
 
+    spk_scp, backend_npz = os.path.join(args.sid_dir, "spk_model.scp"), os.path.join(args.sid_dir, "backend.npz")
+    for path in (spk_scp, backend_npz):
+        if not os.path.exists(path):
+            raise InputError(path, None, "not found: run the enrolment stage (sid enrol) first")
     emb, split = _load(args)
-    backend = Backend.load(os.path.join(args.sid_dir, "backend.npz"))
-    spk_scp = os.path.join(args.sid_dir, "spk_model.scp")
+    backend = Backend.load(backend_npz)
     loaded = dict(kaldiio.load_scp(spk_scp))
     missing = [s for s in split.enrol if s not in loaded]
     if missing:
-        raise SystemExit(f"{spk_scp}: no model for {missing[:5]} (rerun the enrolment stage)")
+        raise InputError(spk_scp, None, f"no model for {missing[:5]} (rerun the enrolment stage)")
     spks = list(split.enrol)
     models = np.stack([np.asarray(loaded[s], dtype=np.float64) for s in spks])
-    metrics, scores, truth = closed_set(backend, spks, models, emb, split.test)
+    metrics, scores, truth = closed_set(backend, spks, models, emb, split.test, args.xvector_scp)
     pred = scores.argmax(axis=1)
     lines = [
         f"{u} {s} {spks[p]} {scores[i, p]:.6f}\n" for i, ((u, s), p) in enumerate(zip(split.test, pred, strict=True))
@@ -135,7 +141,7 @@ def _open(args: argparse.Namespace) -> None:
 
     emb, split = _load(args)
     fars = sorted({0.01, 0.05, 0.1, args.far})
-    metrics, trials = open_set(args.backend, emb, split, fars, args.lda_dim)
+    metrics, trials = open_set(args.backend, emb, split, fars, args.lda_dim, args.xvector_scp)
     write_text_atomic(
         os.path.join(args.sid_dir, "open_trials"),
         "".join(f"{f} {u} {s} {b} {sc:.6f} {k}\n" for f, u, s, b, sc, k in trials),

@@ -120,7 +120,8 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     for dset in ${test_sets}; do
         _sid=${sid_exp}/sid/${dset}
         [ -f "${sid_exp}/embed/${dset}/xvector.scp" ] || { log "Error: ${sid_exp}/embed/${dset}/xvector.scp not found (run stage 5)"; exit 1; }
-        rm -f "${_sid}/metrics.json"   # a new split invalidates the figures of the old one
+        # a new split invalidates every figure of the old one
+        rm -f "${_sid}"/{metrics.json,closed.json,open.json,predictions,open_trials,confusion.png}
         python -m spkflow.bin.sid split --spk2utt "data/${dset}/spk2utt" --num-enrol "${num_enrol}" \
             --seed "${split_seed}" --folds "${open_folds}" --outdir "${_sid}"
         python -m spkflow.bin.sid enrol --xvector-scp "${sid_exp}/embed/${dset}/xvector.scp" \
