@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import kaldiio
@@ -28,6 +29,7 @@ from spkflow.sid import (
 )
 
 RECIPE = ROOT / "egs" / "speechocean762" / "sid1"
+PY = Path(sys.executable)
 
 
 # ----------------------------------------------------------------------------- library
@@ -172,6 +174,11 @@ def sh(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedPr
     return p
 
 
+def run_py(args: list[str]) -> None:
+    p = subprocess.run(args, env=dict(env(), PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-4000:]
+
+
 def make_recipe(tmp_path: Path) -> Path:
     """A copy of the speechocean762 sid1 recipe dir (links to its files), outputs in tmp_path."""
     recipe = tmp_path / "egs" / "speechocean762" / "sid1"
@@ -184,12 +191,12 @@ def make_recipe(tmp_path: Path) -> Path:
 
 def small_real_data(recipe: Path, corpus) -> None:
     """data/test: 6 speakers x 4 utterances of speechocean762 test; data/dsp20: 4 speakers x 6
-    utterances of DSPSpeech-20 (the corpus scripts, then utils/subset_data_dir.sh)."""
+    utterances of DSPSpeech-20 (spkflow.bin.prepare_corpus, then utils/subset_data_dir.sh)."""
     so, dsp = corpus("SPEECHOCEAN762"), corpus("DSPSPEECH20")
     data = recipe / "data"
-    sh([ROOT / "local" / "speechocean762.sh", "--download", "false", "--utt2dur", "false", "--split", "test", so,
-        data / "so_all"], recipe)  # fmt: skip
-    sh([ROOT / "local" / "dspspeech20.sh", "--download", "false", "--rounds", "01", dsp, data / "dsp_all"], recipe)
+    prepare = [str(PY), "-m", "spkflow.bin.prepare_corpus"]
+    run_py([*prepare, "speechocean762", "--utt2dur", "false", "--split", "test", str(so), str(data / "so_all")])
+    run_py([*prepare, "dspspeech20", "--rounds", "01", str(dsp), str(data / "dsp_all")])
     for src, dst, num_spk, per_spk in (("so_all", "test", 6, 4), ("dsp_all", "dsp20", 4, 6)):
         spks = [ln.split()[0] for ln in (data / src / "spk2utt").read_text().splitlines()[:num_spk]]
         (data / f"{dst}.spk").write_text("".join(f"{s}\n" for s in spks))

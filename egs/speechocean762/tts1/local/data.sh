@@ -37,7 +37,7 @@ done
 
 log "speechocean762 from SPEECHOCEAN762=${SPEECHOCEAN762}"
 for split in train test; do
-    "${MAIN_ROOT}/local/speechocean762.sh" --download "${download}" --utt2dur false --split "${split}" \
+    python -m spkflow.bin.prepare_corpus speechocean762 --download "${download}" --utt2dur false --split "${split}" \
         "${SPEECHOCEAN762}" "data/${split}_all"
 done
 
