@@ -13,6 +13,7 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 import pytest
+import yaml
 from conftest import ROOT
 
 from spkflow.errors import InputError
@@ -189,18 +190,37 @@ def make_recipe(tmp_path: Path) -> Path:
     return recipe
 
 
-def small_real_data(recipe: Path, corpus) -> None:
-    """data/test: 6 speakers x 4 utterances of speechocean762 test; data/dsp20: 4 speakers x 6
-    utterances of DSPSpeech-20 (spkflow.bin.prepare_corpus, then utils/subset_data_dir.sh)."""
-    so, dsp = corpus("SPEECHOCEAN762"), corpus("DSPSPEECH20")
+SO_TEST, DSP = ("speechocean762", "test", 6, 4), ("dspspeech20", "dsp20", 4, 6)
+SO_TRAIN = ("speechocean762-train", "train", 6, 4)
+
+
+def small_real_data(recipe: Path, corpus, sets=(SO_TEST, DSP)) -> None:
+    """Data dirs of the first few speakers (LC_ALL=C order) x a few utterances of the real corpora
+    (spkflow.bin.prepare_corpus, then utils/subset_data_dir.sh): by default data/test (6 x 4 of
+    speechocean762 test) and data/dsp20 (4 x 6 of DSPSpeech-20)."""
     data = recipe / "data"
     prepare = [str(PY), "-m", "spkflow.bin.prepare_corpus"]
-    run_py([*prepare, "speechocean762", "--utt2dur", "false", "--split", "test", str(so), str(data / "so_all")])
-    run_py([*prepare, "dspspeech20", "--rounds", "01", str(dsp), str(data / "dsp_all")])
-    for src, dst, num_spk, per_spk in (("so_all", "test", 6, 4), ("dsp_all", "dsp20", 4, 6)):
-        spks = [ln.split()[0] for ln in (data / src / "spk2utt").read_text().splitlines()[:num_spk]]
+    for source, dst, num_spk, per_spk in sets:
+        full = data / f"{dst}_all"
+        if source.startswith("speechocean762"):
+            split = "train" if source.endswith("train") else "test"
+            run_py(
+                [
+                    *prepare,
+                    "speechocean762",
+                    "--utt2dur",
+                    "false",
+                    "--split",
+                    split,
+                    str(corpus("SPEECHOCEAN762")),
+                    str(full),
+                ]
+            )
+        else:
+            run_py([*prepare, "dspspeech20", "--rounds", "01", str(corpus("DSPSPEECH20")), str(full)])
+        spks = [ln.split()[0] for ln in (full / "spk2utt").read_text().splitlines()[:num_spk]]
         (data / f"{dst}.spk").write_text("".join(f"{s}\n" for s in spks))
-        sh(["utils/subset_data_dir.sh", "--spk-list", data / f"{dst}.spk", data / src, data / f"{dst}_spk"], recipe)
+        sh(["utils/subset_data_dir.sh", "--spk-list", data / f"{dst}.spk", full, data / f"{dst}_spk"], recipe)
         sh(["utils/subset_data_dir.sh", "--per-spk", data / f"{dst}_spk", per_spk, data / dst], recipe)
 
 
@@ -216,6 +236,8 @@ def cosine_top1(xvector_scp: Path, sid: Path) -> tuple[float, list[str]]:
     return float(np.mean([p == s for p, (_, s) in zip(pred, test, strict=True)])), pred
 
 
+@pytest.mark.slow
+@pytest.mark.corpus
 def test_sid_recipe_stages_5_to_8_on_real_audio(tmp_path, corpus, monkeypatch):
     from test_embed import make_spkflow_model_dir
 
@@ -276,3 +298,33 @@ def test_sid_recipe_stages_5_to_8_on_real_audio(tmp_path, corpus, monkeypatch):
     assert p.returncode == 2 and "--backend must be cosine or lda" in p.stdout
     p = sh(["run.sh", "--stage", "6", "--spk_model_dir", tmp_path / "nowhere"], recipe, check=False)
     assert p.returncode == 1 and "config.yaml not found" in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_sid_recipe_trains_its_own_model_through_spk_sh(tmp_path, corpus, monkeypatch):
+    """No --spk_model_dir: stages 2-4 are spk.sh's (fbank + VAD, batch lists, training) with a
+    tiny config, then extraction and the SID stages on its model."""
+    recipe = make_recipe(tmp_path)
+    small_real_data(recipe, corpus, sets=(SO_TRAIN, SO_TEST))
+    monkeypatch.chdir(recipe)
+    config = {
+        "frontend": {"vad": True, "mean_norm": False},
+        "model": {"name": "ecapa_tdnn", "channels": 16, "scale": 4, "embed_dim": 8},
+        "loss": {"name": "ge2e"},
+        "optim": {"name": "adam", "lr": 0.01},
+        "scheduler": {"name": "warmup_cosine", "warmup_steps": 1},
+        "train": {"crop_min_frames": 50, "crop_max_frames": 80, "select": "last"},
+    }
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
+    p = sh(["run.sh", "--stage", "2", "--test_sets", "test", "--train_config", tmp_path / "tiny.yaml",
+            "--spk_opts", "--num_spk 3 --num_utt 2 --num_epochs 1", "--open_folds", "3"], recipe)  # fmt: skip
+    out = p.stdout
+    assert "Stages 2-4: features, batches, training (spk.sh) -> exp/spk_tiny" in out
+    assert "Stage 4: training with" in out and "Stage 5: embedding extraction for test" in out
+    assert Path("exp/spk_tiny/model.pth").is_file() and Path("dump/fbank/train/feats.scp").is_file()
+    m = json.loads(Path("exp/spk_tiny/sid/test/metrics.json").read_text())
+    assert (m["n_speakers"], m["n_test"], m["n_impostor_trials"]) == (6, 12, 12)
+    assert m["top1"] == pytest.approx(
+        cosine_top1(Path("exp/spk_tiny/embed/test/xvector.scp"), Path("exp/spk_tiny/sid/test"))[0]
+    )

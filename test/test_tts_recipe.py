@@ -12,6 +12,7 @@ from pathlib import Path
 
 import kaldiio
 import numpy as np
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -27,6 +28,8 @@ def sh(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return p
 
 
+@pytest.mark.slow
+@pytest.mark.corpus
 def test_espnet_tts_trains_and_synthesises_on_our_xvectors(tmp_path, corpus, monkeypatch):
     from test_embed import make_spkflow_model_dir
 
