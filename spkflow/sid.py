@@ -141,6 +141,7 @@ def read_split(splitdir: str | os.PathLike[str]) -> Split:
                 enrol.setdefault(spk, []).append(utt)
             elif spk not in enrol:
                 raise InputError(path, n, f"speaker {spk!r} of {utt!r} has no enrolment utterance")
+    enrol = {s: enrol[s] for s in sorted(enrol, key=str.encode)}  # speakers in LC_ALL=C order, as written
     test = [(u, s) for u, s, _ in _pairs(os.path.join(d, "test"))]
     fold = {}
     for spk, f, n in _pairs(os.path.join(d, "folds")):
