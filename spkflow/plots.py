@@ -21,7 +21,7 @@ import numpy as np
 from spkflow.atomic import atomic_write
 from spkflow.metrics import DetCurve, eer_from_det, min_dcf_with_threshold
 
-__all__ = ["plot_det", "plot_score_hist", "plot_training_curves"]
+__all__ = ["plot_confusion", "plot_det", "plot_score_hist", "plot_training_curves"]
 
 _DET_TICKS = [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8]
 _DET_LIMITS = (0.0005, 0.9)
@@ -204,4 +204,26 @@ def plot_training_curves(
         ax.grid(True, color="0.88", lw=0.6)
         ax.legend(fontsize=8)
     fig.suptitle(title)
+    _save(fig, path)
+
+
+def plot_confusion(
+    counts: np.ndarray, labels: Sequence[str], path: str | os.PathLike[str], title: str = "Speaker confusion"
+) -> None:
+    """Speaker-identification confusion matrix (rows: true speaker, columns: predicted), each
+    row as a fraction of its trials; speaker names on the axes when there are at most 40."""
+    counts = np.asarray(counts, dtype=float)
+    frac = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)
+    n = len(labels)
+    side = min(4.0 + 0.12 * n, 11.0)
+    fig = _figure(side + 1.2, side)
+    ax = fig.add_subplot()
+    im = ax.imshow(frac, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+    if n <= 40:
+        ax.set_xticks(range(n), labels, rotation=90, fontsize=6)
+        ax.set_yticks(range(n), labels, fontsize=6)
+    ax.set_xlabel(f"predicted speaker ({n})")
+    ax.set_ylabel("true speaker")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="fraction of the speaker's test utterances")
     _save(fig, path)

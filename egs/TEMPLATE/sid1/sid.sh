@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Staged driver for speaker-identification (SID) recipes on top of spk1's stages.
+# Stages 1-5 are spk.sh's (data, fbank + VAD, batches, training, extraction); stages 6-8 are SID's.
+#
+#   ./run.sh                                                  # train a model here, then SID
+#   ./run.sh --spk_model_dir ../spk1/exp/spk_train            # reuse a spk1 model: stages 2-4 skipped
+#   ./run.sh --stage 6 --num_enrol 3 --backend lda            # SID stages again on the same embeddings
+#
+# Stages: 1 data prep, 2 fbank + VAD, 3 batch lists, 4 training (all four: spk.sh),
+#         5 embedding extraction (spk.sh, or scripts/spk/extract_embeddings.sh with --spk_model_dir),
+#         6 enrolment (seeded enrolment/test split, backend, speaker models),
+#         7 closed-set identification (top-1/top-5, confusion plot),
+#         8 open-set identification (DIR at FAR) and RESULTS.md.
+# Outputs: ${expdir}/<model tag>/sid/<set>/{enrol,test,folds,spk_model.scp,predictions,metrics.json,confusion.png}
+set -euo pipefail
+
+log() {
+    local fname=${BASH_SOURCE[1]##*/}
+    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*"
+}
+SECONDS=0
+
+# General options.
+stage=1               # first stage to run
+stop_stage=10000      # last stage to run
+nj=4                  # parallel jobs for features and extraction
+expdir=exp            # where experiments go
+
+# Model options (stages 1-5, passed to spk.sh).
+spk_model_dir=        # a stage-4 model dir (config.yaml + model.pth) to reuse; empty: train one here (stages 2-4)
+train_set=train       # training data dir under data/ (only when training here)
+test_sets="test"      # data dirs under data/ to identify speakers in
+train_config=conf/train.yaml  # training config (only when training here)
+tag=                  # model tag: exp/spk_<tag> (default: from train_config, or spk_model_dir's name)
+spk_opts=             # more options for spk.sh, e.g. "--num_spk 32 --num_utt 4 --num_epochs 4"
+embed_opts=           # more options for scripts/spk/extract_embeddings.sh (with --spk_model_dir)
+
+# SID options (stages 6-8).
+num_enrol=2           # K: enrolment utterances per speaker (speaker model = mean of their embeddings)
+split_seed=0          # seed of the enrolment/test split and of the open-set folds
+open_folds=5          # open set: fold f never enrols 1/open_folds of the speakers (the impostors)
+backend=cosine        # cosine | lda (LDA fitted on the enrolment embeddings, then cosine)
+lda_dim=0             # LDA dimension (0: min(embedding dim, speakers - 1))
+far=0.01              # false-alarm rate the open-set threshold is set for
+
+help_message=$(cat <<EOM
+Usage: $0 [options]
+  --stage / --stop_stage   stages (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 enrol, 7 closed set, 8 open set)
+  --nj, --expdir
+  --spk_model_dir DIR      reuse a spk1 model dir (skips stages 2-4)
+  --train_set, --test_sets, --train_config, --tag, --spk_opts, --embed_opts
+  --num_enrol K, --split_seed, --open_folds, --backend cosine|lda, --lda_dim, --far
+EOM
+)
+
+log "$0 $*"
+. utils/parse_options.sh
+
+if [ $# -ne 0 ]; then
+    log "${help_message}"
+    log "Error: unknown arguments: $*"
+    exit 2
+fi
+
+. ./path.sh
+. ./cmd.sh
+
+case "${backend}" in cosine|lda) ;; *) log "Error: --backend must be cosine or lda, got '${backend}'"; exit 2 ;; esac
+if [ -n "${spk_model_dir}" ]; then
+    for _f in config.yaml model.pth; do
+        [ -f "${spk_model_dir}/${_f}" ] || { log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir)"; exit 1; }
+    done
+    model_dir=${spk_model_dir}
+    [ -z "${tag}" ] && tag=$(basename "${spk_model_dir}")
+    sid_exp=${expdir}/${tag}
+else
+    [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
+    model_dir=${expdir}/spk_${tag}
+    sid_exp=${model_dir}
+fi
+
+# spk.sh runs stages 1-5 with the same data and model options.
+# shellcheck disable=SC2206
+spk_args=(--nj "${nj}" --expdir "${expdir}" --train_set "${train_set}" --test_sets "${test_sets}"
+          --train_config "${train_config}" --tag "${tag}" ${spk_opts})
+
+if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
+    log "Stage 1: data preparation (spk.sh stage 1)"
+    ./spk.sh --stage 1 --stop_stage 1 "${spk_args[@]}"
+fi
+
+if [ -z "${spk_model_dir}" ] && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 2 ]; then
+    _first=$(( stage > 2 ? stage : 2 )); _last=$(( stop_stage < 4 ? stop_stage : 4 ))
+    log "Stages ${_first}-${_last}: features, batches, training (spk.sh) -> ${model_dir}"
+    ./spk.sh --stage "${_first}" --stop_stage "${_last}" "${spk_args[@]}"
+elif [ -n "${spk_model_dir}" ] && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 2 ]; then
+    log "Stages 2-4 skipped: reusing the model in ${spk_model_dir}"
+fi
+
+if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
+    if [ -z "${spk_model_dir}" ]; then
+        log "Stage 5: embeddings of ${test_sets} (spk.sh stage 5) -> ${sid_exp}/embed/<set>"
+        ./spk.sh --stage 5 --stop_stage 5 --embed_sets "${test_sets}" "${spk_args[@]}"
+    else
+        log "Stage 5: embeddings of ${test_sets} with ${spk_model_dir} -> ${sid_exp}/embed/<set>"
+        mkdir -p "${sid_exp}"
+        echo "${spk_model_dir}" > "${sid_exp}/model_dir"
+        for dset in ${test_sets}; do
+            # shellcheck disable=SC2086
+            scripts/spk/extract_embeddings.sh --cmd "${decode_cmd}" --nj "${nj}" --toolkit spkflow ${embed_opts} \
+                --model-dir "${spk_model_dir}" "data/${dset}" "${sid_exp}/embed/${dset}"
+        done
+    fi
+fi
+
+if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
+    log "Stage 6: enrolment, K=${num_enrol} utterances per speaker (seed ${split_seed}), ${backend} backend"
+    # spkflow/sid.py: each speaker's utterances are shuffled by a generator seeded from (seed, speaker);
+    # the first K enrol, the rest are test utterances; speakers with < K+1 utterances are left out.
+    for dset in ${test_sets}; do
+        _sid=${sid_exp}/sid/${dset}
+        [ -f "${sid_exp}/embed/${dset}/xvector.scp" ] || { log "Error: ${sid_exp}/embed/${dset}/xvector.scp not found (run stage 5)"; exit 1; }
+        # a new split invalidates every figure of the old one
+        rm -f "${_sid}"/{metrics.json,closed.json,open.json,predictions,open_trials,confusion.png}
+        python -m spkflow.bin.sid split --spk2utt "data/${dset}/spk2utt" --num-enrol "${num_enrol}" \
+            --seed "${split_seed}" --folds "${open_folds}" --outdir "${_sid}"
+        python -m spkflow.bin.sid enrol --xvector-scp "${sid_exp}/embed/${dset}/xvector.scp" \
+            --sid-dir "${_sid}" --backend "${backend}" --lda-dim "${lda_dim}"
+    done
+fi
+
+if [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+    log "Stage 7: closed-set identification -> ${sid_exp}/sid/<set>/{predictions,confusion.png,metrics.json}"
+    for dset in ${test_sets}; do
+        python -m spkflow.bin.sid closed --xvector-scp "${sid_exp}/embed/${dset}/xvector.scp" --sid-dir "${sid_exp}/sid/${dset}"
+    done
+fi
+
+if [ ${stage} -le 8 ] && [ ${stop_stage} -ge 8 ]; then
+    log "Stage 8: open-set identification (${open_folds} folds, FAR ${far}) -> ${sid_exp}/sid/<set>/metrics.json"
+    for dset in ${test_sets}; do
+        python -m spkflow.bin.sid open --xvector-scp "${sid_exp}/embed/${dset}/xvector.scp" \
+            --sid-dir "${sid_exp}/sid/${dset}" --backend "${backend}" --lda-dim "${lda_dim}" --far "${far}"
+    done
+    python -m spkflow.bin.sid results --sid-root "${sid_exp}/sid" --title "${tag}"
+    log "Results: ${sid_exp}/sid/RESULTS.md"
+fi
+
+log "Successfully finished. [elapsed=${SECONDS}s]"

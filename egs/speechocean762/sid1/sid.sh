@@ -1,0 +1,1 @@
+../../TEMPLATE/sid1/sid.sh

@@ -1,0 +1,258 @@
+"""Speaker identification stages on stage-5 embeddings (the work is in :mod:`spkflow.sid`).
+
+    python -m spkflow.bin.sid split --spk2utt data/test/spk2utt --num-enrol 2 --seed 0 --folds 5 \\
+        --outdir exp/spk_x/sid/test
+    python -m spkflow.bin.sid enrol --xvector-scp exp/spk_x/embed/test/xvector.scp \\
+        --sid-dir exp/spk_x/sid/test [--backend cosine|lda]
+    python -m spkflow.bin.sid closed --xvector-scp ... --sid-dir exp/spk_x/sid/test
+    python -m spkflow.bin.sid open --xvector-scp ... --sid-dir exp/spk_x/sid/test [--far 0.01]
+    python -m spkflow.bin.sid results --sid-root exp/spk_x/sid
+
+``split`` writes enrol / test / folds; ``enrol`` backend.npz + spk_model.{ark,scp} (speaker
+models, kaldi_ark); ``closed`` closed.json, predictions, confusion.png; ``open`` open.json,
+open_trials; both (re)write metrics.json (closed + open figures); ``results`` RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from spkflow.bin.argtypes import boolean, int_at_least
+
+log = logging.getLogger("spkflow.sid")
+
+
+def _split(args: argparse.Namespace) -> None:
+    from spkflow.datadir import read_spk2utt
+    from spkflow.sid import make_split, write_split
+
+    split = make_split(read_spk2utt(args.spk2utt), args.num_enrol, args.seed, args.folds)
+    write_split(split, args.outdir)
+    _merge(
+        args.outdir, {"num_enrol": args.num_enrol, "split_seed": args.seed, "n_dropped_speakers": len(split.dropped)}
+    )
+    log.info(
+        "%s: %d speakers x %d enrolment utterances, %d test utterances, %d speakers left out "
+        "(< %d utterances), %d open-set folds",
+        args.outdir,
+        len(split.enrol),
+        args.num_enrol,
+        len(split.test),
+        len(split.dropped),
+        args.num_enrol + 1,
+        args.folds,
+    )
+
+
+def _load(args: argparse.Namespace):
+    from spkflow.scoring import read_embeddings
+    from spkflow.sid import read_split
+
+    return read_embeddings(args.xvector_scp), read_split(args.sid_dir)
+
+
+def _enrol(args: argparse.Namespace) -> None:
+    import kaldiio
+    import numpy as np
+
+    from spkflow.atomic import atomic_write, write_text_atomic
+    from spkflow.sid import enrol, fit_backend, gather
+
+    emb, split = _load(args)
+    utts = [u for s in split.enrol for u in split.enrol[s]]
+    labels = [s for s in split.enrol for _ in split.enrol[s]]
+    backend = fit_backend(args.backend, gather(emb, utts, args.xvector_scp), labels, args.lda_dim)
+    spks, models = enrol(backend, emb, split.enrol, args.xvector_scp)
+    backend.save(os.path.join(args.sid_dir, "backend.npz"))
+    # Old scp removed first, then the ark, then the new scp written atomically: an scp on disk
+    # always points into a complete ark of the same run (a kill in between leaves no scp).
+    ark, scp = os.path.join(args.sid_dir, "spk_model.ark"), os.path.join(args.sid_dir, "spk_model.scp")
+    if os.path.exists(scp):
+        os.unlink(scp)
+    offsets = []
+    with atomic_write(ark, "wb") as f:
+        for s, m in zip(spks, models, strict=True):
+            f.write(f"{s} ".encode())
+            offsets.append(f.tell())
+            kaldiio.save_mat(f, m.astype(np.float32))
+    write_text_atomic(scp, "".join(f"{s} {ark}:{o}\n" for s, o in zip(spks, offsets, strict=True)))
+    _merge(args.sid_dir, {"backend": args.backend, "n_enrol_utts": len(utts)})
+    log.info(
+        "%s: %d speaker models (%s backend, dim %d) -> %s", args.sid_dir, len(spks), args.backend, models.shape[1], scp
+    )
+
+
+def _closed(args: argparse.Namespace) -> None:
+    import kaldiio
+    import numpy as np
+
+    from spkflow.atomic import write_text_atomic
+    from spkflow.errors import InputError
+    from spkflow.plots import plot_confusion
+    from spkflow.sid import Backend, closed_set, confusion
+
+    spk_scp, backend_npz = os.path.join(args.sid_dir, "spk_model.scp"), os.path.join(args.sid_dir, "backend.npz")
+    for path in (spk_scp, backend_npz):
+        if not os.path.exists(path):
+            raise InputError(path, None, "not found: run the enrolment stage (sid enrol) first")
+    emb, split = _load(args)
+    backend = Backend.load(backend_npz)
+    loaded = dict(kaldiio.load_scp(spk_scp))
+    missing = [s for s in split.enrol if s not in loaded]
+    if missing:
+        raise InputError(spk_scp, None, f"no model for {missing[:5]} (rerun the enrolment stage)")
+    spks = list(split.enrol)
+    models = np.stack([np.asarray(loaded[s], dtype=np.float64) for s in spks])
+    metrics, scores, truth = closed_set(backend, spks, models, emb, split.test, args.xvector_scp)
+    pred = scores.argmax(axis=1)
+    lines = [
+        f"{u} {s} {spks[p]} {scores[i, p]:.6f}\n" for i, ((u, s), p) in enumerate(zip(split.test, pred, strict=True))
+    ]
+    write_text_atomic(os.path.join(args.sid_dir, "predictions"), "".join(lines))
+    name = os.path.basename(os.path.normpath(args.sid_dir))
+    if args.plots:
+        plot_confusion(
+            confusion(truth, pred, len(spks)),
+            spks,
+            os.path.join(args.sid_dir, "confusion.png"),
+            title=f"{name}: {len(spks)}-way, top-1 {100 * metrics['top1']:.1f}% ({backend.name})",
+        )
+    write_text_atomic(os.path.join(args.sid_dir, "closed.json"), json.dumps(metrics, indent=2) + "\n")
+    _merge(args.sid_dir, {**metrics, "backend": backend.name})
+    log.info(
+        "%s: closed set %d-way, %d test utterances: top-1 %.2f%%, top-5 %.2f%%",
+        name,
+        metrics["n_speakers"],
+        metrics["n_test"],
+        100 * metrics["top1"],
+        100 * metrics["top5"],
+    )
+
+
+def _open(args: argparse.Namespace) -> None:
+    from spkflow.atomic import write_text_atomic
+    from spkflow.sid import open_set
+
+    emb, split = _load(args)
+    fars = sorted({0.01, 0.05, 0.1, args.far})
+    metrics, trials = open_set(args.backend, emb, split, fars, args.lda_dim, args.xvector_scp)
+    write_text_atomic(
+        os.path.join(args.sid_dir, "open_trials"),
+        "".join(f"{f} {u} {s} {b} {sc:.6f} {k}\n" for f, u, s, b, sc, k in trials),
+    )
+    metrics["open_backend"] = args.backend
+    write_text_atomic(os.path.join(args.sid_dir, "open.json"), json.dumps(metrics, indent=2) + "\n")
+    _merge(args.sid_dir, metrics)
+    key = f"far{args.far * 100:g}".replace(".", "p")
+    log.info(
+        "%s: open set, %d folds, %d known / %d impostor trials: DIR %.2f%% at FAR %.2f%% (target %g%%)",
+        os.path.basename(os.path.normpath(args.sid_dir)),
+        metrics["folds"],
+        metrics["n_known_trials"],
+        metrics["n_impostor_trials"],
+        100 * metrics[f"dir_at_{key}"],
+        100 * metrics[f"achieved_{key}"],
+        100 * args.far,
+    )
+
+
+def _merge(sid_dir: str, update: dict[str, Any]) -> None:
+    """metrics.json = what earlier stages wrote + ``update`` (atomically)."""
+    from spkflow.atomic import write_text_atomic
+
+    path = os.path.join(sid_dir, "metrics.json")
+    current: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            current = json.load(f)
+    current.update(update)
+    current["set"] = os.path.basename(os.path.normpath(sid_dir))
+    write_text_atomic(path, json.dumps(current, indent=2, sort_keys=True) + "\n")
+
+
+def _results(args: argparse.Namespace) -> None:
+    from spkflow.atomic import write_text_atomic
+
+    rows = []
+    for path in sorted(glob.glob(os.path.join(args.sid_root, "*", "metrics.json"))):
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+        if "top1" not in m:
+            continue
+
+        def pct(key: str, m: dict[str, Any] = m) -> str:
+            return f"{100 * m[key]:.2f}" if key in m else "-"
+
+        rows.append(
+            f"| {m['set']} | {m['n_speakers']} | {m.get('num_enrol', '-')} | {m['n_test']} | {m.get('backend', '-')} "
+            f"| {pct('top1')} | {pct('top5')} | {m.get('n_known_trials', '-')} / {m.get('n_impostor_trials', '-')} "
+            f"| {pct('dir_at_far1')} | {pct('achieved_far1')} | {pct('dir_at_far5')} |"
+        )
+    text = (
+        f"# Speaker identification: {args.title or os.path.dirname(os.path.normpath(args.sid_root))}\n\n"
+        "Closed set: every speaker enrolled (mean of K utterance embeddings), top-N accuracy of the other\n"
+        "utterances. Open set: speakers dealt into seeded folds, each fold's speakers never enrolled\n"
+        "(impostors); threshold for FAR <= 1% on the impostor trials; DIR = identified and accepted.\n\n"
+        "| set | speakers (N-way) | K | test utts | backend | top-1 % | top-5 % | known / impostor trials "
+        "| DIR @ FAR 1% | FAR achieved % | DIR @ FAR 5% |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    out = os.path.join(args.sid_root, "RESULTS.md")
+    write_text_atomic(out, text)
+    log.info("%s: %d sets", out, len(rows))
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spkflow.bin.sid", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("split", help="seeded enrolment/test split and open-set folds")
+    s.add_argument("--spk2utt", required=True)
+    s.add_argument("--num-enrol", type=int_at_least(1), default=2, help="K enrolment utterances per speaker")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--folds", type=int_at_least(2), default=5, help="open-set folds (1/folds of speakers held out)")
+    s.add_argument("--outdir", required=True)
+    s.set_defaults(func=_split)
+    for name, func, help_ in (
+        ("enrol", _enrol, "fit the backend on enrolment embeddings, write speaker models"),
+        ("closed", _closed, "closed-set identification of the test utterances"),
+        ("open", _open, "open-set identification over the folds"),
+    ):
+        c = sub.add_parser(name, help=help_)
+        c.add_argument("--xvector-scp", required=True, help="stage-5 utterance embeddings of the set")
+        c.add_argument("--sid-dir", required=True, help="the split's directory (outputs go there too)")
+        if name != "closed":
+            c.add_argument("--backend", choices=("cosine", "lda"), default="cosine")
+            c.add_argument("--lda-dim", type=int_at_least(0), default=0, help="0: min(D, speakers - 1)")
+        if name == "open":
+            c.add_argument("--far", type=float, default=0.01, help="false-alarm rate the threshold is set for")
+        if name == "closed":
+            c.add_argument("--plots", type=boolean, default=True)
+        c.set_defaults(func=func)
+    r = sub.add_parser("results", help="RESULTS.md from <sid-root>/*/metrics.json")
+    r.add_argument("--sid-root", required=True)
+    r.add_argument("--title", default="")
+    r.set_defaults(func=_results)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    from spkflow.errors import InputError
+
+    try:
+        args.func(args)
+    except (InputError, ValueError) as err:
+        log.error("%s", err)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
