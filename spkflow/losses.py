@@ -79,12 +79,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from spkflow.config import ConfigError, check_choice, check_keys
+
 __all__ = [
     "SpeakerLoss",
     "GE2ELoss",
     "GE2EXSLoss",
     "AAMSoftmaxLoss",
     "build_loss",
+    "check_loss_config",
     "batch_labels",
     "ge2e_scores",
     "LOSSES",
@@ -338,29 +341,41 @@ _ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
-def build_loss(cfg: Mapping[str, Any], embed_dim: int, num_classes: int | None = None) -> SpeakerLoss:
+def check_loss_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, Any]]:
+    """The loss ``name`` and its options, after checking both against the registry.
+
+    Raises :class:`~spkflow.config.ConfigError` naming ``source`` (the config file) and the key.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{source}: the loss section must be a mapping with a 'name', got {cfg!r}")
+    cfg = dict(cfg)
+    name = cfg.pop("name", None)
+    check_choice(source, "loss.name", name, tuple(sorted(LOSSES)))
+    check_keys("loss", cfg, _ALLOWED[name], source=source)
+    return name, cfg
+
+
+def build_loss(
+    cfg: Mapping[str, Any], embed_dim: int, num_classes: int | None = None, source: str = "config"
+) -> SpeakerLoss:
     """Build a loss from its config section, e.g. ``{"name": "ge2e", "mode": "contrast"}``.
 
     ``name`` is one of ``ge2e``, ``ge2e_xs``, ``aamsoftmax``, ``aamsoftmax_subcenter``;
-    the other keys are that loss's options (see ``_ALLOWED``).  An unknown name or key is a
-    ``ValueError`` naming it and the accepted ones.  ``num_classes`` (training speakers)
-    is required by the AAM losses and ignored by the GE2E family.
+    the other keys are that loss's options (see ``_ALLOWED``).  An unknown name or key, or a
+    value the loss cannot take, is a :class:`~spkflow.config.ConfigError` naming ``source`` (the
+    config file), the key and the accepted ones.  ``num_classes`` (training speakers) is
+    required by the AAM losses and ignored by the GE2E family.
     """
-    if not isinstance(cfg, Mapping):
-        raise ValueError(f"loss config must be a mapping with a 'name', got {cfg!r}")
-    cfg = dict(cfg)
-    name = cfg.pop("name", None)
-    if name not in LOSSES:
-        raise ValueError(f"loss name must be one of {sorted(LOSSES)}, got {name!r}")
-    unknown = sorted(set(cfg) - set(_ALLOWED[name]))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} for loss {name!r}; accepted: {list(_ALLOWED[name])}")
+    name, kwargs = check_loss_config(cfg, source)
     cls, fixed = LOSSES[name]
-    if cls is AAMSoftmaxLoss:
-        if num_classes is None:
-            raise ValueError(f"loss {name!r} needs num_classes (the number of training speakers)")
-        return AAMSoftmaxLoss(embed_dim, num_classes, **fixed, **cfg)
-    return cls(**fixed, **cfg)
+    if cls is AAMSoftmaxLoss and num_classes is None:
+        raise ValueError(f"loss {name!r} needs num_classes (the number of training speakers)")
+    try:
+        if cls is AAMSoftmaxLoss:
+            return AAMSoftmaxLoss(embed_dim, num_classes, **fixed, **kwargs)  # type: ignore[arg-type]
+        return cls(**fixed, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: loss ({name}): {err}") from None
 
 
 def batch_labels(

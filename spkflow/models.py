@@ -3,8 +3,9 @@
 What it guarantees
 ------------------
 * Every model is a :class:`SpeakerEmbedder` built from a config section by
-  :func:`build_model`; an unknown ``name`` or key is a :class:`~spkflow.config.ConfigError`
-  that names it and lists the accepted keys (never silently ignored).
+  :func:`build_model`; an unknown ``name`` or key, or a value the model cannot take, is a
+  :class:`~spkflow.config.ConfigError` that names the config file and the key and lists the
+  accepted ones (never silently ignored).
 * **Padding invariance**: an utterance padded at the end inside a batch gets the embedding it
   gets alone (``test/test_models.py`` checks max |diff| <= 1e-4 between L2-normalised
   vectors, in eval mode).  Training batches are N x M crops of one length, so no padding
@@ -56,7 +57,7 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from spkflow.config import ConfigError, check_keys
+from spkflow.config import ConfigError, check_choice, check_keys
 
 __all__ = [
     "SpeakerEmbedder",
@@ -64,6 +65,7 @@ __all__ = [
     "DVectorLSTM",
     "SpecAugment",
     "build_model",
+    "check_model_config",
     "load_model_dir",
     "lengths_to_mask",
     "MODEL_DEFAULTS",
@@ -323,19 +325,33 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def build_model(cfg: Mapping[str, Any]) -> SpeakerEmbedder:
-    """Build an embedder from its config section, e.g. ``{"name": "ecapa_tdnn", "channels": 256}``.
+def check_model_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, Any]]:
+    """The model ``name`` and its other keys, after checking both against :data:`MODEL_DEFAULTS`.
 
-    Raises :class:`~spkflow.config.ConfigError` for an unknown name or key.
+    Raises :class:`~spkflow.config.ConfigError` naming ``source`` (the config file) and the key.
     """
     if not isinstance(cfg, Mapping):
-        raise ConfigError(f"model config must be a mapping with a 'name', got {cfg!r}")
+        raise ConfigError(f"{source}: the model section must be a mapping with a 'name', got {cfg!r}")
     cfg = dict(cfg)
     name = cfg.pop("name", None)
-    if name not in MODELS:
-        raise ConfigError(f"model.name must be one of {sorted(MODELS)}, got {name!r}")
-    check_keys("model", cfg, MODEL_DEFAULTS[name], source=f"model {name!r}")
-    return MODELS[name](**cfg)
+    check_choice(source, "model.name", name, tuple(sorted(MODELS)))
+    check_keys("model", cfg, MODEL_DEFAULTS[name], source=source)
+    return name, cfg
+
+
+def build_model(cfg: Mapping[str, Any], source: str = "config") -> SpeakerEmbedder:
+    """Build an embedder from its config section, e.g. ``{"name": "ecapa_tdnn", "channels": 256}``.
+
+    Raises :class:`~spkflow.config.ConfigError` naming ``source`` for an unknown name or key or a
+    value the model cannot take.
+    """
+    name, kwargs = check_model_config(cfg, source)
+    try:
+        return MODELS[name](**kwargs)
+    except ConfigError as err:  # raised by the constructor without the file
+        raise ConfigError(f"{source}: {str(err).removeprefix('config: ')}") from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: model ({name}): a value does not fit: {err}") from None
 
 
 def load_model_dir(
@@ -355,7 +371,7 @@ def load_model_dir(
         config = yaml.safe_load(f)
     if not isinstance(config, dict) or "model" not in config:
         raise ConfigError(f"{cfg_path}: no 'model' section")
-    model = build_model(config["model"])
+    model = build_model(config["model"], source=cfg_path)
     from spkflow.checkpoint import load_checkpoint
 
     state = load_checkpoint(ckpt_path)  # CheckpointError names the file when it is truncated or holds code
