@@ -50,6 +50,7 @@ from spkflow.config import normalize_train_config
 from spkflow.errors import InputError
 from spkflow.models import SpeakerEmbedder, build_model
 from spkflow.optim import build_optimizer, build_scheduler
+from spkflow.train_data import complete_config, infer_num_utt, input_stats, rank_batches
 from spkflow.train_state import (
     StopFlag,
     average_state_dicts,
@@ -189,21 +190,7 @@ class Trainer:
             log.info("DDP: rank %d of %d (%s)", self.rank, self.world_size, backend)
 
     def _epoch_batches(self, epoch: int) -> list[list[str]]:
-        from spkflow.batches import read_batch_list
-
-        path = os.path.join(self.opts.batches_dir, f"epoch{epoch}.txt")
-        if not os.path.isfile(path):
-            raise InputError(
-                path,
-                None,
-                f"batch list of epoch {epoch} not found (stage 3 plans "
-                f"--num_epochs epochs; plan at least {self.opts.num_epochs})",
-            )
-        batches = read_batch_list(path)
-        per_rank = len(batches) // self.world_size
-        if per_rank == 0:
-            raise InputError(path, None, f"{len(batches)} batches cannot be shared by {self.world_size} ranks")
-        return batches[self.rank : per_rank * self.world_size : self.world_size]
+        return rank_batches(self.opts.batches_dir, epoch, self.opts.num_epochs, self.rank, self.world_size)
 
     def _labels(self, utts: Sequence[str], epoch: int, index: int) -> torch.Tensor:
         from spkflow.losses import batch_labels
@@ -213,73 +200,6 @@ class Trainer:
         except ValueError as err:
             line = index * self.world_size + self.rank + 1
             raise InputError(os.path.join(self.opts.batches_dir, f"epoch{epoch}.txt"), line, str(err)) from None
-
-    def _input_stats(self, model: SpeakerEmbedder) -> None:
-        """Global per-dimension mean/std of the training input (what crops see), from
-        ``input_stats_utts`` utterances evenly spaced in feats.scp (identical on every rank)."""
-        from spkflow.features import apply_frontend
-        from spkflow.loader import KaldiArkReader
-
-        fe = self.cfg["frontend"]
-        reader = KaldiArkReader(os.path.join(self.opts.train_feats, "feats.scp"))
-        vad_path = os.path.join(self.opts.train_feats, "vad.scp")
-        vad = KaldiArkReader(vad_path) if fe["vad"] else None
-        n = int(self.cfg["train"]["input_stats_utts"])
-        total = None
-        count = 0
-        keys = reader.keys()
-        for u in keys[:: max(1, len(keys) // n)][:n]:  # spread over the list (and so over speakers)
-            x = apply_frontend(
-                reader.read(u),
-                vad.read(u) if vad is not None else None,
-                use_vad=bool(fe["vad"]),
-                mean_norm=bool(fe["mean_norm"]),
-            ).astype(np.float64)
-            s = np.stack([x.sum(0), np.square(x).sum(0)])
-            total = s if total is None else total + s
-            count += len(x)
-        assert total is not None
-        mean = total[0] / count
-        std = np.sqrt(np.maximum(total[1] / count - mean**2, 1e-10))
-        model.set_input_stats(torch.from_numpy(mean).float(), torch.from_numpy(std).float())
-        log.info("input statistics from %d utterances (%d frames)", min(n, len(reader)), count)
-
-    def _complete_config(self, feat_dim: int, num_spk: int) -> dict[str, Any]:
-        cfg = json.loads(json.dumps(self.cfg))  # deep copy of plain data
-        fe = cfg["frontend"]
-        from spkflow.features import FbankOptions, VadOptions
-
-        if self.opts.fbank_conf:
-            fe["fbank"] = FbankOptions.from_kaldi_conf(self.opts.fbank_conf).to_dict()
-        elif fe.get("fbank") is None:
-            fe["fbank"] = FbankOptions(num_mel_bins=feat_dim).to_dict()
-        if self.opts.vad_conf:
-            fe["vad_conf"] = dataclasses.asdict(VadOptions.from_kaldi_conf(self.opts.vad_conf))
-        elif fe.get("vad_conf") is None:
-            fe["vad_conf"] = dataclasses.asdict(VadOptions())
-        fb_dim = FbankOptions.from_dict(fe["fbank"]).dim
-        if fb_dim != feat_dim:
-            raise InputError(
-                os.path.join(self.opts.train_feats, "feats.scp"),
-                None,
-                f"features have {feat_dim} dimensions but the fbank options give {fb_dim}",
-            )
-        cfg["model"].setdefault("input_dim", feat_dim)
-        if int(cfg["model"]["input_dim"]) != feat_dim:
-            raise InputError(
-                os.path.join(self.opts.train_feats, "feats.scp"),
-                None,
-                f"features have {feat_dim} dimensions but model.input_dim is {cfg['model']['input_dim']}",
-            )
-        cfg["data"] = {
-            "train_data": self.opts.train_data,
-            "num_spk": num_spk,
-            "num_utt": self.num_utt,
-            "num_epochs": self.opts.num_epochs,
-            "num_train_speakers": len(self.spk2idx),
-            "world_size": self.world_size,
-        }
-        return cfg
 
     def _read_batches(self) -> tuple[list[list[str]], int]:
         """utt2spk, speaker indices, M; checks every epoch's batch list exists.  Returns this
@@ -299,7 +219,7 @@ class Trainer:
                 )
         first = self._epoch_batches(1)
         batch_len = len(first[0])
-        self.num_utt = int(opts.num_utt) if opts.num_utt else _infer_num_utt(first[0], self.utt2spk)
+        self.num_utt = int(opts.num_utt) if opts.num_utt else infer_num_utt(first[0], self.utt2spk)
         if batch_len % self.num_utt:
             raise InputError(
                 os.path.join(opts.batches_dir, "epoch1.txt"),
@@ -386,7 +306,9 @@ class Trainer:
             log.info("resumed from %s: epoch %d, batch %d, step %d", ckpt_path, run.epoch, run.start_batch, run.step)
         else:
             if run.objective.model.input_norm == "global":
-                self._input_stats(run.objective.model)
+                fe, n = run.cfg["frontend"], int(run.cfg["train"]["input_stats_utts"])
+                mean, std = input_stats(self.opts.train_feats, fe, n)  # the same on every rank
+                run.objective.model.set_input_stats(torch.from_numpy(mean).float(), torch.from_numpy(std).float())
             run.objective.to(run.device)
 
     def _setup(self) -> _Run:
@@ -399,7 +321,22 @@ class Trainer:
         first, num_spk = self._read_batches()
         feats = KaldiArkReader(os.path.join(opts.train_feats, "feats.scp"))
         feat_dim = feats.read_rows(first[0][0], 0, 1).shape[1]
-        cfg = self._complete_config(feat_dim, num_spk)
+        data = {
+            "train_data": opts.train_data,
+            "num_spk": num_spk,
+            "num_utt": self.num_utt,
+            "num_epochs": opts.num_epochs,
+            "num_train_speakers": len(self.spk2idx),
+            "world_size": self.world_size,
+        }
+        cfg = complete_config(
+            self.cfg,
+            feat_dim=feat_dim,
+            train_feats=opts.train_feats,
+            fbank_conf=opts.fbank_conf,
+            vad_conf=opts.vad_conf,
+            data=data,
+        )
         if self.is_main:
             write_text_atomic(self.out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
         run = self._build(cfg, device, first, num_spk, feats)
@@ -659,12 +596,3 @@ class Trainer:
             plot_training_curves(rows, self.out / "curves.png", title=f"training: {self.out.name}")
         except Exception as err:  # a plot must not fail a finished training
             log.warning("could not draw curves.png: %s", err)
-
-
-def _infer_num_utt(batch: Sequence[str], utt2spk: Mapping[str, str]) -> int:
-    """M from a speaker-major batch: the length of the first run of one speaker."""
-    spk = utt2spk.get(batch[0])
-    m = 0
-    while m < len(batch) and utt2spk.get(batch[m]) == spk:
-        m += 1
-    return max(m, 1)
