@@ -14,36 +14,11 @@ What it guarantees
   state dict, loaded with ``torch.load(..., weights_only=True)``); the config's ``frontend``
   section says what input the model expects.
 
-Models
-------
-``ecapa_tdnn`` (:class:`EcapaTdnn`)
-    ECAPA-TDNN (Desplanques et al., Interspeech 2020) assembled from ``espnet2.spk``:
-    ``EcapaTdnnEncoder`` (Res2Net/SE blocks), ``ChnAttnStatPooling`` (channel- and
-    context-dependent attentive statistics) and ``RawNet3Projector`` (BatchNorm + linear).
-    The parameters and state-dict keys are espnet2's.  espnet2's encoder ignores padding:
-    its dilated convolutions read the padded frames of the previous layer (which are no
-    longer zero after BatchNorm) and its SE blocks average over the padded frames, so a
-    padded utterance's embedding changes.  :meth:`EcapaTdnn.encode` runs the same modules
-    with a frame mask: padded frames are zeroed before every convolution that looks across
-    time (as the convolution's own zero padding does for an utterance alone) and the SE
-    squeeze is a masked mean.  espnet2's pooling already accepts lengths and is used as is.
-``dvector_lstm`` (:class:`DVectorLSTM`)
-    The d-vector network of the GE2E paper (Wan et al., ICASSP 2018): stacked LSTM layers
-    with a linear projection (paper: 3 x 768 cells, projection 256, 40-dim log-mel input,
-    140-180 frame crops); the embedding is the projected output at the last (valid) frame,
-    computed on packed sequences.  At inference the paper slides a window (140 frames, 50 %
-    overlap) and averages the L2-normalised window d-vectors; ``infer_window``/``infer_hop``
-    do that in eval mode (``infer_window: 0`` embeds the whole utterance in one pass).
-
-Both accept ``input_norm: global`` (a per-dimension mean/std of the training input kept as
-buffers, set once by the trainer with :meth:`SpeakerEmbedder.set_input_stats` and saved in the
-state dict; the analogue of ESPnet's ``global_mvn`` stats without a separate stats stage) and
-``specaug`` (frequency and time masks, training mode only; drawn from the global torch
-generator, which the trainer seeds per batch).
-
-Compared with the anchor (espnet2's ``ESPnetSpeakerModel``): the embedder is independent of the
-loss and of the frontend (features come from stage 2), it is padding invariant, and the model
-directory is self-describing, so extraction does not need the training task class.
+Models: ``ecapa_tdnn`` (:class:`EcapaTdnn`, espnet2.spk's ECAPA-TDNN modules run with a frame
+mask, which is what makes them padding invariant) and ``dvector_lstm`` (:class:`DVectorLSTM`, the
+GE2E paper's d-vector LSTM, sliding-window inference).  Both take ``input_norm: global`` and
+``specaug``.  How the mask is applied, the paper settings and the comparison with espnet2's
+``ESPnetSpeakerModel``: docs/models.md.
 """
 
 from __future__ import annotations
