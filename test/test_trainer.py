@@ -458,3 +458,14 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
     b = torch.load(out / "model.pth", weights_only=True)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("egs/*/*/conf/train*.yaml")), ids=lambda p: p
+)
+def test_shipped_configs_load(path: str) -> None:
+    """Every training config of the recipes passes the checks (names, keys, values)."""
+    from spkflow.config import load_train_config
+
+    cfg = load_train_config(ROOT / path)
+    assert cfg["model"]["name"] and cfg["loss"]["name"]

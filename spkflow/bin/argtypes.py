@@ -34,17 +34,19 @@ def add_bool_option(
     help: str,
     dest: str | None = None,
     old_negative: str | None = None,
+    bare: bool = False,
 ) -> None:
-    """Register ``flag`` as ``--opt true|false`` (a bare ``--opt`` means true, for commands
-    whose positional arguments never follow it).  ``old_negative`` (e.g. ``--no-progress``) keeps
-    an earlier ``--no-opt`` spelling working, hidden from ``--help``."""
+    """Register ``flag`` as ``--opt true|false``.  ``bare=True`` also lets a bare ``--opt`` mean
+    true (the spelling of an earlier ``store_true`` flag; only for commands without positional
+    arguments, which it would swallow).  ``old_negative`` (e.g. ``--no-progress``) keeps an
+    earlier ``--no-opt`` spelling working, hidden from ``--help``."""
     dest = dest or flag.lstrip("-").replace("-", "_")
     parser.add_argument(
         flag,
         dest=dest,
         type=boolean,
-        nargs="?",
-        const=True,
+        nargs="?" if bare else None,
+        const=True if bare else None,
         default=default,
         metavar="true|false",
         help=f"{help} (default: {str(default).lower()})",

@@ -43,6 +43,7 @@ def get_parser() -> argparse.ArgumentParser:
         "--resume",
         default=True,
         old_negative="--no-resume",
+        bare=True,
         help="continue from <out-dir>/checkpoint.pth when present",
     )
     p.add_argument("--max-steps", type=int, default=None, help="stop after this global step (with a checkpoint)")
@@ -53,11 +54,12 @@ def get_parser() -> argparse.ArgumentParser:
         default=0,
         help="torch threads per process (0: CPUs available to this job / local processes)",
     )
-    add_bool_option(p, "--progress", default=True, old_negative="--no-progress", help="tqdm bar on stderr")
+    add_bool_option(p, "--progress", default=True, old_negative="--no-progress", bare=True, help="tqdm bar on stderr")
     add_bool_option(
         p,
         "--trace-batches",
         default=False,
+        bare=True,
         help="log the batches each rank trains on to <out-dir>/batch_trace.rank<R>.txt",
     )
     return p
