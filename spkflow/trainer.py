@@ -379,9 +379,9 @@ class Trainer:
         """Train ``run.epoch`` from ``run.start_batch``.  Returns None when the epoch ran to its
         end, "end" when a stop was requested at its last batch, "mid" when training stopped
         inside it (after writing the checkpoint)."""
-        from spkflow.loader import NxMCropDataset, make_loader
+        from spkflow.loader import make_loader
 
-        opts, fe, epoch = self.opts, run.cfg["frontend"], run.epoch
+        opts, epoch = self.opts, run.epoch
         batches = run.first if epoch == 1 else self._epoch_batches(epoch)
         if len(batches) != len(run.first):
             log.warning(
@@ -391,16 +391,7 @@ class Trainer:
                 len(run.first),
                 len(run.first),
             )
-        dataset = NxMCropDataset(
-            os.path.join(opts.train_feats, "feats.scp"),
-            batches,
-            seed=run.seed,
-            epoch=epoch,
-            crop=run.crop,
-            use_vad=bool(fe["vad"]),
-            mean_norm="utterance" if fe["mean_norm"] else "none",
-            feats=run.feats,
-        )
+        dataset = self._dataset(run, batches)
         loader = make_loader(dataset, start_batch=run.start_batch, num_workers=int(run.cfg["train"]["num_workers"]))
         assert run.net is not None
         run.net.train()
@@ -432,6 +423,22 @@ class Trainer:
         finally:
             bar.close()
         return None
+
+    def _dataset(self, run: _Run, batches: list[list[str]]) -> Any:
+        """The epoch's N x M crops (indexed by batch): a pure function of (files, seed, epoch, batch)."""
+        from spkflow.loader import NxMCropDataset
+
+        fe = run.cfg["frontend"]
+        return NxMCropDataset(
+            os.path.join(self.opts.train_feats, "feats.scp"),
+            batches,
+            seed=run.seed,
+            epoch=run.epoch,
+            crop=run.crop,
+            use_vad=bool(fe["vad"]),
+            mean_norm="utterance" if fe["mean_norm"] else "none",
+            feats=run.feats,
+        )
 
     def _agree(self, run: _Run, values: list[float]) -> torch.Tensor:
         """The sum of ``values`` over all ranks (the values themselves in one process)."""
