@@ -67,13 +67,12 @@ class Validator:
     def __init__(self, data_dir: str, feats_dir: str, use_vad: bool, mean_norm: bool) -> None:
         from spkflow.features import apply_frontend
         from spkflow.loader import KaldiArkReader
-        from spkflow.scoring import read_trials
+        from spkflow.scoring import check_both_labels, read_trials
 
         trials_path = os.path.join(data_dir, "trials")
         if not os.path.isfile(trials_path):
             raise InputError(trials_path, None, "cannot read the validation trials: no such file")
-        self.trials = read_trials(trials_path)
-        self._check_labels(f"validation trials in {trials_path}")
+        self.trials = read_trials(trials_path)  # InputError: a bad line, or trials of one label only
         utts = sorted(set(self.trials.enroll) | set(self.trials.test))
         reader = KaldiArkReader(os.path.join(feats_dir, "feats.scp"))
         vad_path = os.path.join(feats_dir, "vad.scp")
@@ -94,7 +93,7 @@ class Validator:
                 len(self.trials),
             )
             self.trials = self.trials.subset(keep)
-            self._check_labels(f"trials of {trials_path} with features in {reader.scp}")
+            check_both_labels(self.trials, f" left with features in {reader.scp}")
             utts = [u for u in utts if u not in missing]
         self.feats: dict[str, np.ndarray] = {}
         for u in utts:
@@ -110,11 +109,6 @@ class Validator:
             len(utts),
             data_dir,
         )
-
-    def _check_labels(self, what: str) -> None:
-        n_target = int(self.trials.target.sum())
-        if not 0 < n_target < len(self.trials):
-            raise InputError(self.trials.path, None, f"no target and non-target {what}: validation needs both")
 
     def eer(self, model: SpeakerEmbedder, device: torch.device, batch_size: int, max_frames: int) -> float:
         """Equal error rate in percent of the cosine scores of ``model``'s embeddings."""

@@ -469,3 +469,28 @@ def test_shipped_configs_load(path: str) -> None:
 
     cfg = load_train_config(ROOT / path)
     assert cfg["model"]["name"] and cfg["loss"]["name"]
+
+
+def test_validation_leaves_out_utterances_without_features(setup: dict[str, Any], tmp_path: Path) -> None:
+    """Validation reads trials with stage 6's reader: trials naming an utterance without
+    features are left out (counted in the log), and what is left must hold both labels."""
+    from spkflow.errors import InputError
+    from spkflow.models import build_model
+    from spkflow.validation import Validator
+
+    data = tmp_path / "valid"
+    data.mkdir()
+    lines = (setup["data"] / "trials").read_text().splitlines()
+    target = next(line for line in lines if line.endswith(" target"))
+    nontarget = next(line for line in lines if line.endswith(" nontarget"))
+    ghost = f"{target.split()[0]} ghost-utt nontarget"
+    (data / "trials").write_text("\n".join([target, nontarget, ghost]) + "\n")
+    v = Validator(str(data), str(setup["feats"]), use_vad=True, mean_norm=False)
+    assert len(v.trials) == 2 and list(v.trials.lines) == [1, 2] and "ghost-utt" not in v.feats
+    model = build_model({**TINY_MODEL, "input_dim": 20})
+    model.train()
+    eer = v.eer(model, torch.device("cpu"), batch_size=2, max_frames=50)
+    assert 0.0 <= eer <= 100.0 and model.training  # the model's mode is left as it was
+    (data / "trials").write_text("\n".join([target, ghost]) + "\n")
+    with pytest.raises(InputError, match=r"1 target and 0 non-target trials left with features in"):
+        Validator(str(data), str(setup["feats"]), use_vad=True, mean_norm=False)
