@@ -21,22 +21,16 @@ What it guarantees
   a missing file, an unreadable or corrupt file, a WAV file shorter than its header says (an
   interrupted copy, which libsndfile would read silently as a shorter utterance), a failing
   pipe, empty audio, a segment outside its recording.
-* Resampling (:func:`resample`) is band-limited polyphase filtering, ``scipy.signal.resample_poly``
-  (Kaiser window, beta 5, 10 zero crossings per side of the lower rate).  Measured on 8 kHz ->
-  16 kHz tones (see ``test/test_audio.py``): at 3 kHz the passband loss is 0.01 dB and the
-  image at 5 kHz is -57 dB; ``torchaudio.functional.resample``'s default loses 0.13 dB with a
-  -45 dB image, at the same speed.  Exact integer ratios (gcd-reduced), no drift in length:
-  ``len(out) == ceil(len(x) * new / orig)``.
+* Resampling (:func:`resample`) is band-limited polyphase filtering (``scipy.signal.resample_poly``)
+  with exact integer ratios: ``len(out) == ceil(len(x) * new / orig)``; its measured passband
+  and image rejection against torchaudio's default are in docs/audio.md.
 * Durations (:func:`utt2dur`) come from file headers without decoding (``soundfile.info``),
   from ``segments`` arithmetic when present, and by decoding only for pipes and ark entries.
   Header-only means a FLAC file cut short is found when it is read, not by ``utt2dur``
   (a cut WAV is found by both).
 
-Anchor: Kaldi's ``extract-segments`` + ``wav-to-duration`` and ESPnet's ``SoundScpReader``.
-Compared with them this module reads any soundfile format and pipes in one place, names the
-utterance *and* the command/path with the pipe's exit code and stderr on failure (ESPnet's
-reader raises a bare soundfile error), and reads a segment of a file by seeking instead of
-decoding the whole recording.
+Compared with Kaldi's ``extract-segments`` + ``wav-to-duration`` and ESPnet's ``SoundScpReader``:
+docs/audio.md.
 """
 
 from __future__ import annotations

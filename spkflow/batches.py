@@ -50,41 +50,8 @@ g. :func:`crop_frames` gives the per-batch crop length (GE2E draws one segment l
    per batch) as a pure function of (seed, epoch, batch index), from its own seed
    stream, so it never depends on the plan or on which batches were skipped.
 
-The packing (how c is reached without breaking a).  Each speaker keeps
-c_s = min(groups_s, B) groups (and E < N groups more are dropped at random so that
-sum c_s = N * B).  Speakers are laid out in a random order as consecutive runs in a
-list of N * B slots, read as N rows of B slots; the slot in column j of row k goes to
-batch sigma_k(j), where every row has its own random permutation sigma_k of the
-batches.  A run of c_s <= B slots inside a row lands in c_s distinct batches.  A run
-that wraps from row k into row k + 1 covers the tail sigma_k[a:] and then the head
-sigma_{k+1}[:r] with r <= a, so sigma_{k+1} takes its first r entries at random from
-sigma_k[:a] and is otherwise a fresh permutation: the wrapped speaker again lands in
-distinct batches.  This is McNaughton's wrap-around rule with a random permutation
-per row, so batch compositions are as mixed as independent rows allow (speakers of one
-row never meet within an epoch; rows are reshuffled every epoch).  It costs one sort
-of U 64-bit keys (the utterance shuffle), O(U) numpy passes and N permutations of B;
-the only Python loops run over the N rows and over fixed-size chunks, never over
-speakers, batches or utterances.
-
-What this does that the implementations we read do not:
-
-- pytorch-metric-learning's ``MPerClassSampler`` draws M utterances per class with
-  replacement for every batch from the global numpy state: no epochs or seed, no
-  distributed split, no resume; on VoxCeleb2-sized input one epoch's worth of batches
-  uses about half the utterances and repeats the rest (see the benchmark).
-- voxceleb_trainer's ``train_dataset_sampler`` builds groups per speaker, then walks
-  them in random order in Python and silently discards every group whose speaker is
-  already in the current batch (and every speaker with fewer than M utterances); its
-  rank split cuts the list in W contiguous parts after rounding.  Ours places every
-  group it can (c above) and reports what it leaves out.
-- ESPnet's ``CategoryBalancedSampler`` has no N x M mode (one utterance per category
-  per batch), seeds the global ``random`` module with the epoch, skips utterances of
-  a full category for the rest of the epoch and has no rank split or resume.
-- lhotse's samplers keep an explicit state (``state_dict``/``load_state_dict``), the
-  pattern we follow, but derive seeds as ``seed + epoch`` (seed 0 epoch 2 is seed 1
-  epoch 1), resume by fast-forwarding through the consumed cuts, and split ranks by
-  taking every W-th batch while sampling.  Ours derives seeds with ``SeedSequence``
-  from the tuple (seed, epoch, purpose) and resumes by indexing.
+How the packing reaches c, and how this compares with pytorch-metric-learning,
+voxceleb_trainer, ESPnet and lhotse samplers: docs/batches.md.
 
 Epochs are numbered from 1 in recipes (ESPnet convention; ``egs/*/spk1`` stage 3
 writes ``epoch1.txt`` ... ``epoch<num_epochs>.txt``); the planner accepts any epoch >= 0.

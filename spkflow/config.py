@@ -1,17 +1,19 @@
-"""Training configuration: a YAML file with fixed sections, every key checked.
+"""Training configuration: a YAML file with fixed sections, every key and value checked.
 
 What it guarantees
 ------------------
 * A training config (``conf/train*.yaml``) has the sections ``frontend``, ``model``,
-  ``loss``, ``optim``, ``scheduler`` and ``train``; a section or key that is not known is a
-  :class:`ConfigError` naming the file, the dotted key and the accepted keys, never ignored.
-  (ESPnet's ``--config`` files pass unknown keys on to argparse, which fails only for the
-  top level; sub-dicts such as ``encoder_conf`` reach the constructor and fail there with a
-  ``TypeError`` that does not name the file.)
+  ``loss``, ``optim``, ``scheduler`` and ``train``.  Every mistake in it (an unknown section or
+  key, an unknown ``model``/``loss``/``optim``/``scheduler`` name, a value of the wrong type or
+  out of range) is a :class:`ConfigError` whose message starts with the file and names the
+  dotted key, raised when the file is loaded, before any data is read.  (ESPnet's ``--config``
+  files pass unknown keys on to argparse, which fails only for the top level; sub-dicts such as
+  ``encoder_conf`` reach the constructor and fail there with a ``TypeError`` naming no file.)
 * Defaults are filled in here, so the ``config.yaml`` written beside a model is complete:
   stage 5 rebuilds exactly the input and the network from it (:func:`spkflow.models.load_model_dir`).
-* ``model`` and ``loss`` keys are checked by their builders (:func:`spkflow.models.build_model`,
-  :func:`spkflow.losses.build_loss`); this module checks the trainer's own sections.
+* ``model`` and ``loss`` names and keys are checked against their builders' registries
+  (:func:`spkflow.models.check_model_config`, :func:`spkflow.losses.check_loss_config`); values
+  only the constructors can judge fail when the trainer builds them, as a ``ConfigError`` too.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ConfigError", "check_keys", "load_train_config", "normalize_train_config", "TRAIN_DEFAULTS"]
+__all__ = [
+    "ConfigError",
+    "check_choice",
+    "check_keys",
+    "load_train_config",
+    "normalize_train_config",
+    "TRAIN_DEFAULTS",
+]
 
 
 class ConfigError(ValueError):
@@ -43,6 +52,12 @@ def check_keys(
     if unknown:
         keys = ", ".join(f"{section}.{k}" if section else k for k in unknown)
         raise ConfigError(f"{source}: unknown key(s) {keys}; accepted: {', '.join(sorted(allowed))}")
+
+
+def check_choice(source: str, key: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raise :class:`ConfigError` (``<source>: <key> must be a | b | c, got 'x'``) unless ``value`` is a choice."""
+    if value not in choices:
+        raise ConfigError(f"{source}: {key} must be {' | '.join(choices)}, got {value!r}")
 
 
 # Sections the trainer owns, with their defaults.  ``model`` and ``loss`` are open here and
@@ -85,6 +100,53 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Value checks of the trainer's own keys: (kind, lower bound, upper bound), bounds inclusive,
+# None = unbounded.  "number" accepts int and float, "int" only int; bool is neither.
+_VALUES: dict[str, tuple[str, float | None, float | None]] = {
+    "frontend.vad": ("bool", None, None),
+    "frontend.mean_norm": ("bool", None, None),
+    "optim.lr": ("number", 0.0, None),
+    "optim.weight_decay": ("number", 0.0, None),
+    "optim.momentum": ("number", 0.0, 1.0),
+    "scheduler.warmup_steps": ("int", 0, None),
+    "scheduler.final_lr_ratio": ("number", 0.0, 1.0),
+    "scheduler.gamma": ("number", 0.0, None),
+    "train.grad_clip": ("number", 0.0, None),
+    "train.crop_min_frames": ("int", 1, None),
+    "train.crop_max_frames": ("int", 1, None),
+    "train.seed": ("int", 0, None),
+    "train.amp": ("bool", None, None),
+    "train.average_last": ("int", 1, None),
+    "train.valid_batch_size": ("int", 1, None),
+    "train.valid_max_frames": ("int", 1, None),
+    "train.log_every": ("int", 1, None),
+    "train.num_workers": ("int", 0, None),
+    "train.input_stats_utts": ("int", 1, None),
+}
+
+
+def _check_value(source: str, key: str, value: Any) -> None:
+    kind, lo, hi = _VALUES[key]
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+        return
+    ok_type = int if kind == "int" else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_type):
+        hint = ""
+        if isinstance(value, str):
+            try:
+                float(value)
+                hint = " (YAML reads a number like 1e-3 as text: write 1.0e-3)"
+            except ValueError:
+                pass
+        what = "an integer" if kind == "int" else "a number"
+        raise ConfigError(f"{source}: {key} must be {what}, got {value!r}{hint}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{source}: {key} must be {bounds}, got {value!r}")
+
+
 def _merge(section: str, given: Any, defaults: dict[str, Any], source: str) -> dict[str, Any]:
     if given is None:
         given = {}
@@ -110,34 +172,42 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     out["loss"] = copy.deepcopy(dict(cfg["loss"]))
     if "data" in cfg:  # written by the trainer (batch shape, speakers); informative
         out["data"] = copy.deepcopy(dict(cfg["data"]))
+    for key in _VALUES:
+        section, name = key.split(".")
+        _check_value(source, key, out[section][name])
     t = out["train"]
-    if not 1 <= int(t["crop_min_frames"]) <= int(t["crop_max_frames"]):
+    if t["crop_min_frames"] > t["crop_max_frames"]:
         raise ConfigError(
-            f"{source}: need 1 <= train.crop_min_frames <= train.crop_max_frames, "
+            f"{source}: need train.crop_min_frames <= train.crop_max_frames, "
             f"got {t['crop_min_frames']} and {t['crop_max_frames']}"
         )
     sp = t["speed_perturb"]
     if sp is not None and (
-        not isinstance(sp, list) or not sp or not all(isinstance(f, (int, float)) and 0.5 <= f <= 2.0 for f in sp)
+        not isinstance(sp, list)
+        or not sp
+        or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0.5 <= f <= 2.0 for f in sp)
     ):
         raise ConfigError(f"{source}: train.speed_perturb must be null or a list of factors in [0.5, 2], got {sp!r}")
-    if t["select"] not in ("best", "last", "average"):
-        raise ConfigError(f"{source}: train.select must be best | last | average, got {t['select']!r}")
-    if out["optim"]["name"] not in ("adam", "adamw", "sgd"):
-        raise ConfigError(f"{source}: optim.name must be adam | adamw | sgd, got {out['optim']['name']!r}")
-    if out["scheduler"]["name"] not in ("constant", "warmup_cosine", "exponential"):
-        raise ConfigError(
-            f"{source}: scheduler.name must be constant | warmup_cosine | exponential, got {out['scheduler']['name']!r}"
-        )
+    check_choice(source, "train.select", t["select"], ("best", "last", "average"))
+    check_choice(source, "optim.name", out["optim"]["name"], ("adam", "adamw", "sgd"))
+    check_choice(source, "scheduler.name", out["scheduler"]["name"], ("constant", "warmup_cosine", "exponential"))
+    # the builders' registries: names and keys of the model and the loss (imported here, as they import torch)
+    from spkflow.losses import check_loss_config
+    from spkflow.models import check_model_config
+
+    check_model_config(out["model"], source)
+    check_loss_config(out["loss"], source)
     return out
 
 
 def load_train_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a training config file (see :data:`TRAIN_DEFAULTS`)."""
     path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        try:
+    try:
+        with open(path, encoding="utf-8") as f:
             cfg = yaml.safe_load(f)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the training config: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
     return normalize_train_config(cfg or {}, source=path)

@@ -13,24 +13,8 @@ What it guarantees
   utterance (voiced-frame selection, per-utterance mean normalisation); the training loader
   (:mod:`spkflow.loader`) applies the same definition to crops.
 
-Implementation choice (measured, see ``test/bench/bench_fbank.py``)
------------------------------------------------------------------
-Our own vectorised numpy code, float64 up to the power spectrum: one strided frame view, DC
-removal and pre-emphasis folded into two passes over the frame matrix, the window, one
-``numpy.fft.rfft``; then (float32: sums of non-negative powers need no more) one matrix
-product with a mel matrix built once per option set (cached) and the log.
-
-* Accuracy.  ``torchaudio.compliance.kaldi.fbank`` and Kaldi itself compute in float32; the
-  lowest mel bins of quiet frames (pre-emphasis leaves them ~60 dB under the frame energy)
-  then carry float32 rounding noise of up to ~0.02 on the log scale (measured on
-  speechocean762).  In float64 we agree with torchaudio run in float64 to ~2e-4 (the rest is
-  torchaudio's float32 mel matrix), i.e. with the exact Kaldi algorithm; the tests compare
-  with that reference at 1e-3.
-* Speed.  The same speed as torchaudio's float32 code per utterance (RTF ~0.0005 on one core,
-  it rebuilds its window and mel matrix on every call, we do not); kaldi-native-fbank
-  (C++, frame by frame, float32) measured 2.7x slower for whole utterances.  torch in float64
-  was no faster than numpy, and numpy keeps ``import torch`` (seconds) out of every job.
-  Decoding the FLAC costs about as much as the features.
+Why our own numpy implementation in float64 (accuracy and speed against torchaudio,
+Kaldi and kaldi-native-fbank, measured with ``test/bench/bench_fbank.py``): docs/features.md.
 """
 
 from __future__ import annotations

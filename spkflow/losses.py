@@ -17,56 +17,17 @@ embedding matrix with ``labels [B]`` is also accepted by the classification loss
 Every loss returns a scalar: the **mean** over the N*M utterances (Wan et al. write a sum;
 the mean keeps the learning rate independent of the batch size, as google/speaker-id does).
 
-Losses
-------
-``ge2e`` (:class:`GE2ELoss`)
-    Generalized end-to-end loss, Wan, Wang, Papir, Lopez Moreno, "Generalized End-to-End
-    Loss for Speaker Verification", ICASSP 2018.  Embeddings are L2-normalised; the
-    similarity of utterance (j, i) to speaker k is ``S[j,i,k] = w * cos(e_ji, c_k) + b``
-    with ``c_k`` the mean of speaker k's embeddings, except for k == j where the centroid
-    ``c_j^(-i)`` leaves e_ji out (Eq. 8-9).  ``mode="softmax"``:
-    ``L_ji = -S[j,i,j] + log sum_k exp(S[j,i,k])`` (Eq. 6);
-    ``mode="contrast"``: ``L_ji = 1 - sigmoid(S[j,i,j]) + max_{k != j} sigmoid(S[j,i,k])``
-    (Eq. 7).  In the softmax form the bias b cancels (it shifts every logit of a row)
-    and receives no gradient; it matters only for the contrast form.
-``ge2e_xs`` (:class:`GE2EXSLoss`)
-    Extended-set softmax of Pelecanos et al., "Dr-Vectors: Decision
-    Residual Networks and an Improved Loss for Speaker Recognition", Interspeech 2021
-    (arXiv:2104.01989), checked against google/speaker-id's reference
-    (``lingvo/sidlingvo/loss_layers.py``, ``GEnd2EndExtendedSetSoftmaxLayer``).  The same
-    scaled score matrix ``S [N, M, N]`` as GE2E is cut into M squares: square i holds the
-    i-th utterance of every speaker scored against the N speaker models, ``Q_i[j, k] =
-    S[j, i, k]``.  Its diagonal holds N target scores, its off-diagonal N(N-1) non-target
-    scores.  Each target score competes with all of them, not only with its own row:
-    ``L_ji = -Q_i[j,j] + log(exp(Q_i[j,j]) + sum_{l != k} exp(Q_i[l,k]))``.
-    Because a row's non-targets are among its square's, ``L_xs >= L_ge2e-softmax`` for the
-    same scores, with equality only when N == 1 (excluded).  The bias cancels here too.
-``aamsoftmax`` / ``aamsoftmax_subcenter`` (:class:`AAMSoftmaxLoss`)
-    Additive angular margin softmax from ``espnet2.spk.loss`` (``AAMSoftmax`` and
-    ``ArcMarginProduct_intertopk_subcenter``), a classification baseline over the
-    ``num_classes`` training speakers; wrapped here to the calling convention above.
+Losses: ``ge2e`` (:class:`GE2ELoss`, Wan et al., ICASSP 2018, softmax or contrast form),
+``ge2e_xs`` (:class:`GE2EXSLoss`, the extended-set softmax of Pelecanos et al., Interspeech 2021,
+checked against google/speaker-id's reference), ``aamsoftmax`` / ``aamsoftmax_subcenter``
+(:class:`AAMSoftmaxLoss`, espnet2's classification losses).  The GE2E family takes
+``centroids: exclusive`` (Wan et al.) or ``split`` (google/speaker-id), and keeps its scale
+``w > 0`` by a softplus reparametrisation.  Formulas, centroid rules, the reasons and the
+comparison with the anchors: docs/losses.md.
 
-Centroids (GE2E and GE2E-XS, key ``centroids``)
-    ``"exclusive"`` (default): Wan et al.'s centroids, own speaker without the utterance
-    itself, other speakers with all M utterances (needs M >= 2).
-    ``"split"``: google/speaker-id's default ``split_batch``: the M utterances of each
-    speaker are split by parity of their index; an even-indexed utterance is scored
-    against centroids of the odd-indexed utterances of every speaker and vice versa, so
-    no score sees its own utterance in any centroid (needs M even).
-
-The scale ``w > 0`` (paper: a constraint; google/speaker-id: unconstrained) is kept positive
-by a softplus reparametrisation: the trained parameter is ``w_raw`` and ``w = W_MIN +
-softplus(w_raw)`` (``W_MIN = 1e-3``, so that float32 underflow of the softplus cannot
-reach 0), initialised so that ``w == init_w`` (10) and ``b == init_b`` (-5).
-Unlike clamping, the gradient never vanishes at the boundary and no optimiser hook is
-needed; near w = 10 ``dw/dw_raw = sigmoid(w_raw) ~ 1``, so the dynamics are the paper's.
-
-Compared with the anchors: google/speaker-id's layers are TensorFlow/lingvo, fixed to one
-(N, M) at construction, with split or self-inclusive centroids (not Wan et al.'s exclusive
-ones) and an unconstrained w; espnet2's ``spk.loss`` has only classification losses.  Here every loss takes any N x M batch, both centroid rules are
-available to both GE2E forms, the XS loss is computed without materialising the
-N(N-1)+1-wide logit matrix (one log-sum-exp per square), and bad shapes, unknown config
-keys and missing labels raise errors that say what is wrong.
+Guarantees: every loss takes any N x M batch (shapes and missing labels raise errors that say
+what is wrong); :func:`build_loss` turns an unknown name or key, or a value the loss cannot
+take, into a :class:`~spkflow.config.ConfigError` naming the config file and the key.
 """
 
 from __future__ import annotations
@@ -79,12 +40,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from spkflow.config import ConfigError, check_choice, check_keys
+
 __all__ = [
     "SpeakerLoss",
     "GE2ELoss",
     "GE2EXSLoss",
     "AAMSoftmaxLoss",
     "build_loss",
+    "check_loss_config",
     "batch_labels",
     "ge2e_scores",
     "LOSSES",
@@ -338,29 +302,41 @@ _ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
-def build_loss(cfg: Mapping[str, Any], embed_dim: int, num_classes: int | None = None) -> SpeakerLoss:
+def check_loss_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, Any]]:
+    """The loss ``name`` and its options, after checking both against the registry.
+
+    Raises :class:`~spkflow.config.ConfigError` naming ``source`` (the config file) and the key.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{source}: the loss section must be a mapping with a 'name', got {cfg!r}")
+    cfg = dict(cfg)
+    name = cfg.pop("name", None)
+    check_choice(source, "loss.name", name, tuple(sorted(LOSSES)))
+    check_keys("loss", cfg, _ALLOWED[name], source=source)
+    return name, cfg
+
+
+def build_loss(
+    cfg: Mapping[str, Any], embed_dim: int, num_classes: int | None = None, source: str = "config"
+) -> SpeakerLoss:
     """Build a loss from its config section, e.g. ``{"name": "ge2e", "mode": "contrast"}``.
 
     ``name`` is one of ``ge2e``, ``ge2e_xs``, ``aamsoftmax``, ``aamsoftmax_subcenter``;
-    the other keys are that loss's options (see ``_ALLOWED``).  An unknown name or key is a
-    ``ValueError`` naming it and the accepted ones.  ``num_classes`` (training speakers)
-    is required by the AAM losses and ignored by the GE2E family.
+    the other keys are that loss's options (see ``_ALLOWED``).  An unknown name or key, or a
+    value the loss cannot take, is a :class:`~spkflow.config.ConfigError` naming ``source`` (the
+    config file), the key and the accepted ones.  ``num_classes`` (training speakers) is
+    required by the AAM losses and ignored by the GE2E family.
     """
-    if not isinstance(cfg, Mapping):
-        raise ValueError(f"loss config must be a mapping with a 'name', got {cfg!r}")
-    cfg = dict(cfg)
-    name = cfg.pop("name", None)
-    if name not in LOSSES:
-        raise ValueError(f"loss name must be one of {sorted(LOSSES)}, got {name!r}")
-    unknown = sorted(set(cfg) - set(_ALLOWED[name]))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} for loss {name!r}; accepted: {list(_ALLOWED[name])}")
+    name, kwargs = check_loss_config(cfg, source)
     cls, fixed = LOSSES[name]
-    if cls is AAMSoftmaxLoss:
-        if num_classes is None:
-            raise ValueError(f"loss {name!r} needs num_classes (the number of training speakers)")
-        return AAMSoftmaxLoss(embed_dim, num_classes, **fixed, **cfg)
-    return cls(**fixed, **cfg)
+    if cls is AAMSoftmaxLoss and num_classes is None:
+        raise ValueError(f"loss {name!r} needs num_classes (the number of training speakers)")
+    try:
+        if cls is AAMSoftmaxLoss:
+            return AAMSoftmaxLoss(embed_dim, num_classes, **fixed, **kwargs)  # type: ignore[arg-type]
+        return cls(**fixed, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: loss ({name}): {err}") from None
 
 
 def batch_labels(

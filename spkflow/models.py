@@ -3,8 +3,9 @@
 What it guarantees
 ------------------
 * Every model is a :class:`SpeakerEmbedder` built from a config section by
-  :func:`build_model`; an unknown ``name`` or key is a :class:`~spkflow.config.ConfigError`
-  that names it and lists the accepted keys (never silently ignored).
+  :func:`build_model`; an unknown ``name`` or key, or a value the model cannot take, is a
+  :class:`~spkflow.config.ConfigError` that names the config file and the key and lists the
+  accepted ones (never silently ignored).
 * **Padding invariance**: an utterance padded at the end inside a batch gets the embedding it
   gets alone (``test/test_models.py`` checks max |diff| <= 1e-4 between L2-normalised
   vectors, in eval mode).  Training batches are N x M crops of one length, so no padding
@@ -13,36 +14,11 @@ What it guarantees
   state dict, loaded with ``torch.load(..., weights_only=True)``); the config's ``frontend``
   section says what input the model expects.
 
-Models
-------
-``ecapa_tdnn`` (:class:`EcapaTdnn`)
-    ECAPA-TDNN (Desplanques et al., Interspeech 2020) assembled from ``espnet2.spk``:
-    ``EcapaTdnnEncoder`` (Res2Net/SE blocks), ``ChnAttnStatPooling`` (channel- and
-    context-dependent attentive statistics) and ``RawNet3Projector`` (BatchNorm + linear).
-    The parameters and state-dict keys are espnet2's.  espnet2's encoder ignores padding:
-    its dilated convolutions read the padded frames of the previous layer (which are no
-    longer zero after BatchNorm) and its SE blocks average over the padded frames, so a
-    padded utterance's embedding changes.  :meth:`EcapaTdnn.encode` runs the same modules
-    with a frame mask: padded frames are zeroed before every convolution that looks across
-    time (as the convolution's own zero padding does for an utterance alone) and the SE
-    squeeze is a masked mean.  espnet2's pooling already accepts lengths and is used as is.
-``dvector_lstm`` (:class:`DVectorLSTM`)
-    The d-vector network of the GE2E paper (Wan et al., ICASSP 2018): stacked LSTM layers
-    with a linear projection (paper: 3 x 768 cells, projection 256, 40-dim log-mel input,
-    140-180 frame crops); the embedding is the projected output at the last (valid) frame,
-    computed on packed sequences.  At inference the paper slides a window (140 frames, 50 %
-    overlap) and averages the L2-normalised window d-vectors; ``infer_window``/``infer_hop``
-    do that in eval mode (``infer_window: 0`` embeds the whole utterance in one pass).
-
-Both accept ``input_norm: global`` (a per-dimension mean/std of the training input kept as
-buffers, set once by the trainer with :meth:`SpeakerEmbedder.set_input_stats` and saved in the
-state dict; the analogue of ESPnet's ``global_mvn`` stats without a separate stats stage) and
-``specaug`` (frequency and time masks, training mode only; drawn from the global torch
-generator, which the trainer seeds per batch).
-
-Compared with the anchor (espnet2's ``ESPnetSpeakerModel``): the embedder is independent of the
-loss and of the frontend (features come from stage 2), it is padding invariant, and the model
-directory is self-describing, so extraction does not need the training task class.
+Models: ``ecapa_tdnn`` (:class:`EcapaTdnn`, espnet2.spk's ECAPA-TDNN modules run with a frame
+mask, which is what makes them padding invariant) and ``dvector_lstm`` (:class:`DVectorLSTM`, the
+GE2E paper's d-vector LSTM, sliding-window inference).  Both take ``input_norm: global`` and
+``specaug``.  How the mask is applied, the paper settings and the comparison with espnet2's
+``ESPnetSpeakerModel``: docs/models.md.
 """
 
 from __future__ import annotations
@@ -56,7 +32,7 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from spkflow.config import ConfigError, check_keys
+from spkflow.config import ConfigError, check_choice, check_keys
 
 __all__ = [
     "SpeakerEmbedder",
@@ -64,6 +40,7 @@ __all__ = [
     "DVectorLSTM",
     "SpecAugment",
     "build_model",
+    "check_model_config",
     "load_model_dir",
     "lengths_to_mask",
     "MODEL_DEFAULTS",
@@ -323,19 +300,33 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def build_model(cfg: Mapping[str, Any]) -> SpeakerEmbedder:
-    """Build an embedder from its config section, e.g. ``{"name": "ecapa_tdnn", "channels": 256}``.
+def check_model_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, Any]]:
+    """The model ``name`` and its other keys, after checking both against :data:`MODEL_DEFAULTS`.
 
-    Raises :class:`~spkflow.config.ConfigError` for an unknown name or key.
+    Raises :class:`~spkflow.config.ConfigError` naming ``source`` (the config file) and the key.
     """
     if not isinstance(cfg, Mapping):
-        raise ConfigError(f"model config must be a mapping with a 'name', got {cfg!r}")
+        raise ConfigError(f"{source}: the model section must be a mapping with a 'name', got {cfg!r}")
     cfg = dict(cfg)
     name = cfg.pop("name", None)
-    if name not in MODELS:
-        raise ConfigError(f"model.name must be one of {sorted(MODELS)}, got {name!r}")
-    check_keys("model", cfg, MODEL_DEFAULTS[name], source=f"model {name!r}")
-    return MODELS[name](**cfg)
+    check_choice(source, "model.name", name, tuple(sorted(MODELS)))
+    check_keys("model", cfg, MODEL_DEFAULTS[name], source=source)
+    return name, cfg
+
+
+def build_model(cfg: Mapping[str, Any], source: str = "config") -> SpeakerEmbedder:
+    """Build an embedder from its config section, e.g. ``{"name": "ecapa_tdnn", "channels": 256}``.
+
+    Raises :class:`~spkflow.config.ConfigError` naming ``source`` for an unknown name or key or a
+    value the model cannot take.
+    """
+    name, kwargs = check_model_config(cfg, source)
+    try:
+        return MODELS[name](**kwargs)
+    except ConfigError as err:  # raised by the constructor without the file
+        raise ConfigError(f"{source}: {str(err).removeprefix('config: ')}") from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: model ({name}): a value does not fit: {err}") from None
 
 
 def load_model_dir(
@@ -355,7 +346,7 @@ def load_model_dir(
         config = yaml.safe_load(f)
     if not isinstance(config, dict) or "model" not in config:
         raise ConfigError(f"{cfg_path}: no 'model' section")
-    model = build_model(config["model"])
+    model = build_model(config["model"], source=cfg_path)
     from spkflow.checkpoint import load_checkpoint
 
     state = load_checkpoint(ckpt_path)  # CheckpointError names the file when it is truncated or holds code

@@ -12,23 +12,15 @@ and kaldiio scp files of float32 vectors (``xvector.scp``; a cohort from a train
 * A bad scp line (unreadable ark, not a vector, wrong dimension, non-finite or all-zero
   vector, duplicate key) is an ``InputError`` naming the scp file and line.
 * Only the embeddings a trial list needs are read; each is read once.
-* AS-norm (adaptive symmetric score normalisation; Cumani et al., Interspeech 2011;
-  Matejka et al., Interspeech 2017): for every utterance x of a trial the cosine scores
-  against the cohort (L2-normalised speaker means) are computed, the ``cohort_size``
-  largest are kept, and with their mean mu_x and standard deviation sigma_x (population
-  std, as WeSpeaker) the trial score becomes ``0.5 * ((s - mu_e) / sigma_e + (s - mu_t) /
-  sigma_t)``.  Statistics are computed once per utterance, in chunks.
+* AS-norm (adaptive symmetric score normalisation over the ``cohort_size`` best cohort
+  scores, population std as WeSpeaker; formula in docs/scoring.md), statistics computed once
+  per utterance, in chunks.
 * Optional centring: a mean vector (e.g. of the training speakers' embeddings) is
   subtracted from every embedding, trial and cohort alike, before L2 normalisation.
-* Memory stays bounded: cosine scores are computed in chunks of trials (870k trials of
-  DSPSpeech-20 all-pairs: 0.36 GB peak RSS for the whole ``spkflow.bin.score`` run).
-
-Compared with the anchor (WeSpeaker's ``wespeaker/bin/score.py`` and ``score_norm.py``,
-which read every embedding of a set into a dict and fail with a bare ``KeyError`` on a
-missing utterance and score one trial per Python call), inputs are located precisely on
-error, missing utterances are an explicit choice with a count, scoring is vectorised, and the
-same functions serve in-memory validation during training (:func:`score_trials` takes any
-``Mapping[str, np.ndarray]``).
+* Memory stays bounded: cosine scores are computed in chunks of trials (measured: docs/scoring.md).
+* :func:`score_trials` takes any ``Mapping[str, np.ndarray]``, so validation during training
+  (:mod:`spkflow.validation`) scores with this same code.  Compared with WeSpeaker's scoring
+  scripts: docs/scoring.md.
 """
 
 from __future__ import annotations

@@ -5,27 +5,12 @@ A frame is voiced when enough frames of a context window around it have a log-en
 the option names and the ``vad.scp`` output (a float vector of 1.0 / 0.0 per frame) are
 Kaldi's (ivector/voice-activity-detection.cc), so a Kaldi ``vad.conf`` works unchanged.
 
-Differences from Kaldi, on purpose:
-
-* Kaldi's loop compares the *centre* frame's energy for every position of the context window
-  (``log_energy_data[t]`` where ``t2`` was meant), so ``--vad-frames-context`` has no effect
-  there.  Here each frame of the window counts, which is what the option documents: with
-  context 2 and proportion 0.12, a frame is voiced when any frame within 2 frames of it is above
-  the threshold (a short hang-over that keeps word edges).
-* A noise-floor guard (``--vad-floor-margin``, 0 turns it off): the threshold is raised to at
-  least ``floor + margin``, where ``floor`` is the ``--vad-floor-percentile`` percentile of the
-  utterance's log-energies, when the utterance has the dynamic range for it (95th percentile
-  above ``floor + 2 * margin``).  Kaldi's threshold is absolute apart from half the mean, so a
-  recording made with high gain (loud background) comes out all voiced: two of DSPSpeech-20's
-  33 speakers got 0.90 and 0.98 voiced on average, 0.34 and 0.32 with the guard.  Mean voiced
-  fractions, Kaldi's rule -> with the guard: DSPSpeech-20 0.53 -> 0.48 (660 files; the corpus
-  is about 1/3 speech, plus word edges and the hang-over), speechocean762 0.73 -> 0.70,
-  LibriSpeech 0.80 -> 0.78, FSDD 0.88 -> 0.82 (samples of 20-60 files).
-* Kaldi reads the log-energy from column 0 of MFCCs.  We work on log-mel filterbanks and use
-  the log of the summed mel energies (``logsumexp`` over bins): the energy of the frame within
-  the mel band, after pre-emphasis.  :func:`frame_log_energy` subtracts ``log(padded_window/2)``
-  so the values sit close to Kaldi's raw log-energy on the int16 scale, and the default
-  thresholds (VoxCeleb recipe's ``vad.conf``: 5.5, 0.5, context 2, proportion 0.12) keep their meaning.
+Differences from Kaldi, on purpose (reasons and measured voiced fractions: docs/features.md):
+every frame of the context window counts (Kaldi's loop compares the centre frame only, so its
+``--vad-frames-context`` has no effect); a noise-floor guard (``--vad-floor-margin``, 0 = off)
+raises the threshold for recordings with a loud background; the log-energy is that of the summed
+mel energies, scaled to sit near Kaldi's raw log-energy so that Kaldi's thresholds keep their
+meaning.
 
 Vectorised with numpy (a cumulative sum), O(T).
 """

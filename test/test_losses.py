@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from spkflow.config import ConfigError
 from spkflow.losses import (
     AAMSoftmaxLoss,
     GE2ELoss,
@@ -329,17 +330,20 @@ def test_build_loss_config():
     assert isinstance(build_loss({"name": "ge2e_xs", "centroids": "split"}, 8), GE2EXSLoss)
     sub = build_loss({"name": "aamsoftmax_subcenter", "K": 2}, 8, num_classes=5)
     assert isinstance(sub, AAMSoftmaxLoss) and sub.inner.K == 2
-    with pytest.raises(ValueError, match="'margn'"):
-        build_loss({"name": "aamsoftmax", "margn": 0.2}, 8, num_classes=5)
-    with pytest.raises(ValueError, match="'mode'"):
+    # every config mistake is a ConfigError naming the config file and the dotted key
+    with pytest.raises(ConfigError, match=r"^conf/x\.yaml: unknown key\(s\) loss\.margn; accepted: "):
+        build_loss({"name": "aamsoftmax", "margn": 0.2}, 8, num_classes=5, source="conf/x.yaml")
+    with pytest.raises(ConfigError, match=r"^config: unknown key\(s\) loss\.mode"):
         build_loss({"name": "ge2e_xs", "mode": "softmax"}, 8)
-    with pytest.raises(ValueError, match="loss name"):
-        build_loss({"name": "triplet"}, 8)
-    with pytest.raises(ValueError, match="num_classes"):
+    with pytest.raises(ConfigError, match=r"^conf/x\.yaml: loss\.name must be aamsoftmax \| .*, got 'triplet'"):
+        build_loss({"name": "triplet"}, 8, source="conf/x.yaml")
+    with pytest.raises(ConfigError, match=r"^conf/x\.yaml: loss \(ge2e\): GE2E mode must be"):
+        build_loss({"name": "ge2e", "mode": "softmx"}, 8, source="conf/x.yaml")
+    with pytest.raises(ValueError, match="num_classes"):  # a caller's mistake, not the config's
         build_loss({"name": "aamsoftmax"}, 8)
-    with pytest.raises(ValueError, match="init_w"):
+    with pytest.raises(ConfigError, match=r"^config: loss \(ge2e\): init_w"):
         build_loss({"name": "ge2e", "init_w": 0}, 8)
-    with pytest.raises(ValueError, match="centroids"):
+    with pytest.raises(ConfigError, match=r"^config: loss \(ge2e\): centroids"):
         build_loss({"name": "ge2e", "centroids": "all"}, 8)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -217,9 +218,33 @@ def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: 
     ca = torch.load(full / "checkpoint.pth", weights_only=True)
     cb = torch.load(part / "checkpoint.pth", weights_only=True)
     torch.testing.assert_close(cb["loss"]["w_raw"], ca["loss"]["w_raw"])
-    # a restart without resume starts over instead
-    fresh = torch.load(full / "epoch1.pth", weights_only=True)
-    assert set(fresh) == set(a)
+
+
+@pytest.mark.parametrize("flag", [["--resume", "false"], ["--no-resume"]])
+def test_no_resume_starts_over(setup: dict[str, Any], tmp_path: Path, flag: list[str]) -> None:
+    """With a mid-epoch checkpoint present, ``--resume false`` (and the older ``--no-resume``)
+    trains from step 0 again: the steps it traces begin at epoch 1 batch 0, and it stops at
+    max_steps counted from 0, where a resumed run would have been done at once."""
+    config_path = tmp_path / "train.yaml"
+    config_path.write_text(yaml.safe_dump(setup["config"]))
+    out = tmp_path / "exp"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    base = [sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, out, config_path), "--trace-batches", "true"]
+    r = subprocess.run([*base, "--max-steps", "3"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert torch.load(out / "checkpoint.pth", weights_only=True)["step"] == 3
+    trace = out / "batch_trace.rank0.txt"
+    trace.unlink()
+    r = subprocess.run([*base, "--max-steps", "2", *flag], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from" not in r.stderr
+    assert [line.split()[:2] for line in trace.read_text().splitlines()] == [["1", "0"], ["1", "1"]]
+    ck = torch.load(out / "checkpoint.pth", weights_only=True)
+    assert (ck["epoch"], ck["batch"], ck["step"]) == (1, 2, 2)
+    # the default resumes: the same command without the flag goes on from step 2
+    r = subprocess.run([*base, "--max-steps", "3"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0 and "resumed from" in r.stderr, r.stderr[-3000:]
+    assert trace.read_text().splitlines()[-1].split()[:2] == ["1", "2"]
 
 
 def test_nan_loss_stops_naming_batch_and_keeps_checkpoint(setup: dict[str, Any], tmp_path: Path) -> None:
@@ -270,7 +295,7 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         Trainer(options(setup, tmp_path / "x", config=cfg)).run()
     cfg = json.loads(json.dumps(setup["config"]))
     cfg["loss"]["margn"] = 0.2
-    with pytest.raises(ValueError, match="margn"):
+    with pytest.raises(ConfigError, match=r"^config: unknown key\(s\) loss\.margn"):
         Trainer(options(setup, tmp_path / "y", config=cfg)).run()
     # the command line reports it and exits 1
     cfg = json.loads(json.dumps(setup["config"]))
@@ -285,6 +310,74 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         cwd=ROOT,
     )
     assert r.returncode == 1 and "optimizer" in r.stderr and "bad.yaml" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "section, key, value, match",
+    [
+        (
+            "loss",
+            "name",
+            "triplet",
+            r"loss\.name must be aamsoftmax \| aamsoftmax_subcenter \| ge2e \| ge2e_xs, got 'triplet'",
+        ),
+        ("loss", "margn", 0.2, r"unknown key\(s\) loss\.margn; accepted: "),
+        ("model", "name", "resnet", r"model\.name must be dvector_lstm \| ecapa_tdnn, got 'resnet'"),
+        ("model", "chanels", 8, r"unknown key\(s\) model\.chanels; accepted: "),
+        ("optim", "name", "adagrad", r"optim\.name must be adam \| adamw \| sgd, got 'adagrad'"),
+        ("optim", "lr", "1e-3", r"optim\.lr must be a number, got '1e-3' \(YAML reads"),
+        ("optim", "lr", -0.1, r"optim\.lr must be >= 0\.0, got -0\.1"),
+        ("scheduler", "name", "step", r"scheduler\.name must be constant \| warmup_cosine \| exponential"),
+        ("scheduler", "warmup_steps", 1.5, r"scheduler\.warmup_steps must be an integer"),
+        ("train", "amp", "yes", r"train\.amp must be true or false, got 'yes'"),
+        ("train", "select", "first", r"train\.select must be best \| last \| average"),
+        ("train", "crop_min_frames", 400, r"need train\.crop_min_frames <= train\.crop_max_frames"),
+        ("frontend", "vad", 1, r"frontend\.vad must be true or false"),
+    ],
+)
+def test_config_mistakes_are_config_errors_at_load(
+    setup: dict[str, Any], tmp_path: Path, section: str, key: str, value: Any, match: str
+) -> None:
+    """Every mistake in a training config file, names of the model, loss, optimiser and
+    scheduler included, is found when the file is loaded: a ConfigError starting with the file
+    and naming the dotted key (never a bare ValueError/TypeError from a constructor)."""
+    from spkflow.config import ConfigError, load_train_config
+
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg.setdefault(section, {})[key] = value
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: {match}"):
+        load_train_config(path)
+
+
+@pytest.mark.parametrize(
+    "section, key, value, match",
+    [
+        ("loss", "mode", "softmx", r"loss \(ge2e\): GE2E mode must be 'softmax' or 'contrast'"),
+        ("model", "channels", 30, r"model\.channels \(30\) must be a multiple of model\.scale"),
+    ],
+)
+def test_config_values_only_a_constructor_judges_name_the_file(
+    setup: dict[str, Any], tmp_path: Path, section: str, key: str, value: Any, match: str
+) -> None:
+    """Values only the model or loss constructor can judge fail when training starts, as one
+    'error:' line naming the config file (exit 1), not a traceback."""
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg[section][key] = value
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    r = subprocess.run(
+        [sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, tmp_path / "exp", path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert re.search(rf"error: {re.escape(str(path))}: {match}", r.stderr), r.stderr[-3000:]
 
 
 def test_bad_batch_list_names_file_and_line(setup: dict[str, Any], tmp_path: Path) -> None:
@@ -365,3 +458,39 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
     b = torch.load(out / "model.pth", weights_only=True)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("egs/*/*/conf/train*.yaml")), ids=lambda p: p
+)
+def test_shipped_configs_load(path: str) -> None:
+    """Every training config of the recipes passes the checks (names, keys, values)."""
+    from spkflow.config import load_train_config
+
+    cfg = load_train_config(ROOT / path)
+    assert cfg["model"]["name"] and cfg["loss"]["name"]
+
+
+def test_validation_leaves_out_utterances_without_features(setup: dict[str, Any], tmp_path: Path) -> None:
+    """Validation reads trials with stage 6's reader: trials naming an utterance without
+    features are left out (counted in the log), and what is left must hold both labels."""
+    from spkflow.errors import InputError
+    from spkflow.models import build_model
+    from spkflow.validation import Validator
+
+    data = tmp_path / "valid"
+    data.mkdir()
+    lines = (setup["data"] / "trials").read_text().splitlines()
+    target = next(line for line in lines if line.endswith(" target"))
+    nontarget = next(line for line in lines if line.endswith(" nontarget"))
+    ghost = f"{target.split()[0]} ghost-utt nontarget"
+    (data / "trials").write_text("\n".join([target, nontarget, ghost]) + "\n")
+    v = Validator(str(data), str(setup["feats"]), use_vad=True, mean_norm=False)
+    assert len(v.trials) == 2 and list(v.trials.lines) == [1, 2] and "ghost-utt" not in v.feats
+    model = build_model({**TINY_MODEL, "input_dim": 20})
+    model.train()
+    eer = v.eer(model, torch.device("cpu"), batch_size=2, max_frames=50)
+    assert 0.0 <= eer <= 100.0 and model.training  # the model's mode is left as it was
+    (data / "trials").write_text("\n".join([target, ghost]) + "\n")
+    with pytest.raises(InputError, match=r"1 target and 0 non-target trials left with features in"):
+        Validator(str(data), str(setup["feats"]), use_vad=True, mean_norm=False)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced (not run) by spkflow's shell scripts: the one place that chooses the Python
 # interpreter for spkflow.
 #
@@ -12,20 +13,24 @@
 #   4. <root>/.venv/bin/python, when executable, where <root> is the directory above this
 #      file with symbolic links resolved (so it works through a recipe's utils link, from any cwd),
 #   5. python3.
-# Leaves the caller's shell options alone, works under `set -euo pipefail`, exports nothing.
-# The caller puts the project root on PYTHONPATH (before or after sourcing) as it needs.
+# Exports PYTHONPATH with <root> first, so that whichever interpreter is chosen imports spkflow
+# from the checkout this file belongs to, even when the active venv holds an editable install of
+# another checkout (tools/setup.sh there).  Exports nothing else, leaves the caller's shell
+# options alone and works under `set -euo pipefail`.
 
+_spkflow_python_root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd -P)
+case ":${PYTHONPATH:-}:" in
+    ":${_spkflow_python_root}:"*) ;;  # already first
+    *) export PYTHONPATH=${_spkflow_python_root}${PYTHONPATH:+:${PYTHONPATH}} ;;
+esac
 spkflow_python=${spkflow_python:-${SPKFLOW_PYTHON:-}}
 if [ -z "${spkflow_python}" ]; then
-    _spkflow_python_root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
-    if command -v python >/dev/null 2>&1 \
-        && PYTHONPATH=${_spkflow_python_root}${PYTHONPATH:+:${PYTHONPATH}} \
-            python -c 'import spkflow, kaldiio' >/dev/null 2>&1; then
+    if command -v python >/dev/null 2>&1 && python -c 'import spkflow, kaldiio' >/dev/null 2>&1; then
         spkflow_python=python
     elif [ -x "${_spkflow_python_root}/.venv/bin/python" ]; then
         spkflow_python=${_spkflow_python_root}/.venv/bin/python
     else
         spkflow_python=python3
     fi
-    unset _spkflow_python_root
 fi
+unset _spkflow_python_root

@@ -1,12 +1,17 @@
-"""argparse value types shared by the command-line front ends (Kaldi-style ``true``/``false``
-flags, bounded integers), so that every command rejects bad values with the same message."""
+"""argparse value types shared by the command-line front ends, so that every command takes
+booleans the same way and rejects bad values with the same message.
+
+The convention for a boolean option of a ``spkflow.bin`` command is the stage scripts' (and
+Kaldi's, ESPnet's ``str2bool``): ``--opt true|false``, registered with :func:`add_bool_option`.
+Exception: ``spkflow.bin.datadir`` keeps the flags of the Kaldi scripts it implements
+(``validate_data_dir.sh --no-feats`` ...), whose interface is Kaldi's."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 
-__all__ = ["boolean", "int_at_least"]
+__all__ = ["add_bool_option", "boolean", "int_at_least", "str2bool"]
 
 
 def boolean(text: str) -> bool:
@@ -16,6 +21,38 @@ def boolean(text: str) -> bool:
     if text.lower() in ("false", "0", "no"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+str2bool = boolean  # ESPnet's name for the same type
+
+
+def add_bool_option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    default: bool,
+    help: str,
+    dest: str | None = None,
+    old_negative: str | None = None,
+    bare: bool = False,
+) -> None:
+    """Register ``flag`` as ``--opt true|false``.  ``bare=True`` also lets a bare ``--opt`` mean
+    true (the spelling of an earlier ``store_true`` flag; only for commands without positional
+    arguments, which it would swallow).  ``old_negative`` (e.g. ``--no-progress``) keeps an
+    earlier ``--no-opt`` spelling working, hidden from ``--help``."""
+    dest = dest or flag.lstrip("-").replace("-", "_")
+    parser.add_argument(
+        flag,
+        dest=dest,
+        type=boolean,
+        nargs="?" if bare else None,
+        const=True if bare else None,
+        default=default,
+        metavar="true|false",
+        help=f"{help} (default: {str(default).lower()})",
+    )
+    if old_negative:
+        parser.add_argument(old_negative, dest=dest, action="store_false", help=argparse.SUPPRESS)
 
 
 def int_at_least(lo: int) -> Callable[[str], int]:

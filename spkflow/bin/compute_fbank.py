@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spkflow.bin.argtypes import boolean
+from spkflow.bin.argtypes import add_bool_option, boolean
 from spkflow.errors import InputError, UtteranceError
 from spkflow.fbank_jobs import DEFAULT_COMPRESSION_METHOD, extract_job
 from spkflow.features import FbankOptions, VadOptions
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         "(1-byte per-column), 2 kSpeechFeature, 5 one-byte",
     )
     p.add_argument("--skip-bad", type=boolean, default=False, help="leave bad utterances out, listed in bad_utts")
-    p.add_argument("--no-progress", action="store_true")
+    add_bool_option(p, "--progress", default=True, old_negative="--no-progress", help="tqdm progress bar")
     p.add_argument("data_dir")
     p.add_argument("utt_list")
     p.add_argument("ark_dir")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             vad,
             compress=a.compress,
             skip_bad=a.skip_bad,
-            progress=not a.no_progress,
+            progress=a.progress,
             compression_method=a.compression_method,
         )
     except (InputError, UtteranceError, ValueError) as e:

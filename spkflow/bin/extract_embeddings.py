@@ -18,7 +18,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin.argtypes import boolean, int_at_least
+from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
 
 _positive = int_at_least(1)
 _non_negative = int_at_least(0)
@@ -47,7 +47,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=_non_negative, default=1, help="DataLoader worker processes (0: in process)")
     p.add_argument("--num-threads", type=_positive, default=1, help="torch threads of the model")
     p.add_argument("--skip-bad", type=boolean, default=False, help="list unreadable utterances instead of failing")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    add_bool_option(p, "--progress", default=True, old_negative="--no-progress", help="tqdm progress bar")
     p.add_argument("data_dir", help="Kaldi data directory")
     p.add_argument("job_dir", help="directory of the jobs' partial outputs")
     return p
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             max_frames=max_frames,
             num_workers=args.num_workers,
             skip_bad=args.skip_bad,
-            progress=not args.no_progress,
+            progress=args.progress,
         )
     except UtteranceError as err:
         logging.error("%s (use --skip-bad true to leave it out and list it in bad_utts)", err)

@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 
+from spkflow.bin.argtypes import add_bool_option
 from spkflow.errors import InputError
 
 
@@ -37,9 +38,11 @@ def get_parser() -> argparse.ArgumentParser:
         default=None,
         help="scp whose mean vector is subtracted from all embeddings before scoring (centring)",
     )
-    p.add_argument(
+    add_bool_option(
+        p,
         "--skip-missing",
-        action="store_true",
+        default=False,
+        bare=True,  # score.sh passes a bare --skip-missing
         help="leave out trials naming an utterance without an embedding (counted) instead of failing",
     )
     p.add_argument("--model-tag", default="", help="experiment tag written into metrics.json")
@@ -50,7 +53,7 @@ def get_parser() -> argparse.ArgumentParser:
         metavar="EXP_DIR",
         help="afterwards rewrite EXP_DIR/RESULTS.md from EXP_DIR/eval/*/metrics.json",
     )
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    add_bool_option(p, "--plots", default=True, old_negative="--no-plots", bare=True, help="draw the PNG plots")
     return p
 
 
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             skip_missing=args.skip_missing,
             model_tag=args.model_tag,
             set_name=args.set_name,
-            plots=not args.no_plots,
+            plots=args.plots,
         )
     except (InputError, ValueError, OSError) as err:  # bad input (e.g. a mean of another dimension), a full disk
         logging.error("%s", err)

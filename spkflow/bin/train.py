@@ -3,8 +3,8 @@
     python -m spkflow.bin.train --config conf/train.yaml --train-data data/train \\
         --train-feats dump/fbank/train --batches-dir exp/spk_x/batches --num-epochs 10 \\
         --out-dir exp/spk_x [--valid-data data/test --valid-feats dump/fbank/test] \\
-        [--fbank-conf conf/fbank.conf --vad-conf conf/vad.conf] [--num-utt M] [--no-resume] \\
-        [--max-steps K] [--device auto|cpu|cuda]
+        [--fbank-conf conf/fbank.conf --vad-conf conf/vad.conf] [--num-utt M] [--resume true|false] \\
+        [--max-steps K] [--device auto|cpu|cuda] [--progress true|false] [--trace-batches true|false]
 
 Several processes: ``torchrun --nproc_per_node P -m spkflow.bin.train ...`` (DDP; gloo on CPU,
 NCCL on GPU; several nodes: scripts/spk/train.sh --num-nodes K).  Under DDP each rank also logs
@@ -22,6 +22,8 @@ import logging
 import os
 import sys
 
+from spkflow.bin.argtypes import add_bool_option
+
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.train", description=__doc__.split("\n\n")[0])
@@ -36,14 +38,14 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid-feats", default=None, help="its features dir (default: --valid-data)")
     p.add_argument("--fbank-conf", default=None, help="stage 2 fbank options, recorded in config.yaml")
     p.add_argument("--vad-conf", default=None, help="stage 2 VAD options, recorded in config.yaml")
-    p.add_argument(
+    add_bool_option(
+        p,
         "--resume",
-        dest="resume",
-        action="store_true",
         default=True,
-        help="continue from <out-dir>/checkpoint.pth when present (default)",
+        old_negative="--no-resume",
+        bare=True,
+        help="continue from <out-dir>/checkpoint.pth when present",
     )
-    p.add_argument("--no-resume", dest="resume", action="store_false", help="start afresh")
     p.add_argument("--max-steps", type=int, default=None, help="stop after this global step (with a checkpoint)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument(
@@ -52,10 +54,12 @@ def get_parser() -> argparse.ArgumentParser:
         default=0,
         help="torch threads per process (0: CPUs available to this job / local processes)",
     )
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
-    p.add_argument(
+    add_bool_option(p, "--progress", default=True, old_negative="--no-progress", bare=True, help="tqdm bar on stderr")
+    add_bool_option(
+        p,
         "--trace-batches",
-        action="store_true",
+        default=False,
+        bare=True,
         help="log the batches each rank trains on to <out-dir>/batch_trace.rank<R>.txt",
     )
     return p
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     from spkflow.config import ConfigError, load_train_config
     from spkflow.errors import InputError
-    from spkflow.trainer import TrainingDiverged, TrainOptions, Trainer
+    from spkflow.trainer import Trainer, TrainingDiverged, TrainOptions
 
     try:
         config = load_train_config(args.config)
@@ -109,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device,
             progress=args.progress,
             trace_batches=args.trace_batches,
+            config_source=args.config,
         )
         trainer = Trainer(opts)
         trainer.run()

@@ -100,6 +100,10 @@ spk_exp=${expdir}/spk_${tag}
 [ -z "${valid_set}" ] && valid_set=${test_sets%% *}
 [ -z "${embed_sets}" ] && embed_sets=$(echo "${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
 ${extract_train} && embed_sets="${train_set} ${embed_sets}"
+# Score normalisation and centring both use the training speakers' embeddings: stage 5 then
+# embeds the training set and stage 6 reads its spk_xvector.scp (one test for both stages).
+train_cohort=false
+if ${score_norm} || ${score_center}; then train_cohort=true; fi
 
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1: data preparation (local/data.sh) into data/{${train_set},${test_sets// /,}}"
@@ -227,7 +231,7 @@ fi
 
 if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     _sets=${embed_sets}
-    if { ${score_norm} || ${score_center:-false}; } && [[ " ${_sets} " != *" ${train_set} "* ]]; then
+    if ${train_cohort} && [[ " ${_sets} " != *" ${train_set} "* ]]; then
         _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
     fi
     log "Stage 5: embedding extraction for ${_sets} -> ${spk_exp}/embed/<set>"
@@ -251,7 +255,7 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: scoring trials of ${test_sets} -> ${spk_exp}/eval/<set>"
     _score_opts=(--model-tag "spk_${tag}" --skip-missing "${score_skip_missing}" --results-md "${spk_exp}")
     _cohort=${spk_exp}/embed/${train_set}/spk_xvector.scp
-    if { ${score_norm} || ${score_center}; } && [ ! -f "${_cohort}" ]; then
+    if ${train_cohort} && [ ! -f "${_cohort}" ]; then
         log "Error: score_norm/score_center need the training speakers' embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
         exit 1
     fi
