@@ -49,7 +49,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def alone_embeddings(model_dir: Path, data: Path) -> dict[str, np.ndarray]:
     """Batch-1 reference, one utterance at a time, in this process."""
-    from spkflow.embed import SpkflowEmbedder
+    from spkflow.embedders import SpkflowEmbedder
 
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(data)

@@ -20,16 +20,9 @@ from conftest import write_data_dir as write_kaldi_dir  # speakers given explici
 from spkflow.audio import AudioReader
 from spkflow.datadir import DataDir, c_sorted, read_kv, read_spk2utt
 from spkflow.errors import UtteranceError
-from spkflow.fbank_jobs import (
-    extract_job,
-    filter_data_dir,
-    job_paths,
-    merge_jobs,
-    split_by_duration,
-    utterance_durations,
-    write_split,
-)
+from spkflow.fbank_jobs import extract_job, filter_data_dir, job_paths, merge_jobs
 from spkflow.features import FbankOptions, VadOptions, compute_fbank
+from spkflow.jobs import split_by_duration, utterance_durations, write_split
 
 MAKE_FBANK = ROOT / "scripts" / "feats" / "make_fbank.sh"
 CONF = ROOT / "egs" / "TEMPLATE" / "spk1" / "conf"
