@@ -223,21 +223,23 @@ def release(directory: str | os.PathLike[str], *, pid: int | None = None) -> boo
 def hold(directory: str | os.PathLike[str], command: str | None = None) -> Iterator[Holder]:
     """Hold the lock of ``directory`` for the block; released on return, error and SIGTERM/SIGHUP/SIGINT
     (turned into ``SystemExit(128 + signal)`` while the block runs, in the main thread)."""
-    me = acquire(directory, command=command)
     old: dict[int, object] = {}
 
     def _exit(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
+    if threading_is_main():  # armed before the lock exists: no moment where a signal skips the release
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            old[sig] = signal.signal(sig, _exit)
     try:
-        if threading_is_main():
-            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                old[sig] = signal.signal(sig, _exit)
-        yield me
+        me = acquire(directory, command=command)
+        try:
+            yield me
+        finally:
+            release(directory)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
-        release(directory)
 
 
 def threading_is_main() -> bool:

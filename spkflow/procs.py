@@ -38,12 +38,12 @@ def _watch(parent: int, interval: float) -> None:
             os._exit(1)
 
 
-def die_with_parent(interval: float = 1.0) -> str:
+def die_with_parent(interval: float = 1.0, prctl: bool = True) -> str:
     """End this process when its parent ends.  Returns how: ``"pdeathsig"`` (Linux) or ``"watch"``
-    (a thread polling every ``interval`` seconds)."""
+    (a thread polling every ``interval`` seconds; also with ``prctl=False``)."""
     parent = os.getppid()
     how = "watch"
-    if sys.platform.startswith("linux"):
+    if prctl and sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
