@@ -286,10 +286,11 @@ def _extract(
             summary.frames += len(feats)
             summary.voiced_frames += int(vad.sum())
         for w in writers.values():
-            w.sync()
-    finally:
+            w.close()
+    except BaseException:
         for w in writers.values():
-            w.close(sync=False)
+            w.abort()
+        raise
     _write_table(aux["utt2num_frames"], nframes)
     _write_table(aux["bad_utts"], bad)
     write_stamp(aux["stamp"], fbank_stamp(fbank_opts, vad_opts, compress, compression_method))

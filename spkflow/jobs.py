@@ -220,6 +220,12 @@ class ArkWriter:
             if sync:
                 self.sync()
         finally:
+            with writing(self.path):
+                self._f.close()  # flushes what is buffered
+
+    def abort(self) -> None:
+        """Close without raising (an error is already on its way; the ark is garbage)."""
+        with contextlib.suppress(OSError, OutputError):
             self._f.close()
 
 
@@ -299,13 +305,19 @@ class CommitLog:
 
     def close(self) -> None:
         self._ark.close(sync=False)
-        self._scp.close()
+        with writing(self.scp_path):
+            self._scp.close()
 
     def __enter__(self) -> CommitLog:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        self._ark.abort()  # what is committed is durable; the rest is an unreferenced tail
+        with contextlib.suppress(OSError):
+            self._scp.close()
 
 
 # --------------------------------------------------------------------------- merge
