@@ -154,7 +154,7 @@ def split_by_frames(items: Sequence[Any], frames: Callable[[Any], int], max_fram
 
 
 class Embedder(Protocol):
-    """What :func:`run_job` needs from a model: a picklable per-utterance input maker that runs
+    """What :func:`spkflow.embed.run_job` needs from a model: a picklable per-utterance input maker that runs
     in DataLoader workers, a length in 10 ms frames, and a batched forward."""
 
     name: str
