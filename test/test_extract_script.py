@@ -429,7 +429,8 @@ def test_unusable_model_file_is_named_and_no_resume_is_suggested(model_dir, tmp_
     assert p.returncode == 1
     logs = "".join(lg.read_text() for lg in sorted((out / "log").glob("extract_out.*.log")))
     assert "Traceback" not in logs and "weights_only=False" not in logs + p.stderr
-    want = "unreadable or truncated model file" if damage == "truncated" else "holds pickled Python objects (code)"
-    assert f"cannot load the model: {bad / 'model.pth'}: {want}" in p.stderr
+    # (spkflow.checkpoint's CheckpointError, once merged, words it alike: these fragments hold for both)
+    want = "unreadable or truncated" if damage == "truncated" else r"holds pickled Python objects \(code\)"
+    assert re.search(rf"cannot load the model: {re.escape(str(bad / 'model.pth'))}: {want}", p.stderr), p.stderr
     assert "Re-run the same command to resume" not in p.stderr
     assert "re-running with the same model will fail again" in p.stderr
