@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, make_speakers
 from test_embed import l2, make_mixed_data, make_spkflow_model_dir
-from test_make_fbank import run_py, small_disk, write_data_dir
+from test_make_fbank import process_alive, process_children, run_py, small_disk, write_data_dir
 
 SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
 ALIGN = ROOT / "scripts" / "spk" / "align_embed_scp.sh"
@@ -328,25 +328,6 @@ def test_jobs_and_merge_refuse_to_mix_models(model_dir, other_model_dir, tmp_pat
         run_job(b, data, utts, jobs, 3, num_workers=0, progress=False)
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_sigkilled_job_leaves_no_dataloader_worker(model_dir, tmp_path):
     """What the OOM killer does: SIGKILL of the job while its worker has filled the pipe.
     Before: the worker stayed, blocked, holding the job's files (minutes later, every time)."""
@@ -366,19 +347,19 @@ def test_sigkilled_job_leaves_no_dataloader_worker(model_dir, tmp_path):
             time.sleep(0.05)
         assert _commit_lines(jobs), "the job never committed a batch"
         os.kill(job.pid, signal.SIGSTOP)  # a busy main process: the worker runs ahead and blocks
-        workers = _children(job.pid)
+        workers = process_children().get(job.pid, [])
         assert len(workers) == 1
         time.sleep(2.0)
         os.kill(job.pid, signal.SIGKILL)
         job.wait()
         deadline = time.time() + 4.0
-        while time.time() < deadline and _alive(workers[0]):
+        while time.time() < deadline and process_alive(workers[0]):
             time.sleep(0.05)
-        assert not _alive(workers[0]), "the DataLoader worker outlived its job"
+        assert not process_alive(workers[0]), "the DataLoader worker outlived its job"
     finally:
         job.kill()
         for w in workers:
-            if _alive(w):
+            if process_alive(w):
                 os.kill(w, signal.SIGKILL)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from test_make_fbank import process_alive, process_children
 
 from spkflow.jobs import StagedOutputs, split_by_duration
 from spkflow.lock import LOCK_NAME, LockError, acquire, hold, read_holder, release
@@ -43,15 +44,6 @@ def wait_for(cond, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return cond()
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 # ----------------------------------------------------------------------------- lock
@@ -231,15 +223,7 @@ time.sleep(600)  # the worker fills the pipe and blocks, as behind a slow model
 
 
 def _worker_of(parent: int) -> int:
-    children = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == parent:
-                children.append(int(d.name))
+    children = process_children().get(parent, [])
     assert len(children) == 1, children
     return children[0]
 
@@ -254,13 +238,13 @@ def test_dataloader_worker_dies_with_a_sigkilled_parent(tmp_path, init):
         assert int(p.stdout.readline()) == p.pid
         worker = _worker_of(p.pid)
         time.sleep(1.0)  # the worker has filled the pipe
-        assert alive(worker)
+        assert process_alive(worker)
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
-        assert wait_for(lambda: not alive(worker), timeout=5.0), "the DataLoader worker outlived its parent"
+        assert wait_for(lambda: not process_alive(worker), timeout=5.0), "the DataLoader worker outlived its parent"
     finally:
         p.kill()
-        if worker is not None and alive(worker):
+        if worker is not None and process_alive(worker):
             os.kill(worker, signal.SIGKILL)
 
 

@@ -38,9 +38,8 @@ def env() -> dict[str, str]:
     return e
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and all its descendants (run.pl puts each job in its own process group,
-    so killing the group of make_fbank.sh is not enough)."""
+def process_children() -> dict[int, list[int]]:
+    """``ppid -> [pid]`` of every process now (from /proc)."""
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -49,6 +48,21 @@ def kill_tree(pid: int) -> None:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(d.name))
+    return children
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and all its descendants (run.pl puts each job in its own process group,
+    so killing the group of make_fbank.sh is not enough)."""
+    children = process_children()
     todo, tree = [pid], []
     while todo:
         p = todo.pop()
@@ -264,14 +278,22 @@ def test_interrupted_run_leaves_no_complete_looking_scp(tmp_path):
         merge_jobs(data, out, out / "data", "set", 2, out / "log")
 
 
-def test_merge_names_missing_and_duplicate_utterances(tmp_path):
+def two_jobs(tmp_path: Path, *opts: FbankOptions) -> tuple[dict[str, str], Path, Path]:
+    """Good audio in a data dir, 2 jobs of stage 2 into ``tmp_path/arks`` (job j with ``opts[j-1]``,
+    default options); returns (utt -> audio, data dir, ark dir)."""
     good = good_audio(tmp_path)
     data = tmp_path / "data"
     write_data_dir(data, good)
     split = write_split(data, tmp_path / "split", 2)
     arks = tmp_path / "arks"
     for j, lst in enumerate(split, 1):
-        extract_job(data, lst, arks, "d", j, FbankOptions(), VadOptions(), progress=False)
+        fbank = opts[j - 1] if len(opts) >= j else FbankOptions()
+        extract_job(data, lst, arks, "d", j, fbank, VadOptions(), progress=False)
+    return good, data, arks
+
+
+def test_merge_names_missing_and_duplicate_utterances(tmp_path):
+    good, data, arks = two_jobs(tmp_path)
     assert merge_jobs(data, tmp_path / "out", arks, "d", 2) == (len(good), 0)
     scp = job_paths(arks, "d", 2, "raw_fbank")[1]
     lines = scp.read_text().splitlines(keepends=True)
@@ -289,7 +311,7 @@ def test_merge_names_missing_and_duplicate_utterances(tmp_path):
 def test_split_by_duration():
     rng = np.random.default_rng(0)
     utts = [f"u{i:03d}" for i in range(200)]
-    durs = {u: float(d) for u, d in zip(utts, rng.gamma(2.0, 2.0, 200))}
+    durs = {u: float(d) for u, d in zip(utts, rng.gamma(2.0, 2.0, 200), strict=True)}
     durs["u010"] = 60.0  # one very long recording
     for nj in (1, 2, 3, 7, 200):
         parts = split_by_duration(utts, durs, nj)
@@ -490,13 +512,7 @@ def test_two_runs_with_different_configs_into_one_dir(tmp_path):
 
 
 def test_merge_refuses_jobs_made_with_other_options(tmp_path):
-    good = good_audio(tmp_path)
-    data = tmp_path / "data"
-    write_data_dir(data, good)
-    split = write_split(data, tmp_path / "split", 2)
-    arks = tmp_path / "arks"
-    extract_job(data, split[0], arks, "d", 1, FbankOptions(), VadOptions(), progress=False)
-    extract_job(data, split[1], arks, "d", 2, FbankOptions(num_mel_bins=40), VadOptions(), progress=False)
+    _, data, arks = two_jobs(tmp_path, FbankOptions(), FbankOptions(num_mel_bins=40))
     with pytest.raises(MergeError, match=r"different fbank/VAD options: 1 of 2 part\(s\) differ\n  job 2 \("):
         merge_jobs(data, tmp_path / "out", arks, "d", 2, stamp=fbank_stamp(FbankOptions(), VadOptions(), False, 3))
     with pytest.raises(MergeError, match="different fbank/VAD options"):  # without a stamp: with each other
@@ -522,13 +538,7 @@ def test_disk_full_in_a_job_one_line_and_nothing_left(tmp_path):
 
 def test_disk_full_in_the_merge_leaves_no_output(tmp_path):
     """Before: vad.scp, cmvn_utt*.scp and utt2num_frames stayed behind when feats.scp failed."""
-    good = good_audio(tmp_path)
-    data = tmp_path / "data"
-    write_data_dir(data, good)
-    split = write_split(data, tmp_path / "split", 2)
-    arks = tmp_path / "arks"
-    for j, lst in enumerate(split, 1):
-        extract_job(data, lst, arks, "d", j, FbankOptions(), VadOptions(), progress=False)
+    good, data, arks = two_jobs(tmp_path)
     out = tmp_path / "out"
     with small_disk(out, 12) as preexec:  # 3 pages: the 5 outputs do not fit
         if preexec is not None:  # RLIMIT_FSIZE: a limit between utt2num_frames and the scps
