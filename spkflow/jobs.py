@@ -25,6 +25,11 @@ What it guarantees
 * **One line for a full disk.**  :func:`writing` turns an ``OSError`` without a file name
   (ENOSPC, EDQUOT, EFBIG from ``write``/``fsync``) into :class:`~spkflow.errors.OutputError`
   naming the file being written.
+
+Compared with the anchors: Kaldi's ``split_data.sh`` splits by utterance count and its
+``copy-feats``/``combine`` steps rewrite outputs in place; ESPnet's and WeSpeaker's extraction
+scripts write one ark per job with no commit log (a killed job starts over), merge with ``cat``
+(no key, stamp or completeness check) and leave partial outputs on a full disk.
 """
 
 from __future__ import annotations
