@@ -26,10 +26,10 @@ What it guarantees
   (ENOSPC, EDQUOT, EFBIG from ``write``/``fsync``) into :class:`~spkflow.errors.OutputError`
   naming the file being written.
 
-Compared with the anchors: Kaldi's ``split_data.sh`` splits by utterance count and its
-``copy-feats``/``combine`` steps rewrite outputs in place; ESPnet's and WeSpeaker's extraction
-scripts write one ark per job with no commit log (a killed job starts over), merge with ``cat``
-(no key, stamp or completeness check) and leave partial outputs on a full disk.
+Compared with the anchors: Kaldi's ``split_data.sh`` and WeSpeaker's ``extract_embedding.sh``
+split by utterance count; their extraction scripts merge the jobs' scps with ``cat`` (no key,
+model or completeness check), a killed job starts over, and nothing stops two runs writing
+into one directory.
 """
 
 from __future__ import annotations
