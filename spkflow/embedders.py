@@ -19,16 +19,15 @@ What it guarantees
 * **The model's identity.**  Every embedder carries :attr:`stamp` (toolkit and the SHA-256 of
   its config and weights, :func:`model_stamp`), recorded beside each job's embeddings so that
   the merge never mixes two models' vectors.
-* **Bad model dirs** (no ``config.yaml``, no weights, an unreadable or code-holding weights
-  file) are refused naming the file (:class:`ModelError`).
+* **Bad model dirs** (no ``config.yaml``, no weights: :class:`ModelError`; an unreadable,
+  truncated or code-holding weights file: :class:`spkflow.checkpoint.CheckpointError`) are
+  refused naming the file.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import pickle
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,9 +47,6 @@ __all__ = [
     "plan_batches",
     "split_by_frames",
     "pad",
-    "unreadable_model",
-    "is_load_failure",
-    "TORCH_LOAD_ERRORS",
 ]
 
 #: frames per second of the length bound (``max_frames``): 10 ms frames for every toolkit
@@ -65,30 +61,6 @@ class ModelError(InputError):
 def model_stamp(toolkit: str, config: str | os.PathLike[str], weights: str | os.PathLike[str]) -> str:
     """``toolkit=T <sha256 of config> <sha256 of weights>``: what the job dir's embeddings came from."""
     return f"toolkit={toolkit} {file_sha256(config)} {file_sha256(weights)}"
-
-
-def unreadable_model(path: str | os.PathLike[str], exc: BaseException) -> ModelError:
-    """The :class:`ModelError` for what ``torch.load(path, weights_only=True)`` raised: a file that
-    holds pickled code (refused, never "retry with weights_only=False"), or one that is truncated
-    or not a torch file."""
-    # TODO(lead): once spkflow/checkpoint.py (relia) is on main, load through its load_checkpoint
-    # (CheckpointError is an InputError and says the same); this is the call-site fallback.
-    text = str(exc)
-    if isinstance(exc, pickle.UnpicklingError) and re.search(r"\bGLOBAL\b|Unsupported global", text):
-        return ModelError(path, None, "holds pickled Python objects (code), refused: a model file holds tensors only")
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return ModelError(path, None, f"unreadable or truncated model file, not loaded ({first})")
-
-
-#: what ``torch.load`` raises for a truncated, foreign or code-holding file (a RuntimeError only
-#: when its message is about the file: see :func:`is_load_failure`)
-TORCH_LOAD_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError)
-_FILE_TROUBLE = re.compile(r"PytorchStreamReader|zip archive|magic number|unpickl|truncat|EOF", re.IGNORECASE)
-
-
-def is_load_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` (one of :data:`TORCH_LOAD_ERRORS`) says the file itself is bad."""
-    return not isinstance(exc, RuntimeError) or bool(_FILE_TROUBLE.search(str(exc)))
 
 
 # --------------------------------------------------------------------------- batches
@@ -288,12 +260,8 @@ class SpkflowEmbedder:
         if not (d / "model.pth").is_file():
             raise ModelError(d / "model.pth", None, "not found: the model directory has no weights")
         self.device = resolve_device(device)
-        try:
-            self.model, self.config = load_model_dir(d, self.device)
-        except TORCH_LOAD_ERRORS as exc:
-            if not is_load_failure(exc):
-                raise
-            raise unreadable_model(d / "model.pth", exc) from None
+        # a truncated or code-holding model.pth: spkflow.checkpoint's CheckpointError names it
+        self.model, self.config = load_model_dir(d, self.device)
         self.stamp = model_stamp(self.name, d / "config.yaml", d / "model.pth")
         fe = dict(self.config.get("frontend") or {})
         self.fbank = FbankOptions.from_dict(dict(fe.get("fbank") or {}))

@@ -41,14 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from spkflow.checkpoint import load_checkpoint
 from spkflow.embedders import (
     FRAME_RATE,
-    TORCH_LOAD_ERRORS,
     check_model_dir,
-    is_load_failure,
     model_stamp,
     resolve_device,
-    unreadable_model,
 )
 from spkflow.errors import InputError
 from spkflow.jobs import show_keys
@@ -261,12 +259,7 @@ class EspnetEmbedder:
         from espnet2.tasks.spk import SpeakerTask
 
         model = SpeakerTask.build_model(argparse.Namespace(**args))
-        try:
-            state = torch.load(self.model_path, map_location="cpu", weights_only=True)
-        except TORCH_LOAD_ERRORS as exc:
-            if not is_load_failure(exc):
-                raise
-            raise unreadable_model(self.model_path, exc) from None
+        state = load_checkpoint(self.model_path, hint="copy the model file again")  # names a bad file
         if isinstance(state, dict) and isinstance(state.get("model"), dict):
             state = state["model"]
         if not isinstance(state, Mapping):

@@ -181,7 +181,7 @@ if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/
             --batch-size "${batch_size}" --max-frames "${max_frames}" --num-workers "${num_workers}" \
             --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
     jobs_report_failed "${out}/log/extract_${name}"
-    if grep -q "Ended (code 3)" "${out}/log/extract_${name}".*.log 2>/dev/null; then
+    if grep -q "cannot load the model: " "${out}/log/extract_${name}".*.log 2>/dev/null; then
         log "Error: the model cannot be used (see above); re-running with the same model will fail again"
     else
         log "Re-run the same command to resume: finished utterances are kept"

@@ -8,8 +8,9 @@
 Normally started by ``scripts/spk/extract_embeddings.sh`` through ``$cmd JOB=1:N``; the merge
 (``spkflow.bin.merge_embeddings``) writes the final ``xvector.scp``.  Utterances already
 committed in JOB_DIR (by any job) are skipped, so re-running resumes.  Exit status 1 on bad
-input or a full disk (the message names the utterance or file), 2 on bad arguments, 3 when the
-model cannot be loaded (a missing, truncated or code-holding file: re-running cannot help).
+input or a full disk (the message names the utterance or file; a model that cannot be loaded,
+e.g. a truncated or code-holding weights file, is reported as "cannot load the model: FILE: ...",
+which extract_embeddings.sh tells apart: re-running cannot help there), 2 on bad arguments.
 The work is :func:`spkflow.embed.run_job`.
 """
 
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.toolkit, args.model_dir, args.device, model_file=args.model_file, feats_dir=args.feats_dir
             )
         except (InputError, ConfigError, FileNotFoundError) as err:
-            logging.error("cannot load the model: %s", err)
-            return 3
+            logging.error("cannot load the model: %s", err)  # the stage script looks for this phrase
+            return 1
         logging.info("model %s (%s) on %s, %d-dim embeddings", args.model_dir, args.toolkit, args.device, embedder.dim)
         max_frames = args.max_frames or (60000 if args.device.startswith("cuda") else 3000)
         run_job(
