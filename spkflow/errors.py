@@ -29,3 +29,12 @@ class UtteranceError(RuntimeError):
         self.source = source
         self.message = message
         super().__init__(f"utterance '{utt}' ({source}): {message}")
+
+
+class OutputError(RuntimeError):
+    """Writing an output failed (a full disk, a quota, a file-size limit); names the file."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = os.fspath(path)
+        self.message = message
+        super().__init__(f"{self.path}: cannot write: {message}")

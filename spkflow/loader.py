@@ -52,6 +52,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from spkflow import procs
 from spkflow.errors import InputError
 
 __all__ = ["KaldiArkReader", "SpecAugment", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
@@ -750,6 +751,7 @@ def make_loader(
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             multiprocessing_context=multiprocessing_context,
+            worker_init_fn=procs.worker_init,  # workers die with the trainer, even when it is SIGKILLed
         )
     pooled = (
         num_workers > 0

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from spkflow.embed import FRAME_RATE, plan_batches
-from spkflow.embed import _pad as pad_batch  # moves to spkflow.embedders (pad) with the embed.py split
+from spkflow.embedders import FRAME_RATE, plan_batches
+from spkflow.embedders import pad as pad_batch
 from spkflow.errors import InputError
 from spkflow.models import SpeakerEmbedder
 

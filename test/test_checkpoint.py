@@ -213,7 +213,7 @@ def test_train_refuses_bad_epoch_snapshot(trained: dict[str, Any], tmp_path: Pat
 
 @pytest.mark.parametrize("damage", ["truncate", "code"])
 def test_extraction_refuses_bad_model(trained: dict[str, Any], tmp_path: Path, damage: str) -> None:
-    from spkflow.embed import load_embedder
+    from spkflow.embedders import load_embedder
 
     out, marker = copy_run(trained, tmp_path), tmp_path / "pwned"
     truncate(out / "model.pth") if damage == "truncate" else plant_code(out / "model.pth", marker)

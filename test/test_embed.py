@@ -1,5 +1,5 @@
-"""Unit tests of spkflow.embed: batch planning, job outputs and resume bookkeeping, merge
-checks and speaker means, scp alignment, padding invariance of the spkflow path.
+"""Unit tests of stage 5 (spkflow.embed, spkflow.embedders, spkflow.jobs): batch planning, job
+outputs and resume bookkeeping, merge checks and speaker means, scp alignment, padding invariance of the spkflow path.
 
 Everything runs in process on small synthetic audio and a tiny real spkflow model (random
 weights, BatchNorm statistics made non-trivial so that padding would show)."""
@@ -25,11 +25,10 @@ from spkflow.embed import (
     align_scp,
     committed_entries,
     merge_embeddings,
-    plan_batches,
     read_commit_log,
     run_job,
-    split_by_frames,
 )
+from spkflow.embedders import plan_batches, split_by_frames
 from spkflow.errors import InputError, UtteranceError
 
 
@@ -92,7 +91,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def embedder(model_dir: Path):
-    from spkflow.embed import SpkflowEmbedder
+    from spkflow.embedders import SpkflowEmbedder
 
     return SpkflowEmbedder(model_dir)
 
@@ -283,7 +282,7 @@ def test_spkflow_batched_equals_alone(embedder, tmp_path):
 def test_features_from_a_stage2_dump_equal_features_from_audio(model_dir, embedder, tmp_path):
     """--feats-dir: feats.scp (+ vad.scp) written as stage 2 does give the same model input."""
     from spkflow.audio import AudioReader
-    from spkflow.embed import SpkflowEmbedder
+    from spkflow.embedders import SpkflowEmbedder
     from spkflow.features import compute_fbank, compute_vad
 
     data = make_mixed_data(tmp_path, num_spk=1, num_utt=3)
@@ -330,16 +329,20 @@ def test_run_job_bad_utterance_then_skip_and_resume(embedder, tmp_path):
 
 
 def test_model_dir_errors(tmp_path):
-    from spkflow.embed import load_embedder
+    from spkflow.embedders import load_embedder
 
     with pytest.raises(InputError, match="model directory not found"):
         load_embedder("spkflow", tmp_path / "nope")
+    assert not (tmp_path / "nope").exists()  # a refused model dir is not created
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match=r"empty/config.yaml: not found"):
         load_embedder("spkflow", tmp_path / "empty")
-    (tmp_path / "empty" / "config.yaml").write_text("model: {name: ecapa_tdnn}\n")
+    config = "model: {name: ecapa_tdnn}\n"
+    (tmp_path / "empty" / "config.yaml").write_text(config)
     with pytest.raises(InputError, match=r"model.pth: not found"):
         load_embedder("spkflow", tmp_path / "empty")
     with pytest.raises(ValueError, match="--toolkit"):
         load_embedder("kaldi", tmp_path / "empty")
-    assert os.path.isdir(tmp_path / "empty")
+    # refusals leave the model dir as it was: nothing written into it, the config untouched
+    assert sorted(os.listdir(tmp_path / "empty")) == ["config.yaml"]
+    assert (tmp_path / "empty" / "config.yaml").read_text() == config

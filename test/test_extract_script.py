@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, make_speakers
 from test_embed import l2, make_mixed_data, make_spkflow_model_dir
-from test_make_fbank import write_data_dir
+from test_make_fbank import process_alive, process_children, run_py, small_disk, write_data_dir
 
 SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
 ALIGN = ROOT / "scripts" / "spk" / "align_embed_scp.sh"
@@ -49,7 +49,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def alone_embeddings(model_dir: Path, data: Path) -> dict[str, np.ndarray]:
     """Batch-1 reference, one utterance at a time, in this process."""
-    from spkflow.embed import SpkflowEmbedder
+    from spkflow.embedders import SpkflowEmbedder
 
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(data)
@@ -262,3 +262,156 @@ def test_real_heldout_audio_nj2_batched_equals_batch1(model_dir, tmp_path, corpu
     for scp, key, vecs in ((out / "xvector.scp", utts[-1], xv), (out / "spk_xvector.scp", last_spk, sp)):
         _, item = ESPnetDataset([(str(scp), "spembs", "kaldi_ark")])[key]
         np.testing.assert_allclose(item["spembs"], vecs[key])
+
+
+# ----------------------------------------------------------------------------- reliability (issue 16)
+
+
+@pytest.fixture(scope="module")
+def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_spkflow_model_dir(tmp_path_factory.mktemp("model2") / "spk_other", seed=1)
+
+
+@pytest.mark.parametrize("same_model", [False, True])
+def test_two_extractions_into_one_dir_at_once(model_dir, other_model_dir, tmp_path, same_model):
+    """Before: with different models both said Succeeded and xvector.scp held the second model's
+    vectors; with the same model one could fail with a bare "mv: cannot stat ... model.stamp.tmp".
+    Now one run is refused, naming the other, and the result is the other's model's."""
+    data = make_speakers(tmp_path, num_spk=2, num_utt=3, seed=11)
+    out = tmp_path / "out"
+    models = [model_dir, model_dir if same_model else other_model_dir]
+    runs = [
+        subprocess.Popen(
+            ["bash", str(SCRIPT), "--nj", "2", "--model-dir", str(m), str(data), str(out)],
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for m in models
+    ]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in runs]
+    ok = [i for i, (code, _) in enumerate(results) if code == 0]
+    assert len(ok) == 1, results
+    winner, loser = ok[0], 1 - ok[0]
+    assert results[loser][0] == 1
+    assert f"{out} is in use by another run: pid {runs[winner].pid} on " in results[loser][1]
+    assert "cannot stat" not in results[loser][1] and "Succeeded" not in results[loser][1]
+    xv = kaldiio.load_scp(str(out / "xvector.scp"))
+    ref = alone_embeddings(models[winner], data)
+    assert list(xv) == list(ref)
+    assert max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in ref) <= 1e-4
+    assert not (out / ".spkflow.lock").exists()
+
+
+def test_jobs_and_merge_refuse_to_mix_models(model_dir, other_model_dir, tmp_path):
+    """Whatever bypasses the lock: a job refuses a job dir stamped with another model, and the
+    merge refuses embeddings of two models (before: silently mixed, same dimension)."""
+    from spkflow.embed import MergeError, merge_embeddings, run_job
+    from spkflow.embedders import SpkflowEmbedder
+    from spkflow.errors import InputError
+
+    data = make_speakers(tmp_path, num_spk=2, num_utt=2, seed=12)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    a, b = SpkflowEmbedder(model_dir), SpkflowEmbedder(other_model_dir)
+    assert a.stamp != b.stamp and a.stamp.startswith("toolkit=spkflow ")
+    jobs = tmp_path / "jobs"
+    run_job(a, data, utts[:2], jobs, 1, num_workers=0, progress=False)
+    run_job(b, data, utts[2:], jobs, 2, num_workers=0, progress=False)
+    with pytest.raises(MergeError, match=r"different models: 1 of 2 part\(s\) differ\n  .*xvector\.2\.1\.stamp: "):
+        merge_embeddings(data, jobs, tmp_path / "out")
+    (jobs / "model.stamp").write_text(a.stamp + "\n")
+    with pytest.raises(MergeError, match=r"expected: toolkit=spkflow "):
+        merge_embeddings(data, jobs, tmp_path / "out")
+    assert not (tmp_path / "out" / "xvector.scp").exists()
+    with pytest.raises(InputError, match=r"model.stamp: the job dir holds embeddings of another model"):
+        run_job(b, data, utts, jobs, 3, num_workers=0, progress=False)
+
+
+def test_sigkilled_job_leaves_no_dataloader_worker(model_dir, tmp_path):
+    """What the OOM killer does: SIGKILL of the job while its worker has filled the pipe.
+    Before: the worker stayed, blocked, holding the job's files (minutes later, every time)."""
+    data = make_speakers(tmp_path, num_spk=3, num_utt=6, min_sec=3.0, max_sec=6.0, seed=13)
+    jobs = tmp_path / "jobs"
+    job = subprocess.Popen(
+        [str(PY), "-m", "spkflow.bin.extract_embeddings", "--model-dir", str(model_dir), "--batch-size", "4",
+         "--max-frames", "100000", "--num-workers", "1", "--no-progress", str(data), str(jobs)],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    workers: list[int] = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (jobs.is_dir() and _commit_lines(jobs)):
+            time.sleep(0.05)
+        assert _commit_lines(jobs), "the job never committed a batch"
+        os.kill(job.pid, signal.SIGSTOP)  # a busy main process: the worker runs ahead and blocks
+        workers = process_children().get(job.pid, [])
+        assert len(workers) == 1
+        time.sleep(2.0)
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        deadline = time.time() + 4.0
+        while time.time() < deadline and process_alive(workers[0]):
+            time.sleep(0.05)
+        assert not process_alive(workers[0]), "the DataLoader worker outlived its job"
+    finally:
+        job.kill()
+        for w in workers:
+            if process_alive(w):
+                os.kill(w, signal.SIGKILL)
+
+
+def test_disk_full_in_the_merge_leaves_no_output(model_dir, tmp_path):
+    """Before: spk_xvector.{ark,scp} stayed behind when xvector.ark did not fit, with a traceback."""
+    import resource
+
+    from spkflow.embed import run_job
+    from spkflow.embedders import SpkflowEmbedder
+
+    data = make_speakers(tmp_path, num_spk=3, num_utt=4, seed=14)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    jobs = tmp_path / "jobs"
+    run_job(SpkflowEmbedder(model_dir), data, utts, jobs, 1, num_workers=0, progress=False)
+    out = tmp_path / "out"
+    with small_disk(out, 12) as preexec:  # 3 pages: spk_xvector.{ark,scp} fit, xvector.{ark,scp} do not
+        if preexec is not None:  # RLIMIT_FSIZE: speaker files fit, the utterance ark does not
+
+            def preexec() -> None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (400, 400))
+
+        p = run_py(["-m", "spkflow.bin.merge_embeddings", data, jobs, out], preexec)
+        assert p.returncode == 1
+        assert "Traceback" not in p.stderr
+        err = [ln for ln in p.stderr.splitlines() if "ERROR" in ln]
+        assert len(err) == 1 and f"{out}/" in err[0] and "cannot write" in err[0]
+        assert os.listdir(out) == []
+    assert run_py(["-m", "spkflow.bin.merge_embeddings", data, jobs, out]).returncode == 0
+    assert list(kaldiio.load_scp(str(out / "xvector.scp"))) == utts
+
+
+@pytest.mark.parametrize("damage", ["truncated", "code"])
+def test_unusable_model_file_is_named_and_no_resume_is_suggested(model_dir, tmp_path, speakers, damage):
+    """Before: torch's traceback (naming no file, for code even suggesting weights_only=False),
+    then "Re-run the same command to resume"."""
+    import torch
+
+    bad = tmp_path / "model"
+    bad.mkdir()
+    (bad / "config.yaml").write_bytes((model_dir / "config.yaml").read_bytes())
+    weights = (model_dir / "model.pth").read_bytes()
+    if damage == "truncated":
+        (bad / "model.pth").write_bytes(weights[: len(weights) // 2])
+    else:
+        torch.save({"model": torch.load(model_dir / "model.pth"), "hook": os.system}, bad / "model.pth")
+    out = tmp_path / "out"
+    p = run([SCRIPT, "--nj", "2", "--model-dir", bad, speakers, out], check=False)
+    assert p.returncode == 1
+    logs = "".join(lg.read_text() for lg in sorted((out / "log").glob("extract_out.*.log")))
+    assert "Traceback" not in logs and "weights_only=False" not in logs + p.stderr
+    # (spkflow.checkpoint's CheckpointError, once merged, words it alike: these fragments hold for both)
+    want = "unreadable or truncated" if damage == "truncated" else r"holds pickled Python objects \(code\)"
+    assert re.search(rf"cannot load the model: {re.escape(str(bad / 'model.pth'))}: {want}", p.stderr), p.stderr
+    assert "Re-run the same command to resume" not in p.stderr
+    assert "re-running with the same model will fail again" in p.stderr

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import kaldiio
@@ -20,16 +23,9 @@ from conftest import write_data_dir as write_kaldi_dir  # speakers given explici
 from spkflow.audio import AudioReader
 from spkflow.datadir import DataDir, c_sorted, read_kv, read_spk2utt
 from spkflow.errors import UtteranceError
-from spkflow.fbank_jobs import (
-    extract_job,
-    filter_data_dir,
-    job_paths,
-    merge_jobs,
-    split_by_duration,
-    utterance_durations,
-    write_split,
-)
+from spkflow.fbank_jobs import extract_job, fbank_stamp, filter_data_dir, job_paths, merge_jobs
 from spkflow.features import FbankOptions, VadOptions, compute_fbank
+from spkflow.jobs import MergeError, split_by_duration, utterance_durations, write_split
 
 MAKE_FBANK = ROOT / "scripts" / "feats" / "make_fbank.sh"
 CONF = ROOT / "egs" / "TEMPLATE" / "spk1" / "conf"
@@ -42,9 +38,8 @@ def env() -> dict[str, str]:
     return e
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and all its descendants (run.pl puts each job in its own process group,
-    so killing the group of make_fbank.sh is not enough)."""
+def process_children() -> dict[int, list[int]]:
+    """``ppid -> [pid]`` of every process now (from /proc)."""
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -53,6 +48,21 @@ def kill_tree(pid: int) -> None:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(d.name))
+    return children
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and all its descendants (run.pl puts each job in its own process group,
+    so killing the group of make_fbank.sh is not enough)."""
+    children = process_children()
     todo, tree = [pid], []
     while todo:
         p = todo.pop()
@@ -268,14 +278,22 @@ def test_interrupted_run_leaves_no_complete_looking_scp(tmp_path):
         merge_jobs(data, out, out / "data", "set", 2, out / "log")
 
 
-def test_merge_names_missing_and_duplicate_utterances(tmp_path):
+def two_jobs(tmp_path: Path, *opts: FbankOptions) -> tuple[dict[str, str], Path, Path]:
+    """Good audio in a data dir, 2 jobs of stage 2 into ``tmp_path/arks`` (job j with ``opts[j-1]``,
+    default options); returns (utt -> audio, data dir, ark dir)."""
     good = good_audio(tmp_path)
     data = tmp_path / "data"
     write_data_dir(data, good)
     split = write_split(data, tmp_path / "split", 2)
     arks = tmp_path / "arks"
     for j, lst in enumerate(split, 1):
-        extract_job(data, lst, arks, "d", j, FbankOptions(), VadOptions(), progress=False)
+        fbank = opts[j - 1] if len(opts) >= j else FbankOptions()
+        extract_job(data, lst, arks, "d", j, fbank, VadOptions(), progress=False)
+    return good, data, arks
+
+
+def test_merge_names_missing_and_duplicate_utterances(tmp_path):
+    good, data, arks = two_jobs(tmp_path)
     assert merge_jobs(data, tmp_path / "out", arks, "d", 2) == (len(good), 0)
     scp = job_paths(arks, "d", 2, "raw_fbank")[1]
     lines = scp.read_text().splitlines(keepends=True)
@@ -293,7 +311,7 @@ def test_merge_names_missing_and_duplicate_utterances(tmp_path):
 def test_split_by_duration():
     rng = np.random.default_rng(0)
     utts = [f"u{i:03d}" for i in range(200)]
-    durs = {u: float(d) for u, d in zip(utts, rng.gamma(2.0, 2.0, 200))}
+    durs = {u: float(d) for u, d in zip(utts, rng.gamma(2.0, 2.0, 200), strict=True)}
     durs["u010"] = 60.0  # one very long recording
     for nj in (1, 2, 3, 7, 200):
         parts = split_by_duration(utts, durs, nj)
@@ -425,3 +443,152 @@ def test_real_heldout_audio_16k_long_and_8k_short(tmp_path, corpus):
         lengths.append(len(ours))
     assert min(lengths) < 100 and max(lengths) > 600  # short and long utterances were both there
     assert {sf.info(p).samplerate for p in entries.values()} == {8000, 16000}
+
+
+# ----------------------------------------------------------------------------- reliability (issue 16)
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, kib: int) -> Iterator[Callable[[], None] | None]:
+    """``path`` on a file system of ``kib`` KiB, to run out of space for real: a tmpfs mounted for
+    the test (needs root).  Elsewhere ``path`` is a plain directory and the yielded preexec_fn
+    caps the size of every file a child writes (RLIMIT_FSIZE: EFBIG instead of ENOSPC)."""
+    path.mkdir(parents=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(path)]
+    mounted = subprocess.run(mount, capture_output=True).returncode == 0
+    try:
+        if mounted:
+            yield None
+        else:
+            yield lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (kib * 1024, kib * 1024))
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def run_py(args: list[str | Path], preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
+    e = env()
+    e["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=300,
+        preexec_fn=preexec,
+    )
+
+
+def test_two_runs_with_different_configs_into_one_dir(tmp_path):
+    """Started at the same moment (80 and 40 mel bins): one run is refused naming the other,
+    the other's features are what is left (before the lock both said "Succeeded" and the
+    features were 40-dimensional whichever run finished last)."""
+    data = tmp_path / "data" / "set"
+    write_data_dir(data, good_audio(tmp_path))
+    conf40 = tmp_path / "fbank40.conf"
+    conf40.write_text((CONF / "fbank.conf").read_text().replace("--num-mel-bins=80", "--num-mel-bins=40"))
+    out = tmp_path / "dump"
+    runs = {
+        bins: subprocess.Popen(
+            ["bash", str(MAKE_FBANK), "--nj", "2", "--fbank-conf", str(conf), str(data), str(out)],
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for bins, conf in ((80, CONF / "fbank.conf"), (40, conf40))
+    }
+    results = {bins: (p.wait(timeout=300), p.stderr.read()) for bins, p in runs.items()}
+    ok = [bins for bins, (code, _) in results.items() if code == 0]
+    assert len(ok) == 1, results
+    (loser_code, loser_err), winner = results[80 if ok == [40] else 40], ok[0]
+    assert loser_code == 1
+    assert f"{out} is in use by another run: pid {runs[winner].pid} on " in loser_err
+    assert "make_fbank.sh" in loser_err and "Succeeded" not in loser_err
+    feats = kaldiio.load_scp(str(out / "feats.scp"))
+    assert {m.shape[1] for m in feats.values()} == {winner}
+    assert list(feats) == c_sorted(read_kv(data / "utt2spk"))
+    assert not (out / ".spkflow.lock").exists()
+
+
+def test_merge_refuses_jobs_made_with_other_options(tmp_path):
+    _, data, arks = two_jobs(tmp_path, FbankOptions(), FbankOptions(num_mel_bins=40))
+    with pytest.raises(MergeError, match=r"different fbank/VAD options: 1 of 2 part\(s\) differ\n  job 2 \("):
+        merge_jobs(data, tmp_path / "out", arks, "d", 2, stamp=fbank_stamp(FbankOptions(), VadOptions(), False, 3))
+    with pytest.raises(MergeError, match="different fbank/VAD options"):  # without a stamp: with each other
+        merge_jobs(data, tmp_path / "out", arks, "d", 2)
+    assert not (tmp_path / "out" / "feats.scp").exists()
+
+
+def test_disk_full_in_a_job_one_line_and_nothing_left(tmp_path):
+    good = good_audio(tmp_path)
+    data = tmp_path / "data"
+    write_data_dir(data, good)
+    lst = tmp_path / "list"
+    lst.write_text("".join(f"{u}\n" for u in c_sorted(good)))
+    with small_disk(tmp_path / "disk", 64) as preexec:
+        p = run_py(["-m", "spkflow.bin.compute_fbank", data, lst, tmp_path / "disk", "set", "1"], preexec)
+        assert p.returncode == 1
+        assert "Traceback" not in p.stderr
+        err = [ln for ln in p.stderr.splitlines() if "ERROR" in ln]
+        assert len(err) == 1 and err[0].startswith(f"compute_fbank: ERROR: {tmp_path / 'disk'}/")
+        assert "cannot write: " in err[0] and ("no space left on device" in err[0] or "file too large" in err[0])
+        assert os.listdir(tmp_path / "disk") == []  # no ark, no scp, no temporary
+
+
+def test_disk_full_in_the_merge_leaves_no_output(tmp_path):
+    """Before: vad.scp, cmvn_utt*.scp and utt2num_frames stayed behind when feats.scp failed."""
+    good, data, arks = two_jobs(tmp_path)
+    out = tmp_path / "out"
+    with small_disk(out, 12) as preexec:  # 3 pages: the 5 outputs do not fit
+        if preexec is not None:  # RLIMIT_FSIZE: a limit between utt2num_frames and the scps
+            size = (arks / "raw_fbank_d.1.scp").stat().st_size
+            preexec = (lambda lim: lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim)))(size)
+        p = run_py(["-m", "spkflow.bin.merge_fbank", data, out, arks, "d", "2"], preexec)
+        assert p.returncode == 1, p.stderr
+        assert "Traceback" not in p.stderr
+        assert p.stderr.startswith(f"merge_fbank: ERROR: {out}/") and "cannot write" in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+        assert os.listdir(out) == []
+    # with room, the same merge succeeds
+    assert run_py(["-m", "spkflow.bin.merge_fbank", data, out, arks, "d", "2"]).returncode == 0
+    assert list(read_kv(out / "feats.scp")) == c_sorted(good)
+
+
+def test_bad_data_dir_is_refused_before_any_job(tmp_path):
+    """A key that is not UTF-8 (before: "surrogates not allowed", no file, no line) and spk2utt
+    disagreeing with utt2spk (before: accepted, the error came at stage 4)."""
+    good = good_audio(tmp_path)
+    data = tmp_path / "data"
+    write_data_dir(data, good)
+    odd = "s1-u\udcff9"  # a latin-1 byte in an utterance id
+    raw = dict(good)
+    raw[odd] = good[c_sorted(good)[0]]
+    keys = c_sorted(raw)
+
+    def enc(s: str) -> bytes:
+        return s.encode("utf-8", "surrogateescape")
+
+    (data / "wav.scp").write_bytes(b"".join(enc(f"{u} {raw[u]}\n") for u in keys))
+    (data / "utt2spk").write_bytes(b"".join(enc(f"{u} {u.split('-')[0]}\n") for u in keys))
+    spk2utt: dict[str, list[str]] = {}
+    for u in keys:
+        spk2utt.setdefault(u.split("-")[0], []).append(u)
+    (data / "spk2utt").write_bytes(b"".join(enc(f"{s} {' '.join(us)}\n") for s, us in spk2utt.items()))
+    out = tmp_path / "dump"
+    p = run_make_fbank("--nj", "2", data, out, check=False)
+    assert p.returncode == 1
+    assert f"utt2spk:{keys.index(odd) + 1}:" in p.stderr and "not UTF-8" in p.stderr
+    assert "Traceback" not in p.stderr and "surrogates" not in p.stderr
+    assert not (out / "feats.scp").exists() and not list((out / "log").glob("make_fbank_*.log"))
+
+    write_data_dir(data, good)
+    lines = (data / "spk2utt").read_text().splitlines()
+    spk, *members = lines[0].split()
+    lines[0] = " ".join([spk, *members[1:]])  # one utterance of utt2spk missing from spk2utt
+    (data / "spk2utt").write_text("\n".join(lines) + "\n")
+    p = run_make_fbank("--nj", "2", data, out, check=False)
+    assert p.returncode == 1
+    assert f"utterance '{members[0]}' of speaker '{spk}' is not in spk2utt" in p.stderr
+    assert "not a valid data dir" in p.stderr
+    assert not (out / "feats.scp").exists() and not list((out / "log").glob("make_fbank_*.log"))

@@ -17,18 +17,18 @@
 # the script, naming its log and the utterance.  feats.scp is written last and atomically and
 # stale outputs are removed first, so an interrupted run never leaves a complete-looking
 # feats.scp.  Audio at another rate is resampled to --sample-frequency of the fbank config.
+# One run per OUT_DIR: a second one is refused naming the first (host, pid, command, start);
+# the merge checks that every job used this run's fbank/VAD options, and writes feats.scp,
+# vad.scp, cmvn_utt*.scp, utt2num_frames and bad_utts all together or none (a full disk too).
+# The data dir is checked first (sorted unique keys, utt2spk/spk2utt agreement, UTF-8 keys).
 set -euo pipefail
+jobs_command="$0 $*"
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PATH=${root}/utils:${PATH}
 export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
 export LC_ALL=C
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-
-log() {
-    local fname=${BASH_SOURCE[1]##*/}
-    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*" >&2
-}
 
 cmd=run.pl          # job runner: run.pl | queue.pl ... | slurm.pl ...
 nj=4                # number of parallel jobs
@@ -55,18 +55,10 @@ Options:
 EOF
 )
 
-. "${root}/utils/parse_options.sh"
-
-if [ $# -ne 2 ]; then
-    echo "${help_message}" >&2
-    exit 1
-fi
+. "${root}/scripts/lib/jobs.sh"   # parses the options, sets ${python}, defines log and jobs_*
+[ $# -eq 2 ] || jobs_usage
 data=$1
 out=$2
-
-spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
-. "${root}/utils/spkflow_python.sh"
-python=${spkflow_python}
 
 for f in wav.scp utt2spk; do
     if [ ! -s "${data}/${f}" ]; then
@@ -93,6 +85,14 @@ abs() { [ -z "$1" ] && return 0; echo "$(cd "$(dirname "$1")" && pwd -P)/$(basen
 fbank_conf=$(abs "${fbank_conf}")
 vad_conf=$(abs "${vad_conf}")
 name=$(basename "$(cd "${data}" && pwd -P)")
+feat_opts=(${fbank_conf:+--fbank-conf "${fbank_conf}"} ${vad_conf:+--vad-conf "${vad_conf}"}
+           --compress "${compress}" --compression-method "${compression_method}")
+jobs_lock "${out}"
+# The data dir is checked before anything is written: non-UTF-8 keys, utt2spk/spk2utt agreement.
+if ! "${python}" -m spkflow.bin.datadir validate --no-feats --no-text --no-wav --name make_fbank.sh "${data}"; then
+    log "Error: ${data} is not a valid data dir (see above; utils/fix_data_dir.sh fixes sorting and agreement)"
+    exit 1
+fi
 
 # Stale outputs first: from here on, no complete-looking feats.scp until the merge succeeds.
 rm -f "${out}"/{feats.scp,vad.scp,cmvn_utt.scp,cmvn_utt_voiced.scp,utt2num_frames,bad_utts}
@@ -106,29 +106,20 @@ for f in "${data}"/*; do
 done
 
 num_utts=$(wc -l < "${data}/utt2spk")
-if [ "${nj}" -gt "${num_utts}" ]; then
-    log "nj=${nj} is more than the ${num_utts} utterances of ${data}: using nj=${num_utts}"
-    nj=${num_utts}
-fi
+nj=$(jobs_clamp_nj "${nj}" "${data}/utt2spk")
 log "fbank + VAD for ${data} (${num_utts} utterances) with ${nj} jobs -> ${out}"
 rm -rf "${out}/split${nj}"
 "${python}" -m spkflow.bin.split_by_duration "${data}" "${nj}" "${out}/split${nj}"
 
 if ! ${cmd} JOB=1:"${nj}" "${out}/log/make_fbank_${name}.JOB.log" \
-        "${python}" -m spkflow.bin.compute_fbank \
-            ${fbank_conf:+--fbank-conf "${fbank_conf}"} ${vad_conf:+--vad-conf "${vad_conf}"} \
-            --compress "${compress}" --compression-method "${compression_method}" --skip-bad "${skip_bad}" \
+        "${python}" -m spkflow.bin.compute_fbank "${feat_opts[@]}" --skip-bad "${skip_bad}" \
             "${data}" "${out}/split${nj}/utts.JOB" "${out}/data" "${name}" JOB; then
-    for l in "${out}/log/make_fbank_${name}".*.log; do
-        if grep -q "ERROR" "${l}" 2>/dev/null || ! grep -q "Ended (code 0)" "${l}" 2>/dev/null; then
-            log "Error: job failed, see ${l}:"
-            grep "ERROR" "${l}" | head -n 3 >&2 || tail -n 5 "${l}" >&2 || true
-        fi
-    done
+    jobs_report_failed "${out}/log/make_fbank_${name}"
     exit 1
 fi
 
-if ! "${python}" -m spkflow.bin.merge_fbank "${data}" "${out}" "${out}/data" "${name}" "${nj}" "${out}/log"; then
+if ! "${python}" -m spkflow.bin.merge_fbank "${feat_opts[@]}" \
+        "${data}" "${out}" "${out}/data" "${name}" "${nj}" "${out}/log"; then
     log "Error: merging the jobs of ${data} failed"
     exit 1
 fi

@@ -23,18 +23,15 @@
 # Re-running resumes: utterances committed by an earlier (killed or failed) run are not computed
 # again, unless the model changed (then the job outputs are discarded).  The final files are
 # written only after the merge has checked that every utterance has exactly one embedding
-# (listing missing and extra keys otherwise), xvector.scp last and atomically.
+# (listing missing and extra keys otherwise) and that all come from this model, all together
+# (xvector.scp last) or none.  One run per OUT_DIR: a second one is refused naming the first.
 set -euo pipefail
+jobs_command="$0 $*"
 
 root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PATH=${root}/utils:${PATH}
 export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
 export LC_ALL=C
-
-log() {
-    local fname=${BASH_SOURCE[1]##*/}
-    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*" >&2
-}
 
 cmd=run.pl          # job runner: run.pl | queue.pl ... | slurm.pl ...
 nj=4                # number of parallel jobs
@@ -72,18 +69,10 @@ Options:
 EOF
 )
 
-. "${root}/utils/parse_options.sh"
-
-if [ $# -ne 2 ]; then
-    echo "${help_message}" >&2
-    exit 1
-fi
+. "${root}/scripts/lib/jobs.sh"   # parses the options, sets ${python}, defines log and jobs_*
+[ $# -eq 2 ] || jobs_usage
 data=$1
 out=$2
-
-spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
-. "${root}/utils/spkflow_python.sh"
-python=${spkflow_python}
 export OMP_NUM_THREADS=${num_threads}
 if [ -z "${max_frames}" ]; then
     if [[ "${device}" == cuda* ]]; then max_frames=60000; else max_frames=3000; fi
@@ -154,27 +143,27 @@ if [[ "${device}" == cuda* ]]; then
 fi
 
 jobs=${out}/jobs
+mkdir -p "${out}"
+jobs_lock "${out}"   # from here to the merge, no other run writes into ${out}
 mkdir -p "${jobs}" "${out}/log"
 
 # --- resume only with the same model: a stamp of the toolkit and the weights' and config's hashes
-stamp="toolkit=${toolkit} $(sha256sum "${model_dir}/config.yaml" "${weights}" | awk '{printf "%s ", $1}')"
+stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}/config.yaml" "${weights}")
 if [ -f "${jobs}/model.stamp" ] && [ "$(cat "${jobs}/model.stamp")" != "${stamp}" ]; then
     log "The model changed since ${jobs} was written: discarding its partial outputs"
     rm -rf "${jobs}"
     mkdir -p "${jobs}"
 fi
 if [ ! -f "${jobs}/model.stamp" ]; then
-    echo "${stamp}" > "${jobs}/model.stamp.tmp"
-    mv "${jobs}/model.stamp.tmp" "${jobs}/model.stamp"
+    tmp=$(mktemp "${jobs}/.model.stamp.XXXXXX")
+    echo "${stamp}" > "${tmp}"
+    mv "${tmp}" "${jobs}/model.stamp"
 fi
 # No complete-looking output until the merge has checked everything.
 rm -f "${out}"/{xvector.scp,spk_xvector.scp,bad_utts,bad_spks} "${jobs}"/bad_utts.*
 
 num_utts=$(wc -l < "${data}/utt2spk")
-if [ "${nj}" -gt "${num_utts}" ]; then
-    log "nj=${nj} is more than the ${num_utts} utterances of ${data}: using nj=${num_utts}"
-    nj=${num_utts}
-fi
+nj=$(jobs_clamp_nj "${nj}" "${data}/utt2spk")
 done_before=$(cat "${jobs}"/xvector.*.scp 2>/dev/null | wc -l) || done_before=0
 resumed=
 [ "${done_before}" -gt 0 ] && resumed=", resuming after ${done_before} embeddings committed by an earlier run"
@@ -191,13 +180,12 @@ if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/
             --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
             --batch-size "${batch_size}" --max-frames "${max_frames}" --num-workers "${num_workers}" \
             --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
-    for l in "${out}/log/extract_${name}".*.log; do
-        if grep -q "ERROR" "${l}" 2>/dev/null || ! grep -q "Ended (code 0)" "${l}" 2>/dev/null; then
-            log "Error: job failed, see ${l}:"
-            grep "ERROR" "${l}" | head -n 3 >&2 || tail -n 5 "${l}" >&2 || true
-        fi
-    done
-    log "Re-run the same command to resume: finished utterances are kept"
+    jobs_report_failed "${out}/log/extract_${name}"
+    if grep -q "cannot load the model: " "${out}/log/extract_${name}".*.log 2>/dev/null; then
+        log "Error: the model cannot be used (see above); re-running with the same model will fail again"
+    else
+        log "Re-run the same command to resume: finished utterances are kept"
+    fi
     exit 1
 fi
 

@@ -4,8 +4,9 @@
         [--compression-method 3] [--skip-bad true|false] DATA_DIR UTT_LIST ARK_DIR NAME JOB
 
 Writes ARK_DIR/{raw_fbank,vad,cmvn_utt,cmvn_utt_voiced}_NAME.JOB.{ark,scp},
-ARK_DIR/utt2num_frames_NAME.JOB and ARK_DIR/bad_utts_NAME.JOB (see spkflow.fbank_jobs).
-Exit status 1 names the first bad utterance (unless --skip-bad true).
+ARK_DIR/utt2num_frames_NAME.JOB, ARK_DIR/bad_utts_NAME.JOB and ARK_DIR/stamp_NAME.JOB (see
+spkflow.fbank_jobs).  Exit status 1 names the first bad utterance (unless --skip-bad true), or
+the file that could not be written (a full disk).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import argparse
 import sys
 
 from spkflow.bin.argtypes import add_bool_option, boolean
-from spkflow.errors import InputError, UtteranceError
-from spkflow.fbank_jobs import DEFAULT_COMPRESSION_METHOD, extract_job
+from spkflow.errors import InputError, OutputError, UtteranceError
+from spkflow.fbank_jobs import DEFAULT_COMPRESSION_METHOD, extract_job, fbank_stamp
 from spkflow.features import FbankOptions, VadOptions
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The options that shape the features (shared with ``merge_fbank``, which checks the jobs' stamps)."""
     p.add_argument("--fbank-conf", default="", help="Kaldi-style fbank options (default: FbankOptions())")
     p.add_argument("--vad-conf", default="", help="Kaldi-style compute-vad options (default: VadOptions())")
     p.add_argument("--compress", type=boolean, default=False, help="Kaldi-compress the feature matrices")
@@ -31,6 +32,23 @@ def main(argv: list[str] | None = None) -> int:
         help="Kaldi CompressionMethod for --compress true: 3 two-byte (default), 1 Kaldi's automatic "
         "(1-byte per-column), 2 kSpeechFeature, 5 one-byte",
     )
+
+
+def options(a: argparse.Namespace) -> tuple[FbankOptions, VadOptions]:
+    fbank = FbankOptions.from_kaldi_conf(a.fbank_conf) if a.fbank_conf else FbankOptions()
+    vad = VadOptions.from_kaldi_conf(a.vad_conf) if a.vad_conf else VadOptions()
+    return fbank, vad
+
+
+def stamp(a: argparse.Namespace) -> str:
+    """The stamp the jobs of these options record (:func:`spkflow.fbank_jobs.fbank_stamp`)."""
+    fbank, vad = options(a)
+    return fbank_stamp(fbank, vad, a.compress, a.compression_method)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(p)
     p.add_argument("--skip-bad", type=boolean, default=False, help="leave bad utterances out, listed in bad_utts")
     add_bool_option(p, "--progress", default=True, old_negative="--no-progress", help="tqdm progress bar")
     p.add_argument("data_dir")
@@ -40,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("job")
     a = p.parse_args(argv)
     try:
-        fbank = FbankOptions.from_kaldi_conf(a.fbank_conf) if a.fbank_conf else FbankOptions()
-        vad = VadOptions.from_kaldi_conf(a.vad_conf) if a.vad_conf else VadOptions()
+        fbank, vad = options(a)
         print(f"fbank options:\n{fbank.to_kaldi_conf()}vad options:\n{vad.to_kaldi_conf()}", file=sys.stderr, end="")
         extract_job(
             a.data_dir,
@@ -56,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=a.progress,
             compression_method=a.compression_method,
         )
-    except (InputError, UtteranceError, ValueError) as e:
+    except (InputError, UtteranceError, OutputError, ValueError) as e:
         print(f"compute_fbank: ERROR: {e}", file=sys.stderr)
         return 1
     return 0

@@ -8,8 +8,10 @@
 Normally started by ``scripts/spk/extract_embeddings.sh`` through ``$cmd JOB=1:N``; the merge
 (``spkflow.bin.merge_embeddings``) writes the final ``xvector.scp``.  Utterances already
 committed in JOB_DIR (by any job) are skipped, so re-running resumes.  Exit status 1 on bad
-input (the message names the utterance or file), 2 on bad arguments.  The work is
-:func:`spkflow.embed.run_job`.
+input or a full disk (the message names the utterance or file; a model that cannot be loaded,
+e.g. a truncated or code-holding weights file, is reported as "cannot load the model: FILE: ...",
+which extract_embeddings.sh tells apart: re-running cannot help there), 2 on bad arguments.
+The work is :func:`spkflow.embed.run_job`.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from spkflow.config import ConfigError
     from spkflow.datadir import read_keys
-    from spkflow.embed import data_dir_keys, load_embedder, run_job
-    from spkflow.errors import InputError, UtteranceError
+    from spkflow.embed import data_dir_keys, run_job
+    from spkflow.embedders import load_embedder
+    from spkflow.errors import InputError, OutputError, UtteranceError
 
     torch.set_num_threads(args.num_threads)
     try:
@@ -76,9 +79,13 @@ def main(argv: list[str] | None = None) -> int:
                     args.keys, None, f"{len(unknown)} key(s) not in {args.data_dir}/utt2spk, e.g. {unknown[0]!r}"
                 )
             utts = wanted
-        embedder = load_embedder(
-            args.toolkit, args.model_dir, args.device, model_file=args.model_file, feats_dir=args.feats_dir
-        )
+        try:
+            embedder = load_embedder(
+                args.toolkit, args.model_dir, args.device, model_file=args.model_file, feats_dir=args.feats_dir
+            )
+        except (InputError, ConfigError, FileNotFoundError) as err:
+            logging.error("cannot load the model: %s", err)  # the stage script looks for this phrase
+            return 1
         logging.info("model %s (%s) on %s, %d-dim embeddings", args.model_dir, args.toolkit, args.device, embedder.dim)
         max_frames = args.max_frames or (60000 if args.device.startswith("cuda") else 3000)
         run_job(
@@ -96,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     except UtteranceError as err:
         logging.error("%s (use --skip-bad true to leave it out and list it in bad_utts)", err)
         return 1
-    except (InputError, ConfigError, FileNotFoundError, RuntimeError, ValueError) as err:
+    except (InputError, ConfigError, OutputError, FileNotFoundError, RuntimeError, ValueError) as err:
         logging.error("%s", err)
         return 1
     return 0

@@ -5,7 +5,9 @@
 Writes OUT_DIR/xvector.{ark,scp} (utt2spk order) and OUT_DIR/spk_xvector.{ark,scp} (speaker
 means, spk2utt order), plus OUT_DIR/bad_utts and OUT_DIR/bad_spks when there are any.  Exit
 status 1, listing the keys, when an utterance has no embedding (not excused by --skip-bad) or
-an embedding has no utterance.  The work is :func:`spkflow.embed.merge_embeddings`.
+an embedding has no utterance, when the jobs' embeddings come from different models (their stamps
+against JOB_DIR/model.stamp), or when an output cannot be written (a full disk; then no output
+file is left).  The work is :func:`spkflow.embed.merge_embeddings`.
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
     )
     from spkflow.embed import MergeError, merge_embeddings
-    from spkflow.errors import InputError
+    from spkflow.errors import InputError, OutputError
 
     try:
         rep = merge_embeddings(
             args.data_dir, args.job_dir, args.out_dir, skip_bad=args.skip_bad, spk_mean=args.spk_mean
         )
-    except (MergeError, InputError) as err:
+    except (MergeError, InputError, OutputError) as err:
         logging.error("%s", err)
         return 1
     bad = f", {len(rep.bad_utts)} bad utterance(s) left out (listed in {args.out_dir}/bad_utts)" if rep.bad_utts else ""

@@ -2,8 +2,8 @@
 
     python -m spkflow.bin.split_by_duration DATA_DIR NJ OUT_DIR   # writes OUT_DIR/utts.{1..NJ}
 
-Durations come from utt2dur when present, else segments, else file headers
-(see :func:`spkflow.fbank_jobs.utterance_durations`).
+Durations come from utt2dur when present, else utt2num_frames, else file headers and segment times
+(see :func:`spkflow.jobs.utterance_durations`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from spkflow.errors import InputError
-from spkflow.fbank_jobs import write_split
+from spkflow.jobs import write_split
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,7 +120,7 @@ def sequential(model_dir: Path, data: Path, out: Path, threads: int) -> None:
         torch.set_num_threads(threads)
 
     from spkflow.datadir import read_spk2utt
-    from spkflow.embed import SpkflowEmbedder
+    from spkflow.embedders import SpkflowEmbedder
 
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(data)

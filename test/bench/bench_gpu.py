@@ -191,14 +191,11 @@ def ecapa_model_dir(out: Path, channels: int) -> Path:
 
 
 def _embed_api() -> tuple[Any, Any, Any]:
-    """(load_embedder, plan_batches, run_job), wherever the extraction modules keep them."""
-    from spkflow import embed
+    """(load_embedder, plan_batches, run_job): stage 5's pieces."""
+    from spkflow.embed import run_job
+    from spkflow.embedders import load_embedder, plan_batches
 
-    try:  # the planned split of spkflow/embed.py
-        from spkflow import embedders  # type: ignore[attr-defined]
-    except ImportError:
-        embedders = embed
-    return embedders.load_embedder, embedders.plan_batches, embed.run_job
+    return load_embedder, plan_batches, run_job
 
 
 # ------------------------------------------------------------------------------- extraction
