@@ -461,10 +461,10 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
 
 
 @pytest.mark.parametrize(
-    "path", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("egs/*/*/conf/train*.yaml")), ids=lambda p: p
+    "path", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("egs/*/spk1/conf/train*.yaml")), ids=lambda p: p
 )
 def test_shipped_configs_load(path: str) -> None:
-    """Every training config of the recipes passes the checks (names, keys, values)."""
+    """Every training config of the spk1 recipes (ESPnet's tts1 configs are not ours) passes the checks (names, keys, values)."""
     from spkflow.config import load_train_config
 
     cfg = load_train_config(ROOT / path)
