@@ -3,7 +3,8 @@
 One extraction = ``--nj`` independent jobs (processes started by ``run.pl`` / ``queue.pl`` /
 ``slurm.pl``, one GPU each with ``--gpu 1``), then one merge.  Inside a job
 (:func:`run_job`): DataLoader worker *processes* read and resample the audio (and compute
-features for spkflow models), batches are formed by length under a bound on padded frames,
+features and pad the batch for spkflow models; pinned memory on CUDA), batches are formed by
+length under a bound on padded frames,
 the model runs with lengths, and every batch is committed to the job's ark + scp before the
 next one starts.  :func:`merge_embeddings` checks the union of the jobs' outputs against the
 data dir and writes ``xvector.{ark,scp}`` and ``spk_xvector.{ark,scp}`` (float32 Kaldi
@@ -276,11 +277,16 @@ def run_job(
         max_frames,
         num_workers,
     )
+    # spkflow models: padding in the workers (PadCollate), pinned batches on CUDA; others: lists
+    collater = getattr(embedder, "collater", None)
+    worker_side = collater is not None and hasattr(embedder, "embed_padded")
+    on_cuda = str(getattr(embedder, "device", "cpu")).startswith("cuda")
     loader = DataLoader(
         _Inputs(todo, embedder.preparer(data_dir)),
         batch_sampler=[[index[u] for u in b] for b in batches],
         num_workers=num_workers,
-        collate_fn=_collate,
+        collate_fn=collater(max_frames) if worker_side else _collate,
+        pin_memory=on_cuda and worker_side,
         worker_init_fn=_worker_init if num_workers > 0 else None,
         prefetch_factor=4 if num_workers > 0 else None,
     )
@@ -298,20 +304,26 @@ def run_job(
             ascii=not tty,
         ) as bar,
     ):
-        for items in loader:
-            good = []
-            for utt, x, err in items:
+        for batch in loader:
+            items = batch[0] if worker_side else [(utt, err) for utt, _, err in batch]
+            for utt, err in items:
                 if err is None:
-                    good.append((utt, x))
                     continue
                 if not skip_bad:
                     raise UtteranceError(utt, err[0], err[1])
                 bad[utt] = f"{err[0]}: {err[1]}" if err[0] else err[1]
                 log.warning("skipping utterance '%s': %s", utt, bad[utt])
-            for part in split_by_frames(good, lambda it: embedder.frames(it[1]), max_frames):
-                vecs = embedder.embed([x for _, x in part])
+            if worker_side:
+                parts = ((keys, embedder.embed_padded(f, n)) for keys, f, n in batch[1])  # type: ignore[attr-defined]
+            else:
+                good = [(utt, x) for utt, x, err in batch if err is None]
+                parts = (
+                    ([u for u, _ in part], embedder.embed([x for _, x in part]))
+                    for part in split_by_frames(good, lambda it: embedder.frames(it[1]), max_frames)
+                )
+            for keys, vecs in parts:
                 keep = []
-                for (utt, _), v in zip(part, vecs, strict=True):
+                for utt, v in zip(keys, vecs, strict=True):
                     if np.all(np.isfinite(v)):
                         keep.append((utt, v))
                     elif skip_bad:

@@ -19,6 +19,10 @@ What it guarantees
 * **The model's identity.**  Every embedder carries :attr:`stamp` (toolkit and the SHA-256 of
   its config and weights, :func:`model_stamp`), recorded beside each job's embeddings so that
   the merge never mixes two models' vectors.
+* **Precision.**  ``dtype`` float32 (default) or, through ``torch.autocast``, bfloat16 (CPU
+  and CUDA) or float16 (CUDA only; a ValueError on CPU).  Vectors are returned float32 and
+  the dtype is part of the stamp.  Batches are padded in DataLoader workers
+  (:class:`PadCollate`) and copied with ``non_blocking`` from pinned memory on CUDA.
 * **Bad model dirs** (no ``config.yaml``, no weights: :class:`ModelError`; an unreadable,
   truncated or code-holding weights file: :class:`spkflow.checkpoint.CheckpointError`) are
   refused naming the file.
@@ -47,6 +51,9 @@ __all__ = [
     "plan_batches",
     "split_by_frames",
     "pad",
+    "PadCollate",
+    "DTYPES",
+    "autocast_dtype",
 ]
 
 #: frames per second of the length bound (``max_frames``): 10 ms frames for every toolkit
@@ -58,9 +65,34 @@ class ModelError(InputError):
     with the same model cannot help, so the stage script does not suggest resuming."""
 
 
-def model_stamp(toolkit: str, config: str | os.PathLike[str], weights: str | os.PathLike[str]) -> str:
-    """``toolkit=T <sha256 of config> <sha256 of weights>``: what the job dir's embeddings came from."""
-    return f"toolkit={toolkit} {file_sha256(config)} {file_sha256(weights)}"
+#: ``--dtype`` choices: the precision the model runs in (outputs are always written float32)
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def model_stamp(
+    toolkit: str, config: str | os.PathLike[str], weights: str | os.PathLike[str], dtype: str = "float32"
+) -> str:
+    """``toolkit=T <sha256 of config> <sha256 of weights>[ dtype=D]``: what the job dir's embeddings
+    came from.  A reduced precision changes the numbers, so it is part of the stamp (a job dir is
+    never half float32, half bfloat16); float32 adds nothing, so older stamps stay valid."""
+    base = f"toolkit={toolkit} {file_sha256(config)} {file_sha256(weights)}"
+    return base if dtype == "float32" else f"{base} dtype={dtype}"
+
+
+def autocast_dtype(dtype: str, device: str) -> Any:
+    """The torch dtype ``--dtype`` asks autocast for on ``device`` (None for float32).
+
+    float16 is CUDA-only (CPU autocast to float16 is slow and unsupported by many kernels):
+    a clear ValueError on CPU; bfloat16 runs on both."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype == "float32":
+        return None
+    if dtype == "float16" and not device.startswith("cuda"):
+        raise ValueError("--dtype float16 needs --device cuda; on cpu use bfloat16 or float32")
+    return getattr(torch, dtype)
 
 
 # --------------------------------------------------------------------------- batches
@@ -179,6 +211,39 @@ def pad(xs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return out, lengths
 
 
+class PadCollate:
+    """DataLoader ``collate_fn`` that assembles batches *in the workers*: it splits the loaded
+    ``(utt, x, err)`` items by :func:`split_by_frames` and pads every part into a float32
+    tensor + int64 lengths, so the job's main process only copies to the device (pinned memory,
+    ``non_blocking``) and runs the model.  Picklable (no model inside).
+
+    Returns ``(items, parts)``: ``items`` as loaded minus the inputs (``(utt, err)``, for error
+    handling), ``parts`` a list of ``(utts, feats [B, T, D], lengths [B])``."""
+
+    def __init__(self, frames: Callable[[np.ndarray], int], max_frames: int) -> None:
+        self.frames, self.max_frames = frames, max_frames
+
+    def __call__(self, items: list[Any]) -> tuple[list[tuple[str, Any]], list[tuple[list[str], Any, Any]]]:
+        import torch
+
+        good = [(utt, x) for utt, x, err in items if err is None]
+        parts = []
+        for part in split_by_frames(good, lambda it: self.frames(it[1]), self.max_frames):
+            feats, lengths = pad([x for _, x in part])
+            parts.append(([u for u, _ in part], torch.from_numpy(feats), torch.from_numpy(lengths)))
+        return [(utt, err) for utt, _, err in items], parts
+
+
+class _FrameCount:
+    """Picklable ``frames`` of a spkflow model (10 ms frames of a feature matrix)."""
+
+    def __init__(self, per_frame: float) -> None:
+        self.per_frame = per_frame
+
+    def __call__(self, x: np.ndarray) -> int:
+        return max(1, int(math.ceil(x.shape[0] * self.per_frame)))
+
+
 class _FbankPreparer:
     """Audio -> fbank -> (VAD) -> frontend, in a worker.  Picklable: the reader opens lazily."""
 
@@ -249,7 +314,11 @@ class SpkflowEmbedder:
     name = "spkflow"
 
     def __init__(
-        self, model_dir: str | os.PathLike[str], device: str = "cpu", feats_dir: str | os.PathLike[str] | None = None
+        self,
+        model_dir: str | os.PathLike[str],
+        device: str = "cpu",
+        feats_dir: str | os.PathLike[str] | None = None,
+        dtype: str = "float32",
     ) -> None:
         import torch
 
@@ -260,9 +329,11 @@ class SpkflowEmbedder:
         if not (d / "model.pth").is_file():
             raise ModelError(d / "model.pth", None, "not found: the model directory has no weights")
         self.device = resolve_device(device)
+        self.dtype = dtype
+        self._autocast = autocast_dtype(dtype, self.device)
         # a truncated or code-holding model.pth: spkflow.checkpoint's CheckpointError names it
         self.model, self.config = load_model_dir(d, self.device)
-        self.stamp = model_stamp(self.name, d / "config.yaml", d / "model.pth")
+        self.stamp = model_stamp(self.name, d / "config.yaml", d / "model.pth", dtype)
         fe = dict(self.config.get("frontend") or {})
         self.fbank = FbankOptions.from_dict(dict(fe.get("fbank") or {}))
         self.use_vad = bool(fe.get("vad", False))
@@ -280,12 +351,29 @@ class SpkflowEmbedder:
     def frames(self, x: np.ndarray) -> int:
         return max(1, int(math.ceil(x.shape[0] * self._frames_per_frame)))
 
-    def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
+    def collater(self, max_frames: int) -> PadCollate:
+        """Worker-side batch assembly for :func:`spkflow.embed.run_job` (see :class:`PadCollate`)."""
+        return PadCollate(_FrameCount(self._frames_per_frame), max_frames)
+
+    def embed_padded(self, feats: Any, lengths: Any) -> np.ndarray:
+        """Embeddings (float32) of a padded batch from :class:`PadCollate`; the copy to the device
+        is ``non_blocking`` (it overlaps only when the DataLoader pinned the batch)."""
         torch = self._torch
-        feats, lengths = pad(xs)
-        with torch.inference_mode():
-            out = self.model(torch.from_numpy(feats).to(self.device), torch.from_numpy(lengths).to(self.device))
+        nb = self.device.startswith("cuda")
+        with (
+            torch.inference_mode(),
+            torch.autocast(
+                device_type=self.device.split(":")[0],
+                dtype=self._autocast or torch.float32,
+                enabled=self._autocast is not None,
+            ),
+        ):
+            out = self.model(feats.to(self.device, non_blocking=nb), lengths.to(self.device, non_blocking=nb))
         return out.float().cpu().numpy()
+
+    def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
+        feats, lengths = pad(xs)
+        return self.embed_padded(self._torch.from_numpy(feats), self._torch.from_numpy(lengths))
 
 
 def load_embedder(
@@ -294,15 +382,18 @@ def load_embedder(
     device: str = "cpu",
     model_file: str | os.PathLike[str] | None = None,
     feats_dir: str | os.PathLike[str] | None = None,
+    dtype: str = "float32",
 ) -> Embedder:
     """``toolkit``: ``spkflow`` (a stage-4 model dir) or ``espnet`` (an ESPnet speaker model dir)."""
     if toolkit == "spkflow":
         if model_file is not None:
             raise ValueError("--model-file is for --toolkit espnet; a spkflow model dir has model.pth")
-        return SpkflowEmbedder(model_dir, device, feats_dir=feats_dir)
+        return SpkflowEmbedder(model_dir, device, feats_dir=feats_dir, dtype=dtype)
     if toolkit == "espnet":
         if feats_dir is not None:
             raise ValueError("--feats-dir is for --toolkit spkflow; ESPnet models read audio")
+        if dtype != "float32":
+            raise ValueError("--dtype other than float32 is for --toolkit spkflow (not implemented for ESPnet models)")
         from spkflow.espnet_embedder import EspnetEmbedder
 
         return EspnetEmbedder(model_dir, device, model_file=model_file)

@@ -3,7 +3,7 @@
 #
 #   scripts/spk/extract_embeddings.sh [--cmd run.pl] [--nj 4] [--batch-size 32] [--max-frames 3000] \
 #       [--device cpu|cuda] [--toolkit spkflow|espnet] [--skip-bad false] [--num-workers 1] \
-#       [--num-threads 1] [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
+#       [--num-threads 1] [--dtype float32|bfloat16|float16] [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
 #       --model-dir DIR DATA_DIR OUT_DIR
 #
 # Writes (float32 Kaldi vectors; ESPnet reads them as type kaldi_ark):
@@ -44,7 +44,10 @@ model_dir=          # model directory (required)
 model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR)
 feats_dir=          # spkflow: read features (feats.scp + vad.scp) from here instead of the audio
 skip_bad=false      # leave unreadable utterances out (listed in OUT_DIR/bad_utts) instead of failing
-num_workers=1       # DataLoader worker processes per job (audio reading, resampling, features)
+num_workers=        # DataLoader worker processes per job (audio reading, features, padding);
+                    # default 1 on cpu, 4 on cuda (so the GPU does not wait for the loader)
+dtype=float32       # model precision: float32 | bfloat16 (cpu, cuda) | float16 (cuda only); part of the
+                    # model stamp (resuming with another dtype recomputes); outputs are float32
 num_threads=1       # torch threads per job (also passed to $cmd as --num-threads)
 spk_mean=raw        # speaker means of raw vectors (ESPnet's convention) | l2 (of L2-normalised vectors)
 python=             # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
@@ -63,7 +66,8 @@ Options:
   --model-file F       espnet: the weights file, when DIR has several *.pth
   --feats-dir D        spkflow: features from D/feats.scp (+ vad.scp) instead of audio
   --skip-bad BOOL      leave bad utterances out instead of failing (default: ${skip_bad})
-  --num-workers K      DataLoader worker processes per job (default: ${num_workers})
+  --num-workers K      DataLoader worker processes per job (default: 1 on cpu, 4 on cuda)
+  --dtype D            float32 | bfloat16 | float16 (cuda only) (default: ${dtype})
   --num-threads N      torch threads per job (default: ${num_threads})
   --spk-mean M         raw | l2 speaker means (default: ${spk_mean})
 EOF
@@ -76,6 +80,9 @@ out=$2
 export OMP_NUM_THREADS=${num_threads}
 if [ -z "${max_frames}" ]; then
     if [[ "${device}" == cuda* ]]; then max_frames=60000; else max_frames=3000; fi
+fi
+if [ -z "${num_workers}" ]; then
+    if [[ "${device}" == cuda* ]]; then num_workers=4; else num_workers=1; fi
 fi
 
 # --- arguments, checked before any job starts
@@ -91,6 +98,11 @@ if ! [[ "${num_workers}" =~ ^[0-9]+$ ]]; then
 fi
 case "${toolkit}" in spkflow|espnet) ;; *) log "Error: --toolkit must be spkflow or espnet, got '${toolkit}'"; exit 1 ;; esac
 case "${device}" in cpu|cuda|cuda:*) ;; *) log "Error: --device must be cpu or cuda, got '${device}'"; exit 1 ;; esac
+case "${dtype}" in float32|bfloat16|float16) ;; *) log "Error: --dtype must be float32, bfloat16 or float16, got '${dtype}'"; exit 1 ;; esac
+if [ "${dtype}" = float16 ] && [[ "${device}" != cuda* ]]; then
+    log "Error: --dtype float16 needs --device cuda; on cpu use bfloat16 or float32"
+    exit 1
+fi
 case "${spk_mean}" in raw|l2) ;; *) log "Error: --spk-mean must be raw or l2, got '${spk_mean}'"; exit 1 ;; esac
 if [ -z "${model_dir}" ]; then
     log "Error: --model-dir is required"
@@ -148,7 +160,8 @@ jobs_lock "${out}"   # from here to the merge, no other run writes into ${out}
 mkdir -p "${jobs}" "${out}/log"
 
 # --- resume only with the same model: a stamp of the toolkit and the weights' and config's hashes
-stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}/config.yaml" "${weights}")
+stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}/config.yaml" "${weights}" \
+    --dtype "${dtype}")
 if [ -f "${jobs}/model.stamp" ] && [ "$(cat "${jobs}/model.stamp")" != "${stamp}" ]; then
     log "The model changed since ${jobs} was written: discarding its partial outputs"
     rm -rf "${jobs}"
@@ -168,7 +181,7 @@ done_before=$(cat "${jobs}"/xvector.*.scp 2>/dev/null | wc -l) || done_before=0
 resumed=
 [ "${done_before}" -gt 0 ] && resumed=", resuming after ${done_before} embeddings committed by an earlier run"
 log "Embedding ${data} (${num_utts} utterances${resumed})" \
-    "with ${toolkit} model ${model_dir}, ${nj} jobs on ${device}, batch ${batch_size} -> ${out}"
+    "with ${toolkit} model ${model_dir}, ${nj} jobs on ${device} (${dtype}), batch ${batch_size} -> ${out}"
 rm -rf "${jobs}/split${nj}"
 "${python}" -m spkflow.bin.split_by_duration "${data}" "${nj}" "${jobs}/split${nj}"
 
@@ -179,7 +192,7 @@ if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/
             ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
             --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
             --batch-size "${batch_size}" --max-frames "${max_frames}" --num-workers "${num_workers}" \
-            --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
+            --dtype "${dtype}" --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
     jobs_report_failed "${out}/log/extract_${name}"
     if grep -q "cannot load the model: " "${out}/log/extract_${name}".*.log 2>/dev/null; then
         log "Error: the model cannot be used (see above); re-running with the same model will fail again"

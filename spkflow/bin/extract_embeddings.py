@@ -3,7 +3,7 @@
     python -m spkflow.bin.extract_embeddings --toolkit spkflow --model-dir exp/spk_x \\
         [--keys exp/spk_x/embed/test/jobs/utts.3 --job-id 3] [--device cpu|cuda] \\
         [--batch-size 32] [--max-frames 3000] [--num-workers 1] [--num-threads 1] \\
-        [--skip-bad false] [--model-file F] [--feats-dir D] DATA_DIR JOB_DIR
+        [--dtype float32|bfloat16|float16] [--skip-bad false] [--model-file F] [--feats-dir D] DATA_DIR JOB_DIR
 
 Normally started by ``scripts/spk/extract_embeddings.sh`` through ``$cmd JOB=1:N``; the merge
 (``spkflow.bin.merge_embeddings``) writes the final ``xvector.scp``.  Utterances already
@@ -21,6 +21,7 @@ import logging
 import sys
 
 from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
+from spkflow.embedders import DTYPES
 
 _positive = int_at_least(1)
 _non_negative = int_at_least(0)
@@ -46,7 +47,18 @@ def get_parser() -> argparse.ArgumentParser:
         help="bound on padded 10 ms frames per batch (batch size x longest utterance); "
         "default 3000 on cpu, 60000 on cuda",
     )
-    p.add_argument("--num-workers", type=_non_negative, default=1, help="DataLoader worker processes (0: in process)")
+    p.add_argument(
+        "--num-workers",
+        type=_non_negative,
+        default=None,
+        help="DataLoader worker processes (0: in process); default 1 on cpu, 4 on cuda (keeps the GPU fed)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="model precision through autocast (float16: cuda only); embeddings are written float32",
+    )
     p.add_argument("--num-threads", type=_positive, default=1, help="torch threads of the model")
     p.add_argument("--skip-bad", type=boolean, default=False, help="list unreadable utterances instead of failing")
     add_bool_option(p, "--progress", default=True, old_negative="--no-progress", help="tqdm progress bar")
@@ -81,13 +93,26 @@ def main(argv: list[str] | None = None) -> int:
             utts = wanted
         try:
             embedder = load_embedder(
-                args.toolkit, args.model_dir, args.device, model_file=args.model_file, feats_dir=args.feats_dir
+                args.toolkit,
+                args.model_dir,
+                args.device,
+                model_file=args.model_file,
+                feats_dir=args.feats_dir,
+                dtype=args.dtype,
             )
         except (InputError, ConfigError, FileNotFoundError) as err:
             logging.error("cannot load the model: %s", err)  # the stage script looks for this phrase
             return 1
-        logging.info("model %s (%s) on %s, %d-dim embeddings", args.model_dir, args.toolkit, args.device, embedder.dim)
-        max_frames = args.max_frames or (60000 if args.device.startswith("cuda") else 3000)
+        logging.info(
+            "model %s (%s) on %s in %s, %d-dim embeddings",
+            args.model_dir,
+            args.toolkit,
+            args.device,
+            args.dtype,
+            embedder.dim,
+        )
+        on_cuda = args.device.startswith("cuda")
+        max_frames = args.max_frames or (60000 if on_cuda else 3000)
         run_job(
             embedder,
             args.data_dir,
@@ -96,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             args.job_id,
             batch_size=args.batch_size,
             max_frames=max_frames,
-            num_workers=args.num_workers,
+            num_workers=args.num_workers if args.num_workers is not None else (4 if on_cuda else 1),
             skip_bad=args.skip_bad,
             progress=args.progress,
         )
