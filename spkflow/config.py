@@ -87,6 +87,7 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "crop_max_frames": 180,
         "seed": 0,  # model init, crop offsets, SpecAugment masks
         "amp": True,  # mixed precision (CUDA only; ignored on CPU)
+        "amp_dtype": "float16",  # with amp: float16 (with a GradScaler) | bfloat16 (no scaler needed)
         "select": "average",  # model.pth: best | last | average (mean of the last `average_last`)
         "average_last": 3,
         "valid_batch_size": 32,  # utterances per forward in validation
@@ -189,6 +190,7 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     ):
         raise ConfigError(f"{source}: train.speed_perturb must be null or a list of factors in [0.5, 2], got {sp!r}")
     check_choice(source, "train.select", t["select"], ("best", "last", "average"))
+    check_choice(source, "train.amp_dtype", t["amp_dtype"], ("float16", "bfloat16"))
     check_choice(source, "optim.name", out["optim"]["name"], ("adam", "adamw", "sgd"))
     check_choice(source, "scheduler.name", out["scheduler"]["name"], ("constant", "warmup_cosine", "exponential"))
     # the builders' registries: names and keys of the model and the loss (imported here, as they import torch)

@@ -118,10 +118,11 @@ class _Objective(nn.Module):
         self.loss = loss
 
     def forward(
-        self, feats: torch.Tensor, labels: torch.Tensor, num_spk: int, num_utt: int, autocast: bool
+        self, feats: torch.Tensor, labels: torch.Tensor, num_spk: int, num_utt: int, autocast: torch.dtype | None
     ) -> torch.Tensor:
         lengths = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.long, device=feats.device)
-        with torch.autocast(device_type=feats.device.type, dtype=torch.float16, enabled=autocast):
+        dtype = autocast or torch.float16
+        with torch.autocast(device_type=feats.device.type, dtype=dtype, enabled=autocast is not None):
             emb = self.model(feats, lengths)
         return self.loss(emb.float().view(num_spk, num_utt, -1), labels)
 
@@ -152,6 +153,7 @@ class _Run:
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     losses: list[float] = dataclasses.field(default_factory=list)  # of the current epoch
     epoch_start: float = 0.0
+    amp_dtype: torch.dtype = torch.float16  # train.amp_dtype (used when amp)
 
 
 class Trainer:
@@ -252,6 +254,7 @@ class Trainer:
         steps_per_epoch = len(first)
         scheduler = build_scheduler(cfg["scheduler"], optimizer, steps_per_epoch * opts.num_epochs, steps_per_epoch)
         amp = bool(tcfg["amp"]) and device.type == "cuda"
+        amp_dtype = getattr(torch, str(tcfg["amp_dtype"]))  # bfloat16 has float32's range: no scaler
         log.info(
             "%s: %.2fM parameters, loss %s; %d x %d batches, %d steps per epoch%s, %d epochs; device %s (%d threads)%s",
             cfg["model"]["name"],
@@ -264,7 +267,7 @@ class Trainer:
             opts.num_epochs,
             device,
             torch.get_num_threads(),
-            ", AMP" if amp else "",
+            f", AMP {tcfg['amp_dtype']}" if amp else "",
         )
         crop = (int(tcfg["crop_min_frames"]), int(tcfg["crop_max_frames"]))
         if speed is not None:  # read longer crops; after the warp every speaker has the configured length
@@ -276,7 +279,7 @@ class Trainer:
             params=params,
             optimizer=optimizer,
             scheduler=scheduler,
-            scaler=torch.amp.GradScaler("cuda", enabled=amp),
+            scaler=torch.amp.GradScaler("cuda", enabled=amp and amp_dtype == torch.float16),
             amp=amp,
             seed=seed,
             speed=speed,
@@ -284,6 +287,7 @@ class Trainer:
             first=first,
             num_spk=num_spk,
             crop=crop,
+            amp_dtype=amp_dtype,
         )
 
     def _resume_or_init(self, run: _Run) -> None:
@@ -392,7 +396,12 @@ class Trainer:
                 len(run.first),
             )
         dataset = self._dataset(run, batches)
-        loader = make_loader(dataset, start_batch=run.start_batch, num_workers=int(run.cfg["train"]["num_workers"]))
+        loader = make_loader(
+            dataset,
+            start_batch=run.start_batch,
+            num_workers=int(run.cfg["train"]["num_workers"]),
+            pin_memory=run.device.type == "cuda",  # the .to(device, non_blocking=True) below then overlaps
+        )
         assert run.net is not None
         run.net.train()
         run.epoch_start = time.time()
@@ -461,7 +470,7 @@ class Trainer:
         labels = labels.to(run.device)
         x = x.to(run.device, non_blocking=True)
         assert run.net is not None
-        loss = run.net(x, labels, run.num_spk, self.num_utt, run.amp)
+        loss = run.net(x, labels, run.num_spk, self.num_utt, run.amp_dtype if run.amp else None)
         bad = loss.detach().float().item()
         last = opts.max_steps is not None and run.step + 1 >= opts.max_steps
         flags = self._agree(run, [bad, float(stop.requested), float(last)])
@@ -477,7 +486,7 @@ class Trainer:
         run.scaler.unscale_(run.optimizer)
         clip = float(run.cfg["train"]["grad_clip"])
         norm = nn.utils.clip_grad_norm_(run.params, clip if clip > 0 else float("inf"))
-        if not run.amp and not math.isfinite(float(norm)):  # (with AMP the scaler skips such steps)
+        if not run.scaler.is_enabled() and not math.isfinite(float(norm)):  # (a scaler skips such steps)
             self._diverged(f"non-finite gradient norm {float(norm)} at {self._where(epoch, index, utts)}")
         run.scaler.step(run.optimizer)
         run.scaler.update()

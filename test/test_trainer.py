@@ -330,6 +330,7 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         ("scheduler", "name", "step", r"scheduler\.name must be constant \| warmup_cosine \| exponential"),
         ("scheduler", "warmup_steps", 1.5, r"scheduler\.warmup_steps must be an integer"),
         ("train", "amp", "yes", r"train\.amp must be true or false, got 'yes'"),
+        ("train", "amp_dtype", "half", r"train\.amp_dtype must be float16 \| bfloat16, got 'half'"),
         ("train", "select", "first", r"train\.select must be best \| last \| average"),
         ("train", "crop_min_frames", 400, r"need train\.crop_min_frames <= train\.crop_max_frames"),
         ("frontend", "vad", 1, r"frontend\.vad must be true or false"),
@@ -494,3 +495,26 @@ def test_validation_leaves_out_utterances_without_features(setup: dict[str, Any]
     (data / "trials").write_text("\n".join([target, ghost]) + "\n")
     with pytest.raises(InputError, match=r"1 target and 0 non-target trials left with features in"):
         Validator(str(data), str(setup["feats"]), use_vad=True, mean_norm=False)
+
+
+def test_amp_dtype_bfloat16_runs_the_objective_in_bfloat16() -> None:
+    """train.amp_dtype bfloat16 (CUDA in training; CPU autocast here, as no GPU is in the tests):
+    the loss is float32 and finite, close to but not equal to float32's, gradients are float32."""
+    import torch
+
+    from spkflow.losses import build_loss
+    from spkflow.models import build_model
+    from spkflow.trainer import _Objective
+
+    torch.manual_seed(0)
+    model = build_model({"name": "ecapa_tdnn", "input_dim": 24, "channels": 32, "scale": 4, "embed_dim": 16})
+    obj = _Objective(model, build_loss({"name": "ge2e"}, 16)).eval()
+    x = torch.randn(3 * 2, 120, 24)
+    labels = torch.arange(3).repeat_interleave(2)
+    full = obj(x, labels, 3, 2, None).detach()
+    half = obj(x, labels, 3, 2, torch.bfloat16)
+    assert half.dtype == torch.float32 and torch.isfinite(half)
+    h = float(half.detach())
+    assert h != float(full) and abs(h - float(full)) < 0.05 * abs(float(full)) + 1e-3
+    half.backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in obj.parameters())
