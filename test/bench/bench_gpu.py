@@ -3,19 +3,24 @@ whether the input pipeline or the model is the limit.
 
     .venv/bin/python test/bench/bench_gpu.py [--device cuda|cpu] [--batch-sizes 1,8,32,64,128,256]
         [--num-utts 2000] [--min-sec 2 --max-sec 12] [--num-workers 8] [--model-dir DIR]
-        [--data DIR] [--channels 512] [--amp true|false] [--train-steps 50] [--json out.json]
+        [--data DIR] [--channels 512] [--dtypes float32,bfloat16,float16] [--amp true|false]
+        [--amp-dtype float16|bfloat16] [--train-steps 50] [--json out.json]
 
 Data: utterances of 2-12 s (--min-sec/--max-sec) of real speech, speechocean762 train + test
 from the recipe's db.sh (the corpus is referenced, never copied), or any data dir (--data).
 Models: ECAPA-TDNN with --channels (512: the 6.2 M-parameter model of the papers) and *random
 weights*, plus the stage-4 model dir --model-dir when given (e.g. the demo recipe's model).
 
-Extraction, per batch size B (batches of at most B utterances, length-sorted, as stage 5 plans them):
+Extraction, per model, per --dtypes entry (stage 5's --dtype: autocast; float16 on CUDA only) and
+per batch size B (batches of at most B utterances, length-sorted, as stage 5 plans them):
 * end to end: ``spkflow.embed.run_job`` (stage 5's job: DataLoader workers decode the audio and
   compute fbank + VAD, the model embeds, the job writes its ark), utterances/s;
 * model alone: the same batches with their inputs computed beforehand, utterances/s;
-* on CUDA, GPU utilisation (mean and max %, nvidia-smi every 0.2 s) during each phase.
-Training (ECAPA, GE2E on N x M batches of --crop frames, Adam, AMP on CUDA with --amp true):
+* on CUDA, GPU utilisation (mean and max %, nvidia-smi every 0.2 s) during each phase;
+* the limit: "model" when end to end reaches >= 90 % of the model alone, else "loader";
+* for a reduced dtype, the lowest cosine of its embeddings against float32's (parity).
+Training (ECAPA, GE2E on N x M batches of --crop frames, Adam, AMP on CUDA with --amp true in
+--amp-dtype, float16 with a GradScaler, bfloat16 without):
 * with the loader: stage 4's NxMCropDataset + make_loader over stage-2 features of the same
   utterances (computed first by scripts/feats/make_fbank.sh), steps/s;
 * model alone: one batch kept on the device, the same number of steps, steps/s.
@@ -208,14 +213,19 @@ def bench_extraction(
     batch_sizes: Sequence[int],
     num_workers: int,
     sampler: GpuSampler,
+    dtype: str = "float32",
+    reference: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
+    """``reference``: float32 embeddings per utterance (filled when dtype is float32, compared
+    against otherwise)."""
+    import numpy as np
     import torch
 
     from spkflow.audio import known_durations
     from spkflow.datadir import read_kv
 
     load_embedder, plan_batches, run_job = _embed_api()
-    embedder = load_embedder("spkflow", model_dir, device)
+    embedder = load_embedder("spkflow", model_dir, device, dtype=dtype)
     utts = sorted(read_kv(data / "utt2spk"), key=lambda u: u.encode())
     durations = known_durations(data, utts)
     longest = max(int(d * FRAMES_PER_SEC) + 10 for d in durations.values() if d is not None)
@@ -227,7 +237,7 @@ def bench_extraction(
     rows = []
     for b in batch_sizes:
         max_frames = b * longest  # the batch size, not the frame budget, is what limits a batch
-        job = work / f"job_{name}_b{b}"
+        job = work / f"job_{Path(name.split()[0]).name}_{dtype}_b{b}"
         shutil.rmtree(job, ignore_errors=True)
         with sampler.active():
             t = time.perf_counter()
@@ -247,19 +257,32 @@ def bench_extraction(
         batches = plan_batches(utts, durations, b, max_frames)
         with sampler.active():
             t = time.perf_counter()
+            vecs = {}
             for batch in batches:
-                embedder.embed([inputs[u] for u in batch])
+                vecs.update(zip(batch, embedder.embed([inputs[u] for u in batch]), strict=True))
             model_s = time.perf_counter() - t
         util_model = sampler.summary()
+        min_cos = None
+        if reference is not None and dtype == "float32":
+            reference.update(vecs)
+        elif reference:
+            cos = [
+                float(vecs[u] @ reference[u] / (np.linalg.norm(vecs[u]) * np.linalg.norm(reference[u]))) for u in utts
+            ]
+            min_cos = round(min(cos), 6)
+        e2e_rate, model_rate = len(utts) / e2e, len(utts) / model_s
         peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() and device != "cpu" else None
         rows.append(
             {
                 "model": name,
+                "dtype": dtype,
                 "batch_size": b,
                 "utts": len(utts),
                 "batches": len(batches),
-                "e2e_utt_per_s": round(len(utts) / e2e, 2),
-                "model_utt_per_s": round(len(utts) / model_s, 2),
+                "e2e_utt_per_s": round(e2e_rate, 2),
+                "model_utt_per_s": round(model_rate, 2),
+                "limit": "model" if e2e_rate >= 0.9 * model_rate else "loader",
+                "min_cosine_vs_float32": min_cos,
                 "gpu_util_e2e": util_e2e,
                 "gpu_util_model": util_model,
                 "prepare_utt_per_s_one_process": round(len(utts) / prep_s, 2),
@@ -284,6 +307,7 @@ def bench_training(
     num_workers: int,
     amp: bool,
     sampler: GpuSampler,
+    amp_dtype: str = "float16",
 ) -> dict[str, Any]:
     import torch
 
@@ -323,11 +347,12 @@ def bench_training(
     model.to(device).train()
     loss_fn.to(device)
     opt = torch.optim.Adam(list(model.parameters()) + list(loss_fn.parameters()), lr=1e-3)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    autocast_dtype = getattr(torch, amp_dtype)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp and autocast_dtype == torch.float16)
 
     def step(x: torch.Tensor, labels: torch.Tensor) -> None:
         lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.long, device=device)
-        with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
+        with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=amp):
             emb = model(x, lengths)
         loss = loss_fn(emb.float().view(num_spk, num_utt, -1), labels)
         opt.zero_grad(set_to_none=True)
@@ -367,6 +392,7 @@ def bench_training(
         "batch": f"{num_spk}x{num_utt}x{crop} frames",
         "channels": channels,
         "amp": amp,
+        "amp_dtype": amp_dtype if amp else None,
         "steps": steps,
         "num_workers": num_workers,
         "loader_steps_per_s": round(r_loader, 3),
@@ -398,7 +424,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--model-dir", type=Path, default=None, help="also bench this stage-4 model dir (e.g. the demo)")
     p.add_argument("--channels", type=int, default=512, help="ECAPA channels (512: ECAPA-512)")
     p.add_argument("--num-workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) - 1)))
-    p.add_argument("--amp", type=str2bool, default=True, help="float16 autocast in training on CUDA")
+    p.add_argument("--dtypes", default="float32", help="extraction dtypes, comma-separated (float16: cuda only)")
+    p.add_argument("--amp", type=str2bool, default=True, help="autocast in training on CUDA")
+    p.add_argument("--amp-dtype", choices=("float16", "bfloat16"), default="float16", help="training AMP dtype")
     p.add_argument("--train-steps", type=int, default=50, help="timed training steps (0: no training part)")
     p.add_argument("--train-warmup", type=int, default=5)
     p.add_argument("--num-spk", type=int, default=32)
@@ -443,15 +471,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             models.append((str(a.model_dir), a.model_dir))
         rows: list[dict[str, Any]] = []
         sizes = [int(b) for b in a.batch_sizes.split(",")]
+        dtypes = a.dtypes.split(",")
+        bad = [d for d in dtypes if d not in ("float32", "bfloat16", "float16")]
+        if bad or (dev.type != "cuda" and "float16" in dtypes):
+            sys.exit(f"--dtypes: float32, bfloat16, float16 (cuda only); got {a.dtypes!r}")
+        # float32 first: the reduced dtypes are compared against its embeddings
+        dtypes = sorted(set(dtypes), key=lambda d: d != "float32")
         for name, d in models:
-            rows += bench_extraction(name, d, data, a.workdir, a.device, sizes, a.num_workers, sampler)
+            ref: dict[str, Any] = {}
+            for dt in dtypes:
+                rows += bench_extraction(name, d, data, a.workdir, a.device, sizes, a.num_workers, sampler, dt, ref)
         print(f"\n## extraction ({a.num_workers} DataLoader workers; GPU util mean/max %)")
-        print("| model | batch | end-to-end utt/s | model-alone utt/s | GPU util e2e | GPU util model |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print(
+            "| model | dtype | batch | end-to-end utt/s | model-alone utt/s | limit | GPU util e2e | GPU util model "
+            "| min cos vs fp32 |"
+        )
+        print("|---|---|---:|---:|---:|---|---:|---:|---:|")
         for r in rows:
+            cos = "-" if r["min_cosine_vs_float32"] is None else f"{r['min_cosine_vs_float32']:.5f}"
             print(
-                f"| {r['model']} | {r['batch_size']} | {r['e2e_utt_per_s']:.1f} | {r['model_utt_per_s']:.1f} | "
-                f"{fmt_util(r['gpu_util_e2e'])} | {fmt_util(r['gpu_util_model'])} |"
+                f"| {r['model']} | {r['dtype']} | {r['batch_size']} | {r['e2e_utt_per_s']:.1f} | "
+                f"{r['model_utt_per_s']:.1f} | {r['limit']} | "
+                f"{fmt_util(r['gpu_util_e2e'])} | {fmt_util(r['gpu_util_model'])} | {cos} |"
             )
         result["extraction"] = rows
     if a.train_steps > 0:
@@ -468,9 +509,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             a.num_workers,
             a.amp,
             sampler,
+            a.amp_dtype,
         )
         print(
-            f"\n## training (ECAPA-{tr['channels']}, GE2E, {tr['batch']}, AMP {tr['amp']}, {tr['num_workers']} workers)"
+            f"\n## training (ECAPA-{tr['channels']}, GE2E, {tr['batch']}, AMP {tr['amp_dtype'] or 'off'}, "
+            f"{tr['num_workers']} workers)"
         )
         print("| with loader steps/s | model alone steps/s | ratio | limit | GPU util loader | GPU util model |")
         print("|---:|---:|---:|---|---:|---:|")
