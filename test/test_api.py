@@ -280,3 +280,53 @@ def test_pack_refuses_weights_that_do_not_fit_the_config(model_dir, tmp_path):
     (md / "model.pth").write_bytes(b"\x00" * 10)
     p = run([PY, "-m", "spkflow.bin.pack", "--model-dir", md, "--out", out], check=False)
     assert p.returncode == 1 and "model.pth" in p.stderr and not out.exists()
+
+
+def test_spk_sh_stage7_packs_the_experiment(model_dir, tmp_path):
+    """spk.sh --stage 7 in a recipe dir: exp/spk_<tag>/packed/spk_<tag>.zip, usable as a model."""
+    from spkflow import Embedder
+
+    recipe = tmp_path / "egs" / "demo" / "spk1"
+    recipe.mkdir(parents=True)
+    for name in ("spk.sh", "cmd.sh", "db.sh"):
+        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
+    (recipe / "path.sh").write_text(f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n")
+    exp = recipe / "exp" / "spk_tiny"
+    exp.mkdir(parents=True)
+    for f in ("config.yaml", "model.pth"):
+        (exp / f).write_bytes((model_dir / f).read_bytes())
+    (exp / "RESULTS.md").write_text("| set | EER |\n|---|---|\n| test | 4.56 |\n")
+    p = subprocess.run(
+        ["bash", "spk.sh", "--stage", "7", "--stop_stage", "7", "--tag", "tiny"],
+        cwd=recipe,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    packed = exp / "packed" / "spk_tiny.zip"
+    with zipfile.ZipFile(packed) as z:
+        assert "| test | 4.56 |" in z.read("RESULTS.md").decode()
+        assert z.read("README.md").decode().startswith("# Speaker embedder `spk_tiny`")
+    wave = np.random.default_rng(2).uniform(-0.3, 0.3, 20000).astype(np.float32)
+    np.testing.assert_array_equal(
+        Embedder.from_pretrained(packed).embed(wave, 16000), Embedder.from_pretrained(model_dir).embed(wave, 16000)
+    )
+
+
+def test_cuda_embeddings_equal_stage5_on_cuda(model_dir, mixed, tmp_path):
+    """On a GPU machine: the API on CUDA gives what stage 5 gives with --device cuda."""
+    import torch
+
+    from spkflow import Embedder
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+    run(["bash", SCRIPT, "--nj", "1", "--device", "cuda", "--model-dir", model_dir, mixed, tmp_path / "out"])
+    ref = dict(kaldiio.load_scp(str(tmp_path / "out" / "xvector.scp")))
+    emb = Embedder.from_pretrained(model_dir, device="cuda")
+    wavs = wav_scp(mixed)
+    assert max(float(np.abs(emb.embed_file(wavs[u]) - ref[u]).max()) for u in ref) <= 1e-5
