@@ -43,9 +43,13 @@ def run(args: list, check: bool = True) -> subprocess.CompletedProcess:
     return p
 
 
-def stage5(model: Path, data: Path, out: Path) -> dict[str, np.ndarray]:
-    run(["bash", SCRIPT, "--nj", "2", "--batch-size", "4", "--model-dir", model, data, out])
+def stage5(model: Path, data: Path, out: Path, batch_size: int = 4) -> dict[str, np.ndarray]:
+    run(["bash", SCRIPT, "--nj", "2", "--batch-size", batch_size, "--model-dir", model, data, out])
     return dict(kaldiio.load_scp(str(out / "xvector.scp")))
+
+
+def l2(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
 def wav_scp(data: Path) -> dict[str, str]:
@@ -73,25 +77,47 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ------------------------------------------------------------------------------- API == stage 5
 
 
+def close_to(got: np.ndarray, want: np.ndarray) -> bool:
+    """Within 1e-5 after L2 normalisation and within 1e-5 x the norm before it."""
+    rel = np.abs(got - want).max(axis=-1) / np.linalg.norm(want, axis=-1)
+    return float(np.abs(l2(got) - l2(want)).max()) <= 1e-5 and float(rel.max()) <= 1e-5
+
+
 def test_api_equals_stage5_on_files_waves_and_batches(model_dir, mixed, tmp_path):
-    """embed_file, embed (native rate, any dtype) and embed_batch give stage 5's vectors."""
+    """embed_file, embed (native rate, float or int PCM) and embed_batch give stage 5's vectors:
+    bit for bit those of stage 5 at batch size 1 when torch has one thread, as stage 5's jobs
+    do (--num-threads 1); within 1e-5 (relative) of batched stage 5 with any thread count
+    (float summation order differs in padded batches and across thread counts: measured
+    <= 1e-6 after L2 normalisation)."""
+    import torch
+
     from spkflow import Embedder
 
-    ref = stage5(model_dir, mixed, tmp_path / "out")
+    alone = stage5(model_dir, mixed, tmp_path / "alone", batch_size=1)
+    batched = stage5(model_dir, mixed, tmp_path / "batched", batch_size=4)
     emb = Embedder.from_pretrained(model_dir)
     assert emb.dim == 16 and emb.sample_rate == 16000
     wavs = wav_scp(mixed)
-    utts = list(ref)
-    files = np.stack([emb.embed_file(wavs[u]) for u in utts])
+    utts = list(alone)
+    assert list(batched) == utts
     waves, rates = zip(*(sf.read(wavs[u], dtype="float32") for u in utts), strict=True)
     assert len(set(rates)) == 3  # 8, 16 and 22.05 kHz
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        files = np.stack([emb.embed_file(wavs[u]) for u in utts])
+        pcm = np.stack([emb.embed(sf.read(wavs[u], dtype="int16")[0], r) for u, r in zip(utts, rates, strict=True)])
+    finally:
+        torch.set_num_threads(threads)
     batch = emb.embed_batch(list(waves), list(rates), batch_size=3)
-    pcm = np.stack([emb.embed(sf.read(wavs[u], dtype="int16")[0], r) for u, r in zip(utts, rates, strict=True)])
-    want = np.stack([ref[u] for u in utts])
-    for got in (files, batch, pcm):
-        assert got.shape == want.shape and got.dtype == np.float32
-        assert float(np.abs(got - want).max()) <= 1e-5
-    assert not np.allclose(want[0], want[1], atol=1e-3)  # distinct vectors: the check has teeth
+    want_alone = np.stack([alone[u] for u in utts])
+    want_batched = np.stack([batched[u] for u in utts])
+    for got in (files, pcm):
+        assert got.shape == want_alone.shape and got.dtype == np.float32
+        np.testing.assert_array_equal(got, want_alone)
+    for got in (files, pcm, batch):
+        assert close_to(got, want_batched)
+    assert not np.allclose(l2(want_alone[0]), l2(want_alone[1]), atol=1e-2)  # distinct vectors: the check has teeth
 
 
 def test_api_equals_stage5_on_real_speech(model_dir, tmp_path, corpus):
@@ -100,8 +126,9 @@ def test_api_equals_stage5_on_real_speech(model_dir, tmp_path, corpus):
     from spkflow import Embedder
 
     files = sorted(corpus("LIBRISPEECH").rglob("*.flac"))[:3]
-    files += sorted((corpus("FSDD") / "recordings").glob("*.wav"))[::300][:3]
-    files += sorted((corpus("SPEECHOCEAN762") / "WAVE").rglob("*.WAV"))[:3]
+    files += sorted((corpus("FSDD") / "recordings").glob("*.flac"))[::200][:3]
+    files += sorted((corpus("SPEECHOCEAN762") / "WAVE").rglob("*.flac"))[:3]
+    assert len(files) == 9, files
     entries = {f"s{i % 3}-u{i:02d}": str(p) for i, p in enumerate(files)}
     data = tmp_path / "data"
     write_data_dir(data, entries)
@@ -109,7 +136,7 @@ def test_api_equals_stage5_on_real_speech(model_dir, tmp_path, corpus):
     emb = Embedder.from_pretrained(model_dir)
     got = {u: emb.embed_file(p) for u, p in entries.items()}
     assert sorted(got) == sorted(ref)
-    assert max(float(np.abs(got[u] - ref[u]).max()) for u in ref) <= 1e-5
+    assert close_to(np.stack([got[u] for u in ref]), np.stack(list(ref.values())))
 
 
 def test_mean_norm_frontend_comes_from_the_config(tmp_path, mixed):
@@ -329,4 +356,4 @@ def test_cuda_embeddings_equal_stage5_on_cuda(model_dir, mixed, tmp_path):
     ref = dict(kaldiio.load_scp(str(tmp_path / "out" / "xvector.scp")))
     emb = Embedder.from_pretrained(model_dir, device="cuda")
     wavs = wav_scp(mixed)
-    assert max(float(np.abs(emb.embed_file(wavs[u]) - ref[u]).max()) for u in ref) <= 1e-5
+    assert close_to(np.stack([emb.embed_file(wavs[u]) for u in ref]), np.stack(list(ref.values())))

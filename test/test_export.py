@@ -110,9 +110,10 @@ def corpus_speech(corpus) -> list[tuple[np.ndarray, int]]:
     """Real recordings of 0.3-20 s: FSDD digits (8 kHz), LibriSpeech (16 kHz), speechocean762."""
     import soundfile as sf
 
-    files = sorted((corpus("FSDD") / "recordings").glob("*.wav"))[:1]
+    files = sorted((corpus("FSDD") / "recordings").glob("*.flac"))[:1]
     files += sorted(corpus("LIBRISPEECH").rglob("*.flac"))[:2]
-    files += sorted((corpus("SPEECHOCEAN762") / "WAVE").rglob("*.WAV"))[:2]
+    files += sorted((corpus("SPEECHOCEAN762") / "WAVE").rglob("*.flac"))[:2]
+    assert len(files) == 5, files
     return [sf.read(p, dtype="float32") for p in files]
 
 
