@@ -250,9 +250,13 @@ def read_packed(path: str | os.PathLike[str]) -> PackedModel:
         with zipfile.ZipFile(p) as z:
             names = set(z.namelist())
             if _META not in names:
-                raise InputError(
-                    p, None, f"not a packed spkflow model: no {_META} (made by python -m spkflow.bin.pack?)"
+                torch_file = any(n.endswith("/data.pkl") or n == "data.pkl" for n in names)
+                hint = (
+                    "it is a torch file (model.pth?): give the model directory that holds it and config.yaml"
+                    if torch_file
+                    else "made by python -m spkflow.bin.pack?"
                 )
+                raise InputError(p, None, f"not a packed spkflow model: no {_META} ({hint})")
             meta_raw = z.read(_META)
             meta = yaml.safe_load(meta_raw)
             if not isinstance(meta, dict) or meta.get("format") != FORMAT:

@@ -272,6 +272,7 @@ def test_missing_and_corrupt_model_files_are_named(packed, model_dir, tmp_path):
     with zipfile.ZipFile(other, "w") as z:
         z.writestr("meta.yaml", "format: something-else\n")
     cases.append((other, "not a packed spkflow model"))
+    cases.append((model_dir / "model.pth", "it is a torch file"))
     for path, msg in cases:
         with pytest.raises(InputError, match=msg) as err:
             Embedder.from_pretrained(path)
