@@ -18,7 +18,8 @@ What it guarantees
   thread (as stage 5's jobs do), and within 1e-5 (relative to the vector's norm, and after L2
   normalisation) of batched stage 5 with any thread count; padded batches and other thread
   counts only change the order of float sums (measured <= 1e-6 after L2 normalisation).
-* **Model dir or packed file** (:mod:`spkflow.pack`, verified by checksum), CPU or CUDA.
+* **Model dir, packed file** (:mod:`spkflow.pack`, verified by checksum) **or ONNX export**
+  (:mod:`spkflow.onnx_backend`: onnxruntime and numpy only, no torch), CPU or CUDA.
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
@@ -62,7 +63,8 @@ class Embedder:
 
     Attributes: ``dim`` (embedding size), ``sample_rate`` (the fbank's rate; other rates are
     resampled), ``device``, ``config`` (the model's ``config.yaml``), ``model`` (the torch
-    module: ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output), ``source``
+    module: ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output; for an
+    ``.onnx`` file the onnxruntime session), ``source``
     (the path it was loaded from) and ``meta`` (a pack's ``meta.yaml``, or None).
     """
 
@@ -79,9 +81,15 @@ class Embedder:
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu") -> Embedder:
-        """Load a stage-4 model dir (``config.yaml`` + ``model.pth``) or a packed model file
-        (``python -m spkflow.bin.pack``) onto ``device`` (``cpu``, ``cuda``, ``cuda:N``)."""
+        """Load a stage-4 model dir (``config.yaml`` + ``model.pth``), a packed model file
+        (``python -m spkflow.bin.pack``) or an exported ``.onnx`` file (``python -m
+        spkflow.bin.export``; run by onnxruntime, without torch) onto ``device`` (``cpu``,
+        ``cuda``, ``cuda:N``)."""
         p = Path(path)
+        if p.is_file() and p.suffix == ".onnx":
+            from spkflow.onnx_backend import OnnxBackend
+
+            return cls(OnnxBackend(p, device), p)
         SpkflowEmbedder = _extraction_embedder_class()
         if p.is_dir():
             cfg = p / "config.yaml"
@@ -89,7 +97,7 @@ class Embedder:
                 _check_spkflow_config(cfg)
             return cls(SpkflowEmbedder(p, device), p)
         if not p.exists():
-            raise InputError(p, None, "model not found (a stage-4 model dir or a packed model file)")
+            raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
         from spkflow.pack import read_packed
 
         packed = read_packed(p)

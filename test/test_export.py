@@ -182,3 +182,55 @@ def test_export_refuses_a_graph_that_differs(tmp_path):
     with pytest.raises(ExportError, match="differs from PyTorch"):
         export_onnx(emb.model, tmp_path / "bad.onnx", tol=0.0)
     assert not list(tmp_path.glob("*.onnx*")) and not list(tmp_path.glob(".bad.onnx*"))
+
+
+def test_embedder_runs_the_onnx_file_without_torch(ecapa, tmp_path):
+    """Embedder.from_pretrained(model.onnx): the frontend from the file's metadata, the graph in
+    onnxruntime, torch never imported; vectors equal the PyTorch model's within 1e-4."""
+    import soundfile as sf
+
+    from spkflow import Embedder
+
+    md, onnx_path = ecapa
+    waves = made_speech([0.7, 2.2, 4.1], rate=22050)
+    paths = []
+    for i, (w, r) in enumerate(waves):
+        paths.append(tmp_path / f"u{i}.flac")
+        sf.write(paths[-1], w, r, subtype="PCM_16")
+    code = (
+        "import json, sys\n"
+        "from spkflow import Embedder\n"
+        f"e = Embedder.from_pretrained({str(onnx_path)!r})\n"
+        f"files = [e.embed_file(p).tolist() for p in {[str(p) for p in paths]!r}]\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'dim': e.dim, 'files': files}))\n"
+    )
+    got = json.loads(run([PY, "-c", code]).stdout)
+    assert got["torch"] is False and got["dim"] == 16
+    ref = Embedder.from_pretrained(md)
+    want = np.stack([ref.embed_file(p) for p in paths])
+    assert float(np.abs(np.array(got["files"], dtype=np.float32) - want).max()) <= 1e-4
+    onnx_emb = Embedder.from_pretrained(onnx_path)
+    read = [sf.read(p, dtype="float32") for p in paths]  # the files hold 16-bit samples
+    batch = onnx_emb.embed_batch([w for w, _ in read], [r for _, r in read])
+    assert float(np.abs(batch - want).max()) <= 1e-4
+    assert not np.allclose(want[0], want[1], atol=1e-2)
+
+
+def test_onnx_file_without_spkflow_metadata_is_refused(ecapa, tmp_path):
+    import onnx
+
+    from spkflow import Embedder
+    from spkflow.errors import InputError
+
+    _, onnx_path = ecapa
+    proto = onnx.load(onnx_path)
+    del proto.metadata_props[:]
+    bare = tmp_path / "bare.onnx"
+    onnx.save(proto, bare)
+    with pytest.raises(InputError, match="no spkflow.frontend metadata") as err:
+        Embedder.from_pretrained(bare)
+    assert str(bare) in str(err.value)
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a protobuf at all")
+    with pytest.raises(InputError, match="cannot load the ONNX model"):
+        Embedder.from_pretrained(junk)
