@@ -26,12 +26,12 @@ What it guarantees
 * ``import spkflow`` stays free of torch: this module imports numpy only, torch is imported
   when a model is loaded.
 
-Anchors: ESPnet's ``Speech2Embedding.from_pretrained`` (``espnet2/bin/spk_inference.py``)
-takes a model tag or files and a waveform at the model's rate, without resampling, VAD or a
-file reader, and its batch call zero-pads without lengths; SpeechBrain's
-``EncoderClassifier.from_hparams`` (``encode_batch(wavs, wav_lens)``) takes relative lengths but
-leaves the rate to the caller.  Here every call takes the rate and gives the recipe's
-extraction result, batched or not.
+Anchors: ESPnet's ``Speech2Embedding`` (``espnet2/bin/spk_inference.py``; ``from_pretrained``
+takes a model-zoo tag or files) embeds one waveform per call, at the model's rate (no rate
+argument, no resampling, no file reader, no batch call, no VAD).  SpeechBrain's
+``EncoderClassifier.encode_batch(wavs, wav_lens)`` takes a padded batch with relative lengths at
+the model's rate (its ``load_audio`` resamples files).  Here every call takes the rate, and
+files, arrays and batches all give the recipe's extraction result.
 """
 
 from __future__ import annotations
