@@ -24,9 +24,11 @@ What it guarantees
 * The file appears atomically; the exporter is torch's TorchScript-based one (``dynamo=False``):
   it needs no ``onnxscript`` and handles the scripted loop.
 
-Anchors: ESPnet has no ONNX export for speaker models (``espnet_onnx`` covers ASR/TTS);
-WeSpeaker's ``wespeaker/bin/export_onnx.py`` exports ResNet/ECAPA with a dynamic time axis but
-batch 1 only and fbank outside the graph, without a parity check; SpeechBrain has none.
+Anchors: ESPnet has no ONNX export for speaker models (``espnet_onnx`` covers ASR/TTS).
+WeSpeaker's ``wespeaker/bin/export_onnx.py`` exports ``feats [B, T, F] -> embs`` with dynamic
+batch and time axes but no lengths input (a padded batch gives padded utterances other
+embeddings, so batch 1 is the safe use), keeps the fbank options out of the file, and does not
+compare the result with PyTorch.  SpeechBrain has no export script.
 """
 
 from __future__ import annotations
