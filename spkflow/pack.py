@@ -41,6 +41,7 @@ import datetime
 import hashlib
 import io
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -69,6 +70,8 @@ FORMAT_VERSION = 1
 _META = "meta.yaml"
 #: stamp written into an unpacked dir: the sha256 of the pack's meta.yaml (reuse when unchanged)
 _STAMP = ".packed_meta.sha256"
+#: member names: plain file names at the top level (unpacking never writes outside the target dir)
+_MEMBER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,6 +275,8 @@ def read_packed(path: str | os.PathLike[str]) -> PackedModel:
                 raise InputError(p, None, f"{_META} does not list config.yaml and model.pth")
             members: dict[str, bytes] = {}
             for member, info in listed.items():
+                if not isinstance(member, str) or not _MEMBER_RE.fullmatch(member) or member == _META:
+                    raise InputError(p, None, f"{_META} lists {member!r}: members are plain file names")
                 if member not in names:
                     raise InputError(p, None, f"member {member} listed in {_META} is missing")
                 data = z.read(member)

@@ -277,6 +277,12 @@ def test_missing_and_corrupt_model_files_are_named(packed, model_dir, tmp_path):
         z.writestr("meta.yaml", "format: something-else\n")
     cases.append((other, "not a packed spkflow model"))
     cases.append((model_dir / "model.pth", "it is a torch file"))
+    meta = yaml.safe_load(zipfile.ZipFile(packed).read("meta.yaml"))
+    meta["files"]["../escape.txt"] = {"sha256": "0" * 64, "size": 1}
+    evil = _rezip(packed, tmp_path / "evil.zip", {"meta.yaml": yaml.safe_dump(meta).encode()})
+    with zipfile.ZipFile(evil, "a") as z:
+        z.writestr("../escape.txt", "x")
+    cases.append((evil, "members are plain file names"))
     for path, msg in cases:
         with pytest.raises(InputError, match=msg) as err:
             Embedder.from_pretrained(path)
