@@ -15,6 +15,7 @@
 #
 # --toolkit spkflow: DIR is a stage-4 model dir (config.yaml + model.pth); audio -> fbank/VAD in
 #   DataLoader workers (or features from --feats-dir, a stage-2 dump dir with feats.scp + vad.scp).
+#   DIR may also be a packed model file (python -m spkflow.bin.pack), unpacked into OUT_DIR/model.
 # --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
 #   only *.pth, or --model-file); audio at the frontend's rate.
 # --device cuda gives every job one GPU (--gpu 1 to $cmd; run.pl/queue.pl/slurm.pl set
@@ -62,7 +63,7 @@ Options:
   --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda)
   --device DEV         cpu | cuda (default: ${device})
   --toolkit T          spkflow | espnet (default: ${toolkit})
-  --model-dir DIR      model directory: config.yaml + weights (required)
+  --model-dir DIR      model directory: config.yaml + weights, or a packed model .zip (required)
   --model-file F       espnet: the weights file, when DIR has several *.pth
   --feats-dir D        spkflow: features from D/feats.scp (+ vad.scp) instead of audio
   --skip-bad BOOL      leave bad utterances out instead of failing (default: ${skip_bad})
@@ -108,6 +109,10 @@ if [ -z "${model_dir}" ]; then
     log "Error: --model-dir is required"
     echo "${help_message}" >&2
     exit 1
+fi
+if [ -f "${model_dir}" ]; then  # a packed model (python -m spkflow.bin.pack): verified, unpacked once into OUT_DIR/model
+    "${python}" -m spkflow.bin.pack --unpack "${model_dir}" --out "${out}/model" || exit 1
+    model_dir=${out}/model
 fi
 if [ ! -d "${model_dir}" ]; then
     log "Error: --model-dir ${model_dir}: no such directory"

@@ -5,7 +5,7 @@
 #   ./run.sh --stage 2 --stop_stage 5 --nj 8
 #
 # Stages: 1 data prep, 2 fbank + VAD, 3 N x M batch lists, 4 training,
-#         5 embedding extraction, 6 scoring (EER, minDCF, plots).
+#         5 embedding extraction, 6 scoring (EER, minDCF, plots), 7 pack the model into one file.
 set -euo pipefail
 
 log() {
@@ -64,7 +64,7 @@ score_skip_missing=false  # leave out trials naming an utterance without an embe
 
 help_message=$(cat <<EOM
 Usage: $0 [options]
-  --stage / --stop_stage   stages to run (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 score)
+  --stage / --stop_stage   stages to run (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 score, 7 pack)
   --nj, --ngpu, --nproc, --num_nodes   parallelism (ngpu/nproc per node; num_nodes > 1 needs cmd_backend=slurm)
   --train_set, --test_sets, --valid_set
   --fbank_conf, --vad_conf, --skip_bad, --fbank_compress
@@ -269,6 +269,16 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
             "${spk_exp}/embed/${dset}/xvector.scp" "${spk_exp}/eval/${dset}"
     done
     log "Results: ${spk_exp}/RESULTS.md, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"
+fi
+
+if [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+    _packed=${spk_exp}/packed/spk_${tag}.zip
+    log "Stage 7: pack ${spk_exp} (config, weights, fbank/vad conf, RESULTS.md, model card) -> ${_packed}"
+    for _f in config.yaml model.pth; do
+        [ -f "${spk_exp}/${_f}" ] || { log "Error: ${spk_exp}/${_f} not found (stage 4 writes the model)"; exit 1; }
+    done
+    python -m spkflow.bin.pack --model-dir "${spk_exp}" --out "${_packed}" --name "spk_${tag}"
+    log "Stage 7 output: ${_packed} (use it as --model-dir, or Embedder.from_pretrained; README.md inside)"
 fi
 
 log "Successfully finished. [elapsed=${SECONDS}s]"

@@ -1,0 +1,245 @@
+"""The Python API: a trained spkflow embedder as an object, for use from other code and recipes.
+
+>>> from spkflow import Embedder                                  # doctest: +SKIP
+>>> emb = Embedder.from_pretrained("exp/spk_train")              # or a packed .zip; device="cuda"
+>>> emb.embed_file("utt.flac").shape                              # (emb.dim,)
+>>> emb.embed(wave, 8000)                                         # any rate: resampled as stage 5 does
+>>> emb.embed_batch([w1, w2], [16000, 44100])                     # [2, dim], input order
+
+What it guarantees
+------------------
+* **Stage 5's numbers.**  The same code path as ``scripts/spk/extract_embeddings.sh``: audio
+  read and converted to mono float like :mod:`spkflow.audio` (channel 0, int PCM / 2^15),
+  resampled with :func:`spkflow.audio.resample`, Kaldi fbank, energy VAD and mean
+  normalisation with the options recorded in the model's ``config.yaml`` (never defaults of
+  this module), and the model of the extraction (:class:`~spkflow.embed.SpkflowEmbedder`,
+  padding-invariant batches).  ``test/test_api.py`` checks, on audio at 8, 16 and 22.05 kHz
+  and on the corpora: bit-identical vectors to stage 5 at batch size 1 when torch runs one
+  thread (as stage 5's jobs do), and within 1e-5 (relative to the vector's norm, and after L2
+  normalisation) of batched stage 5 with any thread count; padded batches and other thread
+  counts only change the order of float sums (measured <= 1e-6 after L2 normalisation).
+* **Model dir, packed file** (:mod:`spkflow.pack`, verified by checksum) **or ONNX export**
+  (:mod:`spkflow.onnx_backend`: onnxruntime and numpy only, no torch), CPU or CUDA.
+* **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
+  channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
+  error saying which.
+* ``import spkflow`` stays free of torch: this module imports numpy only, torch is imported
+  when a model is loaded.
+
+Anchors: ESPnet's ``Speech2Embedding`` (``espnet2/bin/spk_inference.py``; ``from_pretrained``
+takes a model-zoo tag or files) embeds one waveform per call, at the model's rate (no rate
+argument, no resampling, no file reader, no batch call, no VAD).  SpeechBrain's
+``EncoderClassifier.encode_batch(wavs, wav_lens)`` takes a padded batch with relative lengths at
+the model's rate (its ``load_audio`` resamples files).  Here every call takes the rate, and
+files, arrays and batches all give the recipe's extraction result.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spkflow.errors import InputError, UtteranceError
+
+__all__ = ["Embedder"]
+
+
+def _extraction_embedder_class() -> Any:
+    """stage 5's model wrapper (spkflow.embedders after the split of spkflow.embed)."""
+    try:
+        from spkflow.embedders import SpkflowEmbedder  # type: ignore[import-not-found]
+    except ImportError:
+        from spkflow.embed import SpkflowEmbedder
+    return SpkflowEmbedder
+
+
+class Embedder:
+    """A trained spkflow speaker embedder with its frontend.  Build it with :meth:`from_pretrained`.
+
+    Attributes: ``dim`` (embedding size), ``sample_rate`` (the fbank's rate; other rates are
+    resampled), ``device``, ``config`` (the model's ``config.yaml``), ``model`` (the torch
+    module: ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output; for an
+    ``.onnx`` file the onnxruntime session), ``source``
+    (the path it was loaded from) and ``meta`` (a pack's ``meta.yaml``, or None).
+    """
+
+    def __init__(self, backend: Any, source: Path, meta: dict[str, Any] | None = None) -> None:
+        self._backend = backend
+        self.source = source
+        self.meta = meta
+        self.config: dict[str, Any] = backend.config
+        self.model = backend.model
+        self.device: str = backend.device
+        self.dim = int(backend.dim)
+        self.sample_rate = int(backend.fbank.sample_frequency)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu") -> Embedder:
+        """Load a stage-4 model dir (``config.yaml`` + ``model.pth``), a packed model file
+        (``python -m spkflow.bin.pack``) or an exported ``.onnx`` file (``python -m
+        spkflow.bin.export``; run by onnxruntime, without torch) onto ``device`` (``cpu``,
+        ``cuda``, ``cuda:N``)."""
+        p = Path(path)
+        if p.is_file() and p.suffix == ".onnx":
+            from spkflow.onnx_backend import OnnxBackend
+
+            return cls(OnnxBackend(p, device), p)
+        SpkflowEmbedder = _extraction_embedder_class()
+        if p.is_dir():
+            cfg = p / "config.yaml"
+            if cfg.is_file():
+                _check_spkflow_config(cfg)
+            return cls(SpkflowEmbedder(p, device), p)
+        if not p.exists():
+            raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
+        from spkflow.pack import read_packed
+
+        packed = read_packed(p)
+        with tempfile.TemporaryDirectory(prefix="spkflow-model-") as tmp:
+            for name in ("config.yaml", "model.pth"):
+                (Path(tmp) / name).write_bytes(packed.members[name])
+            _check_spkflow_config(Path(tmp) / "config.yaml", shown=p)
+            try:
+                backend = SpkflowEmbedder(tmp, device)
+            except Exception as exc:
+                if isinstance(exc, RuntimeError) and "CUDA" in str(exc):
+                    raise
+                raise InputError(p, None, f"cannot load the packed model: {exc}") from None
+        return cls(backend, p, packed.meta)
+
+    # ------------------------------------------------------------------ frontend
+    def features(self, wave: Any, sample_rate: int) -> np.ndarray:
+        """What the model sees for one utterance: ``[T, F]`` float32 after resampling, fbank,
+        VAD and mean normalisation (the input of :attr:`model` and of an exported ONNX model)."""
+        from spkflow.audio import resample
+        from spkflow.features import apply_frontend, compute_fbank, compute_vad
+
+        b = self._backend
+        x = _mono(wave)
+        sr = _rate(sample_rate)
+        x = resample(x, sr, self.sample_rate)
+        feats = compute_fbank(x, self.sample_rate, b.fbank)
+        vad = compute_vad(feats, b.vad) if (b.use_vad and b.vad is not None) else None
+        out = apply_frontend(feats, vad, use_vad=b.use_vad, mean_norm=b.mean_norm)
+        if out.shape[0] == 0:
+            raise ValueError("no frames left after the frontend")
+        return out
+
+    # ------------------------------------------------------------------ embeddings
+    def embed(self, wave: Any, sample_rate: int) -> np.ndarray:
+        """Embedding ``[dim]`` (float32, not normalised) of a mono waveform (float in [-1, 1]
+        or integer PCM; ``[T]`` or ``[T, channels]``, channel 0 used) at ``sample_rate``."""
+        return self.embed_batch([wave], [sample_rate])[0]
+
+    def embed_file(self, path: str | os.PathLike[str]) -> np.ndarray:
+        """Embedding ``[dim]`` of an audio file (anything libsndfile reads), or of any other
+        ``wav.scp`` entry (``cmd |``, ``file.ark:offset``)."""
+        from spkflow.audio import read_audio
+
+        spec = os.fspath(path)
+        wave, rate = read_audio(spec, utt=spec)
+        try:
+            return self.embed(wave, rate)
+        except ValueError as exc:
+            raise UtteranceError(spec, spec, str(exc)) from None
+
+    def embed_batch(
+        self,
+        waves: Sequence[Any],
+        sample_rates: int | Sequence[int],
+        *,
+        batch_size: int = 32,
+        max_frames: int | None = None,
+    ) -> np.ndarray:
+        """Embeddings ``[N, dim]`` of ``N`` waveforms, in input order.  ``sample_rates``: one
+        rate for all or one per waveform.  Run in batches of similar length, at most
+        ``batch_size`` utterances and ``max_frames`` padded 10 ms frames each (default: 3000 on
+        CPU, 60000 on CUDA, as stage 5); each gets the embedding it gets alone."""
+        n = len(waves)
+        rates = [sample_rates] * n if isinstance(sample_rates, (int, np.integer)) else list(sample_rates)
+        if len(rates) != n:
+            raise ValueError(f"{n} waveforms but {len(rates)} sample rates")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if n == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        bound = max_frames or (60000 if self.device.startswith("cuda") else 3000)
+        feats = []
+        for i, (w, r) in enumerate(zip(waves, rates, strict=True)):
+            try:
+                feats.append(self.features(w, r))
+            except ValueError as exc:
+                raise ValueError(f"waveform {i}: {exc}") from None
+        b = self._backend
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        for group in _groups([b.frames(x) for x in feats], batch_size, bound):
+            out[group] = b.embed([feats[i] for i in group])
+        return out
+
+    def __repr__(self) -> str:
+        name = (self.config.get("model") or {}).get("name")
+        return (
+            f"Embedder({self.source}, model={name}, dim={self.dim}, sample_rate={self.sample_rate}, "
+            f"device={self.device})"
+        )
+
+
+def _groups(frames: Sequence[int], batch_size: int, max_frames: int) -> list[list[int]]:
+    """Indices grouped longest first: at most ``batch_size`` per group and ``len(group) *
+    frames(longest) <= max_frames`` unless a single item is longer."""
+    order = sorted(range(len(frames)), key=lambda i: (-frames[i], i))
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        if cur and (len(cur) >= batch_size or (len(cur) + 1) * frames[cur[0]] > max_frames):
+            groups.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _mono(wave: Any) -> np.ndarray:
+    from spkflow.audio import _to_mono_float
+
+    if hasattr(wave, "detach"):  # a torch tensor
+        wave = wave.detach().cpu().numpy()
+    x = np.asarray(wave)
+    if x.ndim not in (1, 2) or x.size == 0 or x.dtype.kind not in "fiu":
+        raise ValueError(f"expected a non-empty waveform [T] or [T, channels] of numbers, got {x.dtype} {x.shape}")
+    if x.dtype.kind == "u":
+        raise ValueError(f"unsigned {x.dtype} samples are ambiguous: give float in [-1, 1] or signed PCM")
+    try:
+        return _to_mono_float(x, "<waveform>", "<array>")
+    except UtteranceError as exc:
+        raise ValueError(exc.message) from None
+
+
+def _rate(sample_rate: Any) -> int:
+    if isinstance(sample_rate, bool) or not float(sample_rate).is_integer() or int(sample_rate) <= 0:
+        raise ValueError(f"sample_rate must be a positive whole number of Hz, got {sample_rate!r}")
+    return int(sample_rate)
+
+
+def _check_spkflow_config(path: Path, shown: Path | None = None) -> None:
+    import yaml
+
+    where = shown or path
+    try:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError(where, None, f"config.yaml is not valid YAML: {exc}") from None
+    if not isinstance(cfg, dict) or "model" not in cfg:
+        hint = (
+            " (an ESPnet speaker model? use extract_embeddings.sh --toolkit espnet)"
+            if isinstance(cfg, dict) and "encoder" in cfg
+            else ""
+        )
+        raise InputError(where, None, f"not a spkflow model config: no 'model' section{hint}")
