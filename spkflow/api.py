@@ -12,7 +12,7 @@ What it guarantees
   read and converted to mono float like :mod:`spkflow.audio` (channel 0, int PCM / 2^15),
   resampled with :func:`spkflow.audio.resample`, Kaldi fbank, energy VAD and mean
   normalisation with the options recorded in the model's ``config.yaml`` (never defaults of
-  this module), and the model of the extraction (:class:`~spkflow.embed.SpkflowEmbedder`,
+  this module), and the model of the extraction (:class:`~spkflow.embedders.SpkflowEmbedder`,
   padding-invariant batches).  ``test/test_api.py`` checks, on audio at 8, 16 and 22.05 kHz
   and on the corpora: bit-identical vectors to stage 5 at batch size 1 when torch runs one
   thread (as stage 5's jobs do), and within 1e-5 (relative to the vector's norm, and after L2
@@ -50,11 +50,9 @@ __all__ = ["Embedder"]
 
 
 def _extraction_embedder_class() -> Any:
-    """stage 5's model wrapper (spkflow.embedders after the split of spkflow.embed)."""
-    try:
-        from spkflow.embedders import SpkflowEmbedder  # type: ignore[import-not-found]
-    except ImportError:
-        from spkflow.embed import SpkflowEmbedder
+    """Stage 5's model wrapper, imported when first needed (it imports torch)."""
+    from spkflow.embedders import SpkflowEmbedder
+
     return SpkflowEmbedder
 
 
