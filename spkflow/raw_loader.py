@@ -166,7 +166,9 @@ class NxMWaveDataset(BatchBuffers, Dataset):
     def _stream(self, utt: str) -> tuple[np.ndarray, int]:
         """(the voiced waveform of ``utt``, or the whole one; its number of frames as the ark
         path counts them: voiced frames, or all frames)."""
-        wave = self.audio.read(utt)
+        from spkflow.wavaugment import AUDIO_CACHE
+
+        wave = AUDIO_CACHE.read(self.audio, utt)
         idx = self._voiced_samples(utt, wave)
         if idx is not None:
             return wave[idx], len(idx) // self.fbank.window_shift

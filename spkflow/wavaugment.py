@@ -48,7 +48,9 @@ import soundfile as sf
 __all__ = [
     "AUGMENT_DEFAULTS",
     "DEFAULT_SNR",
+    "AUDIO_CACHE",
     "AudioBank",
+    "DecodedAudioCache",
     "WaveAugment",
     "add_at_snr",
     "band_limit",
@@ -257,15 +259,54 @@ def band_limit(x: np.ndarray, sample_rate: int, mode: str = "telephone") -> np.n
 # --------------------------------------------------------------------------- sources
 
 
+class DecodedAudioCache:
+    """Decoded audio kept in memory per process, least recently used first out, bounded by
+    ``max_mb``; keyed by (wav.scp entry, rate), so every reader of the same recordings (the
+    crops' own utterances and babble from the same training set) shares one copy.  16-bit audio
+    is kept as int16 (exact: the float samples are k / 32768), anything else as float32."""
+
+    def __init__(self, max_mb: float) -> None:
+        self.max_bytes = int(max_mb * 2**20)
+        self._items: collections.OrderedDict[tuple[str, int], np.ndarray] = collections.OrderedDict()
+        self._bytes = 0
+        self.hits = self.misses = 0
+
+    def read(self, reader: Any, utt: str) -> np.ndarray:
+        """``reader.read(utt)`` (an :class:`spkflow.audio.AudioReader`), from memory when it is there."""
+        key = (reader.source(utt), int(reader.sample_rate or 0))
+        got = self._items.get(key)
+        if got is not None:
+            self._items.move_to_end(key)
+            self.hits += 1
+            return got.astype(np.float32) * np.float32(1 / 32768) if got.dtype == np.int16 else got
+        self.misses += 1
+        x = reader.read(utt)
+        q = np.round(x * 32768.0)
+        store = q.astype(np.int16) if np.abs(q).max(initial=0) < 32768 and np.array_equal(q / 32768.0, x) else x
+        if store.nbytes <= self.max_bytes:
+            self._items[key] = store
+            self._bytes += store.nbytes
+            while self._bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= old.nbytes
+        return x
+
+
+#: the per-process cache (forked DataLoader workers each fill their own); 512 MiB holds the
+#: speechocean762 demo's training audio (1.7 h as int16: 190 MiB) with room for the sources
+AUDIO_CACHE = DecodedAudioCache(float(os.environ.get("SPKFLOW_AUDIO_CACHE_MB", "512")))
+
+
 class AudioBank:
     """The recordings of a Kaldi data dir as augmentation sources (see the module docstring).
 
     :meth:`segment` returns ``n`` samples of a randomly drawn utterance at a random offset (an
-    utterance shorter than ``n`` is repeated); :meth:`whole` a whole utterance (RIRs).  Picklable;
-    the cache of decoded audio is per process and bounded by ``cache_mb``.
+    utterance shorter than ``n`` is repeated); :meth:`whole` a whole utterance (RIRs).  Picklable.
+    A file more than 8 times longer than the piece asked for (MUSAN) is read by seeking; shorter
+    ones are decoded whole once and kept in :data:`AUDIO_CACHE`.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str], sample_rate: int, cache_mb: float = 64.0) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], sample_rate: int) -> None:
         from spkflow.audio import AudioReader
         from spkflow.datadir import read_kv
         from spkflow.errors import InputError
@@ -287,17 +328,9 @@ class AudioBank:
             self._by_speaker = {s: np.asarray(v) for s, v in groups.items() if s is not None}
         self._plain = self.reader._segments is None
         self._info: dict[str, tuple[int, int]] = {}  # key -> (frames, rate) of a plain file
-        self.cache_bytes = int(cache_mb * 2**20)
-        self._cache: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
-        self._cached = 0
 
     def __len__(self) -> int:
         return len(self.keys)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_cache"], state["_cached"] = collections.OrderedDict(), 0
-        return state
 
     def pick(self, rng: np.random.Generator, exclude_speaker: str | None = None) -> int:
         """Index of a random utterance, not of ``exclude_speaker`` when the bank knows speakers
@@ -310,19 +343,8 @@ class AudioBank:
         return int(rng.integers(len(self.keys)))
 
     def whole(self, i: int) -> np.ndarray:
-        key = self.keys[i]
-        x = self._cache.get(key)
-        if x is not None:
-            self._cache.move_to_end(key)
-            return x
-        x = self.reader.read(key)
-        if x.nbytes <= self.cache_bytes:
-            self._cache[key] = x
-            self._cached += x.nbytes
-            while self._cached > self.cache_bytes:
-                _, old = self._cache.popitem(last=False)
-                self._cached -= old.nbytes
-        return x
+        """Utterance ``i`` in full (through :data:`AUDIO_CACHE`)."""
+        return AUDIO_CACHE.read(self.reader, self.keys[i])
 
     def _file_info(self, key: str) -> tuple[int, int] | None:
         if not self._plain:
@@ -344,7 +366,7 @@ class AudioBank:
         """``n`` samples (float32, at the bank's rate) of a random utterance at a random offset."""
         i = self.pick(rng, exclude_speaker)
         key = self.keys[i]
-        info = self._file_info(key) if key not in self._cache else None
+        info = self._file_info(key)
         if info is not None and info[0] > 8 * int(math.ceil(n * info[1] / self.sample_rate)):
             # a long file: read just the piece (with a margin for the resampling filter)
             frames, rate = info

@@ -257,3 +257,35 @@ def test_make_rirs_and_make_noise_cli(tmp_path):
     assert "rt60=" in (tmp_path / "r" / "info.txt").read_text()
     with pytest.raises(SystemExit):
         make_rirs.main(["--num", "0", "--out", str(tmp_path / "x")])
+
+
+def test_results_md_lists_peer_rows_on_the_same_trials(tmp_path, monkeypatch):
+    """A pretrained peer scored on the same trials (exp/peer_*/eval/<set>, as
+    local/peer_resemblyzer.py writes it) appears as a row of every experiment's RESULTS.md."""
+    import kaldiio
+
+    from spkflow.evaluation import evaluate_set, write_results_md
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    utts = [f"s{i}-u{j}" for i in range(4) for j in range(3)]
+    Path("data/test").mkdir(parents=True)
+    Path("data/test/trials").write_text(
+        "".join(
+            f"{a} {b} {'target' if a[:2] == b[:2] else 'nontarget'}\n"
+            for i, a in enumerate(utts)
+            for b in utts[i + 1 :]
+        )
+    )
+    for exp in ("exp/spk_ours", "exp/peer_other"):
+        Path(exp).mkdir(parents=True)
+        with kaldiio.WriteHelper(f"ark,scp:{exp}/x.ark,{exp}/x.scp") as w:
+            for u in utts:
+                w(u, rng.standard_normal(8).astype(np.float32))
+        evaluate_set("data/test/trials", f"{exp}/x.scp", f"{exp}/eval/test", model_tag=Path(exp).name, plots=False)
+    text = Path(write_results_md("exp/spk_ours")).read_text()
+    assert "| spk_ours |" in text and "| peer_other | pretrained (peer) |" in text
+    # a peer scored on other trials is not listed
+    Path("data/test/trials2").write_text(Path("data/test/trials").read_text())
+    evaluate_set("data/test/trials2", "exp/peer_other/x.scp", "exp/peer_other/eval/test", plots=False)
+    assert "peer_other" not in Path(write_results_md("exp/spk_ours")).read_text()
