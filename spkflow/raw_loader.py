@@ -64,6 +64,7 @@ def samples_for_frames(frames: int, opts: FbankOptions) -> int:
 
 class NxMWaveDataset(BatchBuffers, Dataset):
     """Batch ``b`` -> ``(feats [N*M, T, F], utt_ids, speed_index LongTensor [N])``; see the module doc.
+    ``speed_index`` is all zeros without speed perturbation (N = len(batch) // num_utt).
 
     Parameters
     ----------
@@ -184,7 +185,7 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         need = samples_for_frames(T, self.fbank)
         shift = self.fbank.window_shift
         num_spk = len(utts) // self.num_utt if self.speed else 0
-        speed_idx = np.zeros(max(num_spk, 1), dtype=np.int64)
+        speed_idx = np.zeros(max(1, len(utts) // self.num_utt), dtype=np.int64)  # [N]: all 0 without speed
         factors = np.ones(len(utts))
         if self.speed:
             srng = np.random.default_rng([self.seed, self.epoch, b, _SPEED_PURPOSE])
