@@ -14,6 +14,7 @@ What it guarantees
 * ``model`` and ``loss`` names and keys are checked against their builders' registries
   (:func:`spkflow.models.check_model_config`, :func:`spkflow.losses.check_loss_config`); values
   only the constructors can judge fail when the trainer builds them, as a ``ConfigError`` too.
+* ``augment`` is checked by :func:`spkflow.wavaugment.normalize_augment_config`.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "mean_norm": False,  # subtract the per-utterance mean (over the kept frames)
         "fbank": None,  # filled by the trainer from stage 2's fbank.conf (FbankOptions dict)
         "vad_conf": None,  # filled by the trainer from stage 2's vad.conf (VadOptions dict)
+        "feats_type": "ark",  # ark: crops of stage 2's features | raw: fbank of (augmented) audio crops
     },
     "optim": {
         "name": "adam",  # adam | adamw | sgd
@@ -161,7 +163,7 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     """Check sections and trainer keys, fill defaults; returns a new dict."""
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"{source}: a training config must be a mapping of sections")
-    known = set(TRAIN_DEFAULTS) | {"model", "loss", "data"}
+    known = set(TRAIN_DEFAULTS) | {"model", "loss", "data", "augment"}
     check_keys("", cfg, known, source)
     for required in ("model", "loss"):
         if not isinstance(cfg.get(required), Mapping) or "name" not in cfg[required]:
@@ -176,6 +178,16 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     for key in _VALUES:
         section, name = key.split(".")
         _check_value(source, key, out[section][name])
+
+    from spkflow.wavaugment import augment_enabled, normalize_augment_config  # the augment section's owner
+
+    out["augment"] = normalize_augment_config(cfg.get("augment"), source)
+    if out["frontend"]["feats_type"] not in ("ark", "raw"):
+        raise ConfigError(f"{source}: frontend.feats_type must be ark | raw, got {out['frontend']['feats_type']!r}")
+    if augment_enabled(out["augment"]) and out["frontend"]["feats_type"] != "raw":
+        raise ConfigError(f"{source}: augment needs frontend.feats_type: raw (audio crops, fbank on the fly)")
+    if out["augment"]["speed"]["factors"] and out["train"]["speed_perturb"]:
+        raise ConfigError(f"{source}: augment.speed and train.speed_perturb are two speed perturbations: keep one")
     t = out["train"]
     if t["crop_min_frames"] > t["crop_max_frames"]:
         raise ConfigError(

@@ -181,6 +181,22 @@ def _row(m: dict[str, Any], tag: str, model: str, loss: str, scoring: str) -> st
     )
 
 
+def _peer_rows(exp_dir: str, set_name: str, trials: str | None) -> list[str]:
+    """Rows of pretrained peers scored on the same trials (``exp/peer_*/eval/<set>/metrics.json``
+    beside ``exp_dir``, written by e.g. ``local/peer_resemblyzer.py``)."""
+    rows = []
+    pattern = os.path.join(os.path.dirname(os.path.abspath(exp_dir)), "peer_*", "eval", set_name, "metrics.json")
+    for path in sorted(glob.glob(pattern)):
+        peer = os.path.dirname(os.path.dirname(os.path.dirname(path)))
+        if os.path.samefile(peer, exp_dir):
+            continue
+        with open(path, encoding="utf-8") as f:
+            p = json.load(f)
+        if trials is None or os.path.abspath(p.get("trials", "")) == os.path.abspath(trials):
+            rows.append(_row(p, os.path.basename(peer), "pretrained (peer)", "-", "cosine"))
+    return rows
+
+
 def write_results_md(exp_dir: str) -> str:
     """Rewrite ``<exp_dir>/RESULTS.md`` from ``<exp_dir>/eval/*/metrics.json`` (one table
     per set, sets in name order); returns its path."""
@@ -227,6 +243,7 @@ def write_results_md(exp_dir: str) -> str:
             lines.append(_row(m, row_tag, model, loss, f"AS-norm (top {m.get('cohort_size', '?')}){centred}"))
         else:
             lines.append(_row(m, row_tag, model, loss, f"cosine{centred}"))
+        lines += _peer_rows(exp_dir, set_name, m.get("trials"))
         lines.append("")
     out = os.path.join(exp_dir, "RESULTS.md")
     write_text_atomic(out, "\n".join(lines))

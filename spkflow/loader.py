@@ -16,8 +16,9 @@ of epoch ``e`` is a float32 tensor ``[N*M, T, F]`` and the list of its utterance
   extraction time, so training crops and test utterances are normalised alike; the mean
   comes from ``cmvn_utt[_voiced].scp`` (written by make_fbank) without reading the whole
   utterance.  ``"crop"`` uses the crop's own mean; ``"none"`` leaves features as they are;
-* optional SpecAugment-style time and frequency masks (off by default) are drawn from the
-  same per-batch generator.
+* no masking here: SpecAugment is the model's (``model.specaug``, after input normalisation,
+  where a masked value is the training mean); waveform augmentation is the raw path's
+  (:mod:`spkflow.raw_loader`, :mod:`spkflow.wavaugment`).
 
 Why it is fast (``test/bench/bench_loader.py``): a batch is built inside a DataLoader worker
 (``batch_size=None``: the dataset is indexed by batch, not by utterance); every ark file is
@@ -55,7 +56,7 @@ from torch.utils.data import DataLoader, Dataset
 from spkflow import procs
 from spkflow.errors import InputError
 
-__all__ = ["KaldiArkReader", "SpecAugment", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
+__all__ = ["KaldiArkReader", "BatchBuffers", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
 
 MEAN_NORM_MODES = ("utterance", "crop", "none")
 _LOADER_PURPOSE = 0x6C6F6164  # "load": keeps this stream apart from other (seed, epoch, batch) streams
@@ -409,34 +410,46 @@ def _cm_decode(q: np.ndarray, pc: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- dataset
 
 
-@dataclasses.dataclass(frozen=True)
-class SpecAugment:
-    """SpecAugment-style masks (Park et al. 2019) applied to each crop after normalisation:
-    ``time_masks`` runs of up to ``time_width`` frames and ``freq_masks`` bands of up to
-    ``freq_width`` bins are set to 0 (the mean, once mean-normalised)."""
-
-    time_masks: int = 1
-    time_width: int = 10
-    freq_masks: int = 1
-    freq_width: int = 8
-
-    @classmethod
-    def from_config(cls, cfg: SpecAugment | dict[str, int] | bool | None) -> SpecAugment | None:
-        if cfg is None or cfg is False:
-            return None
-        if cfg is True:
-            return cls()
-        if isinstance(cfg, SpecAugment):
-            return cfg
-        return cls(**cfg)
-
-
 def _sibling(scp: str | os.PathLike[str], name: str) -> Path | None:
     p = Path(scp).parent / name
     return p if p.is_file() else None
 
 
-class NxMCropDataset(Dataset):
+class BatchBuffers:
+    """Where a dataset indexed by batch writes its batch tensor (shared with :mod:`spkflow.raw_loader`).
+
+    :meth:`batch_tensor` returns a view of the pool buffer sent with the index (see
+    :func:`make_loader`), a fresh shared-memory tensor in a worker, or a plain tensor in process.
+    Subclasses define :meth:`batch_numel` (the largest batch, for the pool)."""
+
+    def batch_numel(self) -> int:
+        raise NotImplementedError
+
+    def _hold(self, buffer: torch.Tensor) -> torch.Tensor:
+        """Keep the last few pool buffers referenced in this worker: torch then finds their
+        mapping in its cache when the same buffer comes back, instead of mapping it again."""
+        held: collections.OrderedDict[int, torch.Tensor] | None = getattr(self, "_held", None)
+        if held is None:
+            held = self._held = collections.OrderedDict()
+        key = buffer.untyped_storage().data_ptr()
+        held[key] = buffer
+        held.move_to_end(key)
+        while len(held) > 16:
+            held.popitem(last=False)
+        return buffer
+
+    def batch_tensor(self, shape: tuple[int, ...], into: torch.Tensor | None) -> torch.Tensor:
+        numel = int(np.prod(shape))
+        # In a worker the batch is made in shared memory and filled in place: handing it to the
+        # trainer then copies nothing (torch would otherwise move it there, a 33 MB copy).
+        if into is not None and into.numel() >= numel:
+            return self._hold(into)[:numel].view(shape)
+        if torch.utils.data.get_worker_info() is not None:
+            return _shared_empty(shape)
+        return torch.empty(shape)
+
+
+class NxMCropDataset(BatchBuffers, Dataset):
     """Batch ``b`` -> ``(feats FloatTensor [N*M, T, F], utt_ids list[str])``; see the module doc.
 
     Parameters
@@ -450,7 +463,6 @@ class NxMCropDataset(Dataset):
     cmvn_scp: per-utterance stats for ``"utterance"`` (default: ``cmvn_utt_voiced.scp`` or
         ``cmvn_utt.scp`` beside feats.scp, matching ``use_vad``; without one, whole utterances
         are read to compute the mean).
-    spec_augment: None (default), True, a dict of :class:`SpecAugment` fields, or one.
     access: how feature arks are read, ``"pread"`` (default: one system call per crop, straight
         into the batch, read-ahead off, so no more than the crop is read from disk) or
         ``"mmap"`` (no system call: a little faster when the arks sit in the page cache, but a
@@ -471,7 +483,6 @@ class NxMCropDataset(Dataset):
         mean_norm: str | bool = "utterance",
         vad_scp: str | os.PathLike[str] | None = None,
         cmvn_scp: str | os.PathLike[str] | None = None,
-        spec_augment: SpecAugment | dict[str, int] | bool | None = None,
         feats: KaldiArkReader | None = None,
         access: str = "pread",
     ) -> None:
@@ -506,8 +517,6 @@ class NxMCropDataset(Dataset):
         if self.mean_norm == "utterance":
             path = cmvn_scp or _sibling(self.feats.scp, "cmvn_utt_voiced.scp" if self.use_vad else "cmvn_utt.scp")
             self.cmvn = KaldiArkReader(path) if path is not None else None
-        self.spec_augment = SpecAugment.from_config(spec_augment)
-        self._held: collections.OrderedDict[int, torch.Tensor] = collections.OrderedDict()  # see _hold
         self._check_ids()
 
     def _check_ids(self) -> None:
@@ -541,16 +550,6 @@ class NxMCropDataset(Dataset):
             return 0
         return max(len(b) for b in self.batches) * self.crop_range[1] * self._dim(self.batches[0][0])
 
-    def _hold(self, buffer: torch.Tensor) -> torch.Tensor:
-        """Keep the last few pool buffers referenced in this worker: torch then finds their
-        mapping in its cache when the same buffer comes back, instead of mapping it again."""
-        key = buffer.untyped_storage().data_ptr()
-        self._held[key] = buffer
-        self._held.move_to_end(key)
-        while len(self._held) > 16:
-            self._held.popitem(last=False)
-        return buffer
-
     def _frames_kept(self, utt: str, rows: int) -> np.ndarray | None:
         """Indices of the voiced frames (None: all frames)."""
         if self.vad is None:
@@ -582,24 +581,15 @@ class NxMCropDataset(Dataset):
         T = self.crop_length(b)
         rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
         rows = [self.feats.num_rows(u) for u in utts]
-        kept = [self._frames_kept(u, r) for u, r in zip(utts, rows)]
-        n = np.array([r if k is None else len(k) for k, r in zip(kept, rows)], dtype=np.int64)
+        kept = [self._frames_kept(u, r) for u, r in zip(utts, rows, strict=True)]
+        n = np.array([r if k is None else len(k) for k, r in zip(kept, rows, strict=True)], dtype=np.int64)
         if (n == 0).any():
             bad = utts[int(np.flatnonzero(n == 0)[0])]
             raise ValueError(f"utterance '{bad}' has no frames in {self.feats.scp}")
         # start in [0, n - T] when the utterance is long enough, else a random rotation of it
         starts = rng.integers(0, np.where(n >= T, n - T + 1, n)).tolist()
         dim = self._dim(utts[0])
-        shape = (len(utts), T, dim)
-        numel = len(utts) * T * dim
-        # In a worker the batch is made in shared memory and filled in place: handing it to the
-        # trainer then copies nothing (torch would otherwise move it there, a 33 MB copy).
-        if into is not None and into.numel() >= numel:
-            out = self._hold(into)[:numel].view(shape)
-        elif torch.utils.data.get_worker_info() is not None:
-            out = _shared_empty(shape)
-        else:
-            out = torch.empty(shape)
+        out = self.batch_tensor((len(utts), T, dim), into)
         buf = out.numpy()
         offs = np.arange(T)
         means = np.empty((len(utts), dim), dtype=np.float64) if self.mean_norm == "utterance" else None
@@ -616,8 +606,6 @@ class NxMCropDataset(Dataset):
             buf -= means.astype(np.float32)[:, None, :]
         elif self.mean_norm == "crop":
             buf -= buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
-        if self.spec_augment is not None:
-            _mask(buf, self.spec_augment, rng)
         return out, list(utts)
 
 
@@ -630,22 +618,6 @@ def _shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
         return torch.empty(0, dtype=torch.float32).set_(storage).view(shape)
     except (AttributeError, RuntimeError, TypeError):
         return torch.empty(shape, dtype=torch.float32).share_memory_()
-
-
-def _mask(buf: np.ndarray, sa: SpecAugment, rng: np.random.Generator) -> None:
-    B, T, F = buf.shape
-    for count, width, axis, size in ((sa.time_masks, sa.time_width, 1, T), (sa.freq_masks, sa.freq_width, 2, F)):
-        if count <= 0 or width <= 0:
-            continue
-        w = rng.integers(0, min(width, size) + 1, size=(B, count))
-        s = rng.integers(0, size - w + 1)
-        for i in range(B):
-            for j in range(count):
-                if w[i, j]:
-                    if axis == 1:
-                        buf[i, s[i, j] : s[i, j] + w[i, j], :] = 0.0
-                    else:
-                        buf[i, :, s[i, j] : s[i, j] + w[i, j]] = 0.0
 
 
 class _BufferPool:
@@ -741,7 +713,7 @@ def make_loader(
     run (resume after a checkpoint at step k).  With workers, batch buffers are recycled once
     nothing refers to them any more (``reuse_buffers``; keeping a batch is always safe; not with
     ``pin_memory``, where the pinned copy is what the caller gets; only for
-    :class:`NxMCropDataset`, other datasets get a plain DataLoader over the same indices).
+    :class:`BatchBuffers` datasets, other datasets get a plain DataLoader over the same indices).
     """
     if not 0 <= start_batch <= len(dataset):
         raise ValueError(f"start_batch {start_batch} is outside [0, {len(dataset)}]")
@@ -757,7 +729,7 @@ def make_loader(
         num_workers > 0
         and reuse_buffers
         and not pin_memory
-        and isinstance(dataset, NxMCropDataset)
+        and isinstance(dataset, BatchBuffers)
         and hasattr(torch._C, "_storage_Use_Count")
     )
     cls = _PooledLoader if pooled else DataLoader

@@ -3,8 +3,9 @@
 What it guarantees (the reasoning behind it: docs/training.md):
 
 * **Determinism**: a step is a pure function of (files, config, seed, epoch, batch index, the
-  weights before it): crops come from :class:`spkflow.loader.NxMCropDataset` seeded by (seed,
-  epoch, batch), and the global torch generator (SpecAugment masks) is re-seeded with
+  weights before it): crops come from :class:`spkflow.loader.NxMCropDataset` (or, with
+  ``frontend.feats_type: raw``, augmented audio crops from :class:`spkflow.raw_loader.NxMWaveDataset`)
+  seeded by (seed, epoch, batch), and the global torch generator (SpecAugment masks) is re-seeded with
   :func:`step_seed` before every step.
 * **Resume**: ``checkpoint.pth`` (tensors and plain containers only, ``weights_only=True``) is
   written atomically at the end of every epoch and mid-epoch when ``max_steps`` or
@@ -154,6 +155,7 @@ class _Run:
     losses: list[float] = dataclasses.field(default_factory=list)  # of the current epoch
     epoch_start: float = 0.0
     amp_dtype: torch.dtype = torch.float16  # train.amp_dtype (used when amp)
+    wave_aug: Any = None  # spkflow.wavaugment.WaveAugment with frontend.feats_type raw, else None
 
 
 class Trainer:
@@ -245,8 +247,14 @@ class Trainer:
             from spkflow.augment import FbankSpeedPerturb
 
             speed = FbankSpeedPerturb(tcfg["speed_perturb"], cfg["frontend"]["fbank"])
+        wave_aug = None  # feats_type raw: audio crops, waveform augmentation, fbank in the loader
+        if cfg["frontend"]["feats_type"] == "raw":
+            from spkflow.wavaugment import WaveAugment
+
+            wave_aug = WaveAugment(cfg["augment"], int(cfg["frontend"]["fbank"]["sample_frequency"]))
+        factors = speed.factors if speed is not None else (wave_aug.speed_factors if wave_aug is not None else None)
         # with speed perturbation a classification loss sees speaker x factor as its classes
-        num_classes = len(self.spk2idx) * (len(speed.factors) if speed is not None else 1)
+        num_classes = len(self.spk2idx) * (len(factors) if factors else 1)
         loss_fn = build_loss(cfg["loss"], model.embed_dim, num_classes=num_classes, source=opts.config_source)
         objective = _Objective(model, loss_fn).to(device)
         params = [p for p in objective.parameters() if p.requires_grad]
@@ -288,6 +296,7 @@ class Trainer:
             num_spk=num_spk,
             crop=crop,
             amp_dtype=amp_dtype,
+            wave_aug=wave_aug,
         )
 
     def _resume_or_init(self, run: _Run) -> None:
@@ -408,8 +417,8 @@ class Trainer:
         run.losses = [] if run.start_batch == 0 else partial_losses(run.history, epoch)
         bar = progress_bar(len(batches), run.start_batch, epoch, opts.progress and self.is_main)
         try:
-            for index, (x, utts) in enumerate(loader, start=run.start_batch):
-                flags = self._step(run, x, utts, index, stop)
+            for index, (x, utts, *wave_speed) in enumerate(loader, start=run.start_batch):
+                flags = self._step(run, x, utts, index, stop, wave_speed[0] if wave_speed else None)
                 run.losses.append(float(flags[0]) / self.world_size)
                 bar.update(1)
                 self._log_step(run, index, len(batches))
@@ -438,6 +447,23 @@ class Trainer:
         from spkflow.loader import NxMCropDataset
 
         fe = run.cfg["frontend"]
+        if run.wave_aug is not None:
+            from spkflow.raw_loader import NxMWaveDataset
+
+            return NxMWaveDataset(
+                self.opts.train_data,
+                batches,
+                fbank=fe["fbank"],
+                seed=run.seed,
+                epoch=run.epoch,
+                crop=run.crop,
+                use_vad=bool(fe["vad"]),
+                vad_scp=os.path.join(self.opts.train_feats, "vad.scp"),
+                mean_norm="crop" if fe["mean_norm"] else "none",
+                augment=run.wave_aug,
+                num_utt=self.num_utt,
+                utt2spk=self.utt2spk,
+            )
         return NxMCropDataset(
             os.path.join(self.opts.train_feats, "feats.scp"),
             batches,
@@ -458,7 +484,15 @@ class Trainer:
             flags = flags.cpu()
         return flags
 
-    def _step(self, run: _Run, x: torch.Tensor, utts: list[str], index: int, stop: StopFlag) -> torch.Tensor:
+    def _step(
+        self,
+        run: _Run,
+        x: torch.Tensor,
+        utts: list[str],
+        index: int,
+        stop: StopFlag,
+        wave_speed: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """One optimiser step on batch ``index``.  Returns the flags all ranks agree on: summed
         loss, stop requested, max_steps reached.  Raises TrainingDiverged on a non-finite loss."""
         opts, epoch = self.opts, run.epoch
@@ -467,6 +501,8 @@ class Trainer:
         if run.speed is not None:
             x, factor = run.speed(x, self.num_utt)
             labels = labels + factor * len(self.spk2idx)
+        elif wave_speed is not None and run.wave_aug is not None and run.wave_aug.speed_factors:
+            labels = labels + wave_speed * len(self.spk2idx)  # raw path: factor per speaker from the loader
         labels = labels.to(run.device)
         x = x.to(run.device, non_blocking=True)
         assert run.net is not None

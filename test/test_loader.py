@@ -136,7 +136,7 @@ def test_crop_mean_norm(synthetic):
 
 @pytest.mark.parametrize("access", ["pread", "mmap"])
 def test_deterministic_and_resumable_across_workers(synthetic, access):
-    d = ds(synthetic, seed=5, epoch=2, spec_augment=True, access=access)
+    d = ds(synthetic, seed=5, epoch=2, access=access)
     full = list(make_loader(d, num_workers=2, prefetch_factor=2))
     assert len(full) == len(d)
     again = [d[b] for b in range(len(d))]  # in process
@@ -146,9 +146,9 @@ def test_deterministic_and_resumable_across_workers(synthetic, access):
     for (x, u), (y, v) in zip(full[7:], resumed):
         assert u == v and torch.equal(x, y)
     assert len(resumed) == len(d) - 7
-    other_epoch = ds(synthetic, seed=5, epoch=3, spec_augment=True)
+    other_epoch = ds(synthetic, seed=5, epoch=3)
     assert not torch.equal(other_epoch[0][0][:, :100], full[0][0][:, :100])
-    other_seed = ds(synthetic, seed=6, epoch=2, spec_augment=True)
+    other_seed = ds(synthetic, seed=6, epoch=2)
     assert not torch.equal(other_seed[0][0][:, :100], full[0][0][:, :100])
     assert list(make_loader(d, start_batch=len(d), num_workers=0)) == []
     with pytest.raises(ValueError):
@@ -159,7 +159,7 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
     """Workers fill recycled shared-memory buffers; a batch the caller keeps (the tensor, a view
     of it or a numpy array of it) is never reused, the others are, and every batch equals the
     in-process one."""
-    d = ds(synthetic, seed=3, epoch=1, crop=(60, 120), spec_augment=True)
+    d = ds(synthetic, seed=3, epoch=1, crop=(60, 120))
     ref = [d[b][0].clone() for b in range(len(d))]
     for epoch in range(2):
         loader = make_loader(d, num_workers=2, prefetch_factor=2)
@@ -180,23 +180,6 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
         assert len(ptrs) < len(d)  # the dropped batches' buffers did come back
     plain = list(make_loader(d, num_workers=2, prefetch_factor=2, reuse_buffers=False))
     assert all(torch.equal(x, r) for (x, _), r in zip(plain, ref))
-
-
-def test_spec_augment_masks(synthetic):
-    plain = ds(synthetic, mean_norm="none", crop=120)[0][0]
-    masked = ds(
-        synthetic,
-        mean_norm="none",
-        crop=120,
-        spec_augment={"time_masks": 2, "time_width": 20, "freq_masks": 1, "freq_width": 3},
-    )[0][0]
-    zero = masked == 0
-    assert torch.equal(masked[~zero], plain[~zero])  # only the masks differ
-    rows = zero.all(dim=2).sum(dim=1)  # masked frames per crop
-    cols = zero.all(dim=1).sum(dim=1)  # masked bins per crop
-    assert (rows <= 40).all() and (cols <= 3).all()
-    assert rows.sum() > 0 and cols.sum() > 0
-    assert ((zero.all(dim=2) | zero.all(dim=1)[:, None, :].expand(-1, 120, -1).any(dim=2)) | ~zero.any(dim=2)).all()
 
 
 def test_bad_inputs(synthetic, tmp_path):

@@ -26,6 +26,16 @@ Batches: N=64 speakers x M=10 utterances, T=160 frames, from one epoch planned b
   Audio files are cycled over the corpus's 2,000 files (all in the page cache: the naive path
   gets the advantage).
 
+Raw path (``--raw RECIPE_DIR``, after stage 2 and ``local/prepare_aug.sh`` of the speechocean762
+demo): on the demo's real data and batch shape (``--num-spk 32 --num-utt 4``, crops of 150-250
+frames, ``--batches`` batches from stage-3-style plans), rows for the ark path
+(:class:`spkflow.loader.NxMCropDataset`), the raw path without augmentation and with the ``augment``
+section of ``--aug-config`` (default ``conf/train_aug.yaml``), each with ``--workers`` workers,
+and the disk that stored augmented copies would take instead (Kaldi style: ``--copies`` extra
+feature sets)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python test/bench/bench_loader.py --raw egs/speechocean762/spk1
+
 Prints batches/s, crops/s and the ratio; the first 5 batches (worker start) are not timed.
 On a shared machine wall-clock rates depend on the others' load, so it also prints the CPU
 time per batch (workers and main process, over the last ``--cpu-batches`` batches of the
@@ -171,6 +181,79 @@ def timed(loader, batches: int) -> tuple[float, int]:
     return time.perf_counter() - t, k
 
 
+def bench_raw(a: argparse.Namespace) -> int:
+    """The ``--raw`` rows (see the module docstring)."""
+    import yaml
+
+    from spkflow.batches import crop_frames
+    from spkflow.config import normalize_train_config
+    from spkflow.features import FbankOptions
+    from spkflow.raw_loader import NxMWaveDataset
+    from spkflow.wavaugment import WaveAugment
+
+    recipe = Path(a.raw).resolve()
+    feats = recipe / "dump" / "fbank" / "train"
+    if not (feats / "feats.scp").is_file():
+        print(f"{feats}/feats.scp not found: run stages 1-2 of the demo first")
+        return 1
+    cfg_path = recipe / a.aug_config
+    cfg = normalize_train_config(yaml.safe_load(cfg_path.read_text()), str(cfg_path))
+    fb = FbankOptions.from_kaldi_conf(recipe / "conf" / "fbank.conf")
+    n_spk, n_utt = a.num_spk, a.num_utt
+    batches: list[list[str]] = []
+    epoch = 1
+    while len(batches) < a.batches + 5:
+        batches += plan_epoch(feats / "spk2utt", n_spk, n_utt, seed=0, epoch=epoch).batches
+        epoch += 1
+    batches = batches[: a.batches + 5]
+    lo, hi = cfg["train"]["crop_min_frames"], cfg["train"]["crop_max_frames"]
+    mean_t = np.mean([crop_frames(0, 1, b, lo, hi) for b in range(len(batches))])
+    print(
+        f"demo data {feats}: {len(batches)} batches of {n_spk}x{n_utt}, crops {lo}-{hi} frames (mean {mean_t:.0f}); "
+        f"workers={a.workers}; cores={os.cpu_count()}; load average {os.getloadavg()[0]:.2f}"
+    )
+    os.chdir(recipe)  # the config's data dirs are relative to the recipe
+    rows = {
+        "ark (stage-2 features)": NxMCropDataset(
+            feats / "feats.scp", batches, seed=0, epoch=1, crop=(lo, hi), mean_norm="none"
+        ),
+        "raw, no augmentation": NxMWaveDataset(
+            feats, batches, fbank=fb, seed=0, epoch=1, crop=(lo, hi), vad_scp=feats / "vad.scp", num_utt=n_utt
+        ),
+        f"raw + augment of {a.aug_config}": NxMWaveDataset(
+            feats,
+            batches,
+            fbank=fb,
+            seed=0,
+            epoch=1,
+            crop=(lo, hi),
+            vad_scp=feats / "vad.scp",
+            augment=WaveAugment(cfg["augment"], int(fb.sample_frequency)),
+            num_utt=n_utt,
+        ),
+    }
+    for name, ds in rows.items():
+        it = iter(make_loader(ds, num_workers=a.workers, prefetch_factor=2))
+        for _ in range(5):
+            next(it)
+        t0, k = time.perf_counter(), 0
+        for _ in it:
+            k += 1
+        sec = time.perf_counter() - t0
+        cpu = cpu_per_batch(ds, a.workers, min(a.cpu_batches, len(ds)))
+        print(
+            f"{name}: {k / sec:.2f} batches/s ({k * n_spk * n_utt / sec:.0f} crops/s) measured; "
+            f"CPU per batch {cpu * 1000:.0f} ms (workers + main) = {2 / cpu:.2f} batches/s on 2 free cores"
+        )
+    ark_bytes = sum(p.stat().st_size for p in (feats / "data").glob("raw_fbank_*.ark"))
+    print(
+        f"disk: stage-2 feature arks {ark_bytes / 2**20:.0f} MiB; stored augmented copies (Kaldi style, "
+        f"{a.copies} per utterance) would add {a.copies * ark_bytes / 2**20:.0f} MiB and fix the "
+        f"augmentation of each copy for all epochs; on the fly adds 0 MiB"
+    )
+    return 0
+
+
 def db_var(name: str) -> str:
     out = subprocess.run(
         ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
@@ -203,7 +286,14 @@ def main() -> int:
         action="store_true",
         help="a fresh shared-memory tensor per batch (the loader before buffer recycling)",
     )
+    ap.add_argument("--raw", default="", metavar="RECIPE_DIR", help="bench the raw path on a demo recipe dir instead")
+    ap.add_argument("--aug-config", default="conf/train_aug.yaml", help="--raw: config with the augment section")
+    ap.add_argument("--num-spk", type=int, default=32, help="--raw: N")
+    ap.add_argument("--num-utt", type=int, default=4, help="--raw: M")
+    ap.add_argument("--copies", type=int, default=4, help="--raw: augmented copies for the disk estimate")
     a = ap.parse_args()
+    if a.raw:
+        return bench_raw(a)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench_loader.", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     try:

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Score the demo's trials with Resemblyzer, a public pretrained GE2E LSTM encoder (~8,000 speakers
+of LibriSpeech + VoxCeleb 1/2), so that RESULTS.md shows it beside our model on the same trials.
+
+Run it with the comparison's own environment (``local/setup_resemblyzer.sh`` makes it):
+
+    .venv_resemblyzer/bin/python local/peer_resemblyzer.py --sets "test dsp20" [--exp-dirs "exp/spk_*"]
+
+For every set: Resemblyzer's own preprocessing (``preprocess_wav``: 16 kHz, volume normalised to
+-30 dBFS, long silences cut with webrtcvad) and ``embed_utterance`` (mean of 1.6 s partials, L2
+normalised) on each utterance of ``data/<set>`` -> ``exp/peer_resemblyzer/embed/<set>/xvector.scp``
+(kept: a rerun only scores); then spkflow's scoring (cosine, EER, minDCF; the same code as stage 6)
+-> ``exp/peer_resemblyzer/eval/<set>/metrics.json``. ``exp/peer_resemblyzer/RESULTS.md`` lists its
+rows; the RESULTS.md of every ``--exp-dirs`` experiment is rewritten, which adds a
+"peer_resemblyzer" row under each set (spkflow.evaluation.write_results_md reads peer results
+from ``exp/peer_*``).  Audio is read with spkflow's AudioReader (any wav.scp entry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+
+log = logging.getLogger("peer_resemblyzer")
+TAG = "peer_resemblyzer"
+
+
+def embed_set(data_dir: str, out_dir: str, encoder, preprocess) -> str:  # noqa: ANN001 (resemblyzer types)
+    """Embeddings of every utterance of ``data_dir`` -> ``out_dir/xvector.{ark,scp}`` (atomic scp)."""
+    import kaldiio
+
+    from spkflow.audio import AudioReader
+
+    scp = os.path.join(out_dir, "xvector.scp")
+    if os.path.isfile(scp):
+        log.info("%s exists: reused", scp)
+        return scp
+    os.makedirs(out_dir, exist_ok=True)
+    reader = AudioReader(data_dir, sample_rate=16000)
+    ark_tmp, scp_tmp = os.path.join(out_dir, "xvector.ark"), scp + ".tmp"
+    t0 = time.time()
+    with kaldiio.WriteHelper(f"ark,scp:{ark_tmp},{scp_tmp}") as writer:
+        for i, utt in enumerate(reader.keys()):
+            wav = preprocess(reader.read(utt), source_sr=16000)
+            if len(wav) < 1600:  # webrtcvad left (almost) nothing: use the untrimmed audio
+                wav = reader.read(utt)
+            writer(utt, np.asarray(encoder.embed_utterance(wav), dtype=np.float32))
+            if (i + 1) % 200 == 0:
+                log.info("%s: %d/%d utterances (%.0f s)", data_dir, i + 1, len(reader), time.time() - t0)
+    os.replace(scp_tmp, scp)
+    log.info("%s: %d embeddings in %.0f s -> %s", data_dir, len(reader), time.time() - t0, scp)
+    return scp
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sets", default="test dsp20", help="data/<set> with trials, space separated")
+    p.add_argument("--peer-dir", default=f"exp/{TAG}", help="where embeddings, eval and RESULTS.md go")
+    p.add_argument("--exp-dirs", default="exp/spk_*", help="glob of experiments whose RESULTS.md gains the peer rows")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    try:
+        from resemblyzer import VoiceEncoder, preprocess_wav
+    except ImportError:
+        log.error("resemblyzer is not importable: run local/setup_resemblyzer.sh and use .venv_resemblyzer/bin/python")
+        return 1
+    from spkflow.evaluation import evaluate_set, write_results_md
+
+    encoder = VoiceEncoder(device="cpu", verbose=False)
+    for s in args.sets.split():
+        data = os.path.join("data", s)
+        trials = os.path.join(data, "trials")
+        if not os.path.isfile(trials):
+            log.error("%s not found (run stage 1)", trials)
+            return 1
+        scp = embed_set(data, os.path.join(args.peer_dir, "embed", s), encoder, preprocess_wav)
+        m = evaluate_set(trials, scp, os.path.join(args.peer_dir, "eval", s), model_tag=TAG, set_name=s)
+        log.info(
+            "%s: Resemblyzer EER %.2f%% minDCF(0.01) %.4f minDCF(0.05) %.4f",
+            s,
+            m["eer"],
+            m["min_dcf_p0.01"],
+            m["min_dcf_p0.05"],
+        )
+    log.info("wrote %s", write_results_md(args.peer_dir))
+    for exp in sorted(glob.glob(args.exp_dirs)):
+        if os.path.abspath(exp) != os.path.abspath(args.peer_dir) and glob.glob(
+            os.path.join(exp, "eval", "*", "metrics.json")
+        ):
+            log.info("wrote %s", write_results_md(exp))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
