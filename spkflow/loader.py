@@ -54,6 +54,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from spkflow import procs
+from spkflow.batches import crop_frames
 from spkflow.errors import InputError
 
 __all__ = ["KaldiArkReader", "BatchBuffers", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
@@ -533,12 +534,8 @@ class NxMCropDataset(BatchBuffers, Dataset):
         return len(self.batches)
 
     def crop_length(self, b: int) -> int:
-        lo, hi = self.crop_range
-        if lo == hi:
-            return lo
-        from spkflow.batches import crop_frames
-
-        return crop_frames(self.seed, self.epoch, b, lo, hi)
+        """Frames of batch ``b``'s crops: :func:`spkflow.batches.crop_frames` over the crop range."""
+        return crop_frames(self.seed, self.epoch, b, *self.crop_range)
 
     def _dim(self, utt: str) -> int:
         h = self.feats.header(utt)

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from spkflow.batches import crop_frames
 from spkflow.errors import InputError, UtteranceError
 from spkflow.features import FbankOptions, compute_fbank, num_frames
 from spkflow.loader import BatchBuffers, KaldiArkReader
@@ -135,12 +136,8 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         return len(self.batches)
 
     def crop_length(self, b: int) -> int:
-        lo, hi = self.crop_range
-        if lo == hi:
-            return lo
-        from spkflow.batches import crop_frames
-
-        return crop_frames(self.seed, self.epoch, b, lo, hi)
+        """Frames of batch ``b``'s crops: :func:`spkflow.batches.crop_frames` over the crop range."""
+        return crop_frames(self.seed, self.epoch, b, *self.crop_range)
 
     def batch_numel(self) -> int:
         if not self.batches:
