@@ -117,6 +117,25 @@ class SpeakerLoss(nn.Module):
         """Loss-internal quantities worth logging each step (e.g. ``w`` and ``b``)."""
         return {}
 
+    def schedule(self, step: int, steps_per_epoch: int) -> None:
+        """Set step-dependent hyper-parameters before step ``step`` (0-based); none by default."""
+
+
+def margin_at(step: int, steps_per_epoch: int, final: float, start_epoch: int, end_epoch: int) -> float:
+    """The AAM margin before optimiser step ``step`` (0-based) under a linear warm-up.
+
+    0 until the start of (1-based) epoch ``start_epoch``, then rising linearly per step to
+    ``final`` at the start of epoch ``end_epoch``, ``final`` after.  A pure function of the
+    step, so a resumed run sees the margins of an uninterrupted one.  (WeSpeaker's
+    MarginScheduler ramps per iteration too, exponentially by default; this one is linear.)
+    """
+    begin, end = (start_epoch - 1) * steps_per_epoch, (end_epoch - 1) * steps_per_epoch
+    if step <= begin:
+        return 0.0
+    if step >= end:
+        return float(final)
+    return float(final) * (step - begin) / (end - begin)
+
 
 class _ScaledCosine(SpeakerLoss):
     """Shared parameters of the GE2E family: w = softplus(w_raw) > 0 and b."""
@@ -230,8 +249,12 @@ class AAMSoftmaxLoss(SpeakerLoss):
         K: int = 3,
         mp: float = 0.06,
         k_top: int = 5,
+        margin_warmup: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__()
+        self.final_margin = float(margin)
+        self.margin_warmup = dict(margin_warmup) if margin_warmup else None
+        self.margin = float(margin)
         if num_classes is None or int(num_classes) < 2:
             raise ValueError(f"AAM-softmax needs num_classes >= 2 (training speakers), got {num_classes}")
         self.num_classes = int(num_classes)
@@ -283,7 +306,26 @@ class AAMSoftmaxLoss(SpeakerLoss):
         return loss
 
     def scalars(self) -> dict[str, float]:
-        return {"acc": self.last_accuracy}
+        return {"acc": self.last_accuracy, "margin": self.margin}
+
+    def set_margin(self, margin: float) -> None:
+        """Use ``margin`` from the next forward on (recomputes espnet2's cached trigonometry)."""
+        inner = self.inner
+        if hasattr(inner, "update"):  # the sub-center variant has its own (also scales mp)
+            inner.update(margin)
+        else:
+            inner.m = margin
+            inner.cos_m, inner.sin_m = math.cos(margin), math.sin(margin)
+            inner.th = math.cos(math.pi - margin)
+            inner.mm = math.sin(math.pi - margin) * margin
+        self.margin = float(margin)
+
+    def schedule(self, step: int, steps_per_epoch: int) -> None:
+        if self.margin_warmup is not None:
+            w = self.margin_warmup
+            m = margin_at(step, steps_per_epoch, self.final_margin, w["start_epoch"], w["end_epoch"])
+            if m != self.margin:
+                self.set_margin(m)
 
 
 LOSSES: dict[str, tuple[type[SpeakerLoss], dict[str, Any]]] = {
@@ -297,9 +339,28 @@ LOSSES: dict[str, tuple[type[SpeakerLoss], dict[str, Any]]] = {
 _ALLOWED: dict[str, tuple[str, ...]] = {
     "ge2e": ("mode", "init_w", "init_b", "centroids"),
     "ge2e_xs": ("init_w", "init_b", "centroids"),
-    "aamsoftmax": ("margin", "scale", "easy_margin"),
-    "aamsoftmax_subcenter": ("margin", "scale", "easy_margin", "K", "mp", "k_top"),
+    "aamsoftmax": ("margin", "scale", "easy_margin", "margin_warmup"),
+    "aamsoftmax_subcenter": ("margin", "scale", "easy_margin", "K", "mp", "k_top", "margin_warmup"),
 }
+
+
+def _check_margin_warmup(value: Any, source: str) -> dict[str, int]:
+    """``{start_epoch: S, end_epoch: E}`` with integers 1 <= S < E, else a ConfigError."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{source}: loss.margin_warmup must be a mapping {{start_epoch, end_epoch}}, got {value!r}")
+    check_keys("loss.margin_warmup", dict(value), ("start_epoch", "end_epoch"), source=source)
+    out = {}
+    for key in ("start_epoch", "end_epoch"):
+        v = value.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"{source}: loss.margin_warmup.{key} must be an integer epoch >= 1, got {v!r}")
+        out[key] = v
+    if out["end_epoch"] <= out["start_epoch"]:
+        raise ConfigError(
+            f"{source}: loss.margin_warmup.end_epoch ({out['end_epoch']}) must be after start_epoch "
+            f"({out['start_epoch']})"
+        )
+    return out
 
 
 def check_loss_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, Any]]:
@@ -313,6 +374,8 @@ def check_loss_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, 
     name = cfg.pop("name", None)
     check_choice(source, "loss.name", name, tuple(sorted(LOSSES)))
     check_keys("loss", cfg, _ALLOWED[name], source=source)
+    if cfg.get("margin_warmup") is not None:
+        cfg["margin_warmup"] = _check_margin_warmup(cfg["margin_warmup"], source)
     return name, cfg
 
 

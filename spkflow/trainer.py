@@ -506,6 +506,7 @@ class Trainer:
         labels = labels.to(run.device)
         x = x.to(run.device, non_blocking=True)
         assert run.net is not None
+        run.objective.loss.schedule(run.step, len(run.first))  # e.g. the AAM margin warm-up
         loss = run.net(x, labels, run.num_spk, self.num_utt, run.amp_dtype if run.amp else None)
         bad = loss.detach().float().item()
         last = opts.max_steps is not None and run.step + 1 >= opts.max_steps

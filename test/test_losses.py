@@ -370,3 +370,40 @@ def test_batch_labels():
         batch_labels(["a-1", "a-2", "b-1"], utt2spk, spk2idx, 2)
     with pytest.raises(ValueError, match="'zz'"):
         batch_labels(["zz", "a-1"], utt2spk, spk2idx, 2)
+
+
+def test_margin_warmup_schedule_and_config_errors():
+    """margin_at is 0 before the ramp, linear inside it, final after; the loss applies it (the
+    logits change) and both AAM variants accept it; bad keys are ConfigErrors naming the key."""
+    from espnet2.spk.loss.aamsoftmax import AAMSoftmax
+
+    from spkflow.config import ConfigError
+    from spkflow.losses import build_loss, margin_at
+
+    # 10 steps per epoch, ramp over epochs 2..4 = steps 10..30
+    assert [margin_at(s, 10, 0.2, 2, 4) for s in (0, 10, 15, 20, 30, 99)] == pytest.approx(
+        [0.0, 0.0, 0.05, 0.1, 0.2, 0.2]
+    )
+    cfg = {"name": "aamsoftmax", "margin": 0.2, "scale": 30, "margin_warmup": {"start_epoch": 1, "end_epoch": 3}}
+    loss = build_loss(cfg, 8, num_classes=4)
+    torch.manual_seed(0)
+    emb, labels = torch.randn(6, 8), torch.tensor([0, 1, 2, 3, 0, 1])
+    loss.schedule(10, 10)  # half-way
+    assert loss.scalars()["margin"] == pytest.approx(0.1)
+    ref = AAMSoftmax(8, 4, margin=0.1, scale=30)
+    ref.load_state_dict(loss.inner.state_dict())
+    torch.testing.assert_close(loss(emb, labels), ref(emb, labels)[0])
+    sub = build_loss({**cfg, "name": "aamsoftmax_subcenter"}, 8, num_classes=4)
+    sub.schedule(0, 10)
+    assert sub.inner.margin == 0.0 and sub.scalars()["margin"] == 0.0
+    for bad, msg in [
+        ({"start_epoch": 1}, "end_epoch must be an integer"),
+        ({"start_epoch": 3, "end_epoch": 3}, "must be after start_epoch"),
+        ({"start_epoch": 0, "end_epoch": 3}, "start_epoch must be an integer epoch >= 1"),
+        ({"start_epoch": 1, "end_epoch": 3, "start_step": 1}, "unknown key.*loss.margin_warmup.start_step"),
+        ([1, 3], "margin_warmup must be a mapping"),
+    ]:
+        with pytest.raises(ConfigError, match=msg):
+            build_loss({**cfg, "margin_warmup": bad}, 8, num_classes=4, source="conf/x.yaml")
+    with pytest.raises(ConfigError, match="unknown key.*loss.margin_warmup"):
+        build_loss({"name": "ge2e", "margin_warmup": {"start_epoch": 1, "end_epoch": 2}}, 8)

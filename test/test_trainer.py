@@ -518,3 +518,27 @@ def test_amp_dtype_bfloat16_runs_the_objective_in_bfloat16() -> None:
     assert h != float(full) and abs(h - float(full)) < 0.05 * abs(float(full)) + 1e-3
     half.backward()
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in obj.parameters())
+
+
+def test_aam_margin_warmup_logged_and_resume_exact(tmp_path: Path) -> None:
+    """The margin rises linearly from 0 (start of epoch 1) to 0.2 (start of epoch 3), is a
+    function of the step only (a run stopped and resumed mid-epoch ends with the same weights and
+    history), and is logged per epoch in history.json."""
+    from spkflow.trainer import Trainer
+
+    loss = {"name": "aamsoftmax", "margin": 0.2, "scale": 30, "margin_warmup": {"start_epoch": 1, "end_epoch": 3}}
+    s = make_train_setup(tmp_path, epochs=3, loss=loss)
+    full = Trainer(options(s, tmp_path / "full")).run()
+    spe = full[0]["steps"]
+    expected = [0.2 * (spe - 1) / (2 * spe), 0.2 * (2 * spe - 1) / (2 * spe), 0.2]  # before each epoch's last step
+    assert [round(r["margin"], 6) for r in full] == [round(m, 6) for m in expected]
+    part = tmp_path / "part"
+    Trainer(options(s, part, max_steps=spe + 1)).run()  # stops inside epoch 2, mid warm-up
+    Trainer(options(s, part)).run()
+    hb = json.loads((part / "history.json").read_text())["history"]
+    assert [round(r["margin"], 6) for r in hb] == [round(r["margin"], 6) for r in full]
+    assert [round(r["train_loss"], 5) for r in hb] == [round(r["train_loss"], 5) for r in full]
+    a = torch.load(tmp_path / "full" / "model.pth", weights_only=True)
+    b = torch.load(part / "model.pth", weights_only=True)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
