@@ -542,3 +542,39 @@ def test_aam_margin_warmup_logged_and_resume_exact(tmp_path: Path) -> None:
     b = torch.load(part / "model.pth", weights_only=True)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_init_from_loads_trained_weights_and_names_a_mismatch(tmp_path: Path) -> None:
+    """train.init_from (fine-tuning): at step 0 the model and the AAM classifier are exactly the
+    trained ones (max_steps=0 leaves them untouched in checkpoint.pth); a model of another
+    architecture, or a classifier over other speakers, is a CheckpointError naming the file."""
+    from spkflow.checkpoint import CheckpointError
+    from spkflow.trainer import Trainer
+
+    s = make_train_setup(tmp_path, epochs=1, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30})
+    s["config"]["train"]["select"] = "last"
+    base = tmp_path / "base"
+    Trainer(options(s, base)).run()
+    trained = torch.load(base / "model.pth", weights_only=True)
+    trained_loss = torch.load(base / "checkpoint.pth", weights_only=True)["loss"]
+    s["config"]["train"]["init_from"] = str(base)
+    s["config"]["loss"]["margin"] = 0.5
+    s["config"]["optim"]["lr"] = 0.0  # one step with lr 0: the parameters stay those loaded at step 0
+    Trainer(options(s, tmp_path / "ft", max_steps=1)).run()
+    ck = torch.load(tmp_path / "ft" / "checkpoint.pth", weights_only=True)
+    assert ck["step"] == 1
+    params = [k for k in trained if "running_" not in k and "num_batches" not in k]  # BN statistics move
+    assert params and all(torch.equal(ck["model"][k], trained[k]) for k in params)
+    assert torch.equal(ck["loss"]["inner.weight"], trained_loss["inner.weight"])
+    s["config"]["optim"]["lr"] = 0.01
+    # another architecture: the error names model.pth
+    s["config"]["model"] = {**s["config"]["model"], "embed_dim": s["config"]["model"].get("embed_dim", 8) + 4}
+    with pytest.raises(CheckpointError, match=r"base/model\.pth.*'model' does not fit"):
+        Trainer(options(s, tmp_path / "bad")).run()
+    # the same model, other speakers (speed perturbation triples the classes): names checkpoint.pth
+    s["config"]["model"] = dict(TINY_MODEL)
+    s["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
+    with pytest.raises(CheckpointError, match=r"base/checkpoint\.pth.*'loss' does not fit.*same training speakers"):
+        Trainer(options(s, tmp_path / "bad2")).run()
+    s["config"]["train"]["init_from"] = str(base / "model.pth")  # the model only: the classifier starts afresh
+    Trainer(options(s, tmp_path / "ok", max_steps=1)).run()
