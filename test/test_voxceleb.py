@@ -222,6 +222,22 @@ def test_smoke_recipe_runs_every_stage(tmp_path: Path, vox_tree: dict[str, Path]
     assert facts < out.index("Stage 2: fbank") + 2000 and facts < out.index("make_fbank")
     assert "float32 arks" in out and "compressed" in out and "free at" in out
     assert "Successfully finished" in out
+    # margin warm-up (train_smoke: 0 -> 0.2 over epoch 1), logged per epoch
+    hist = json.loads((recipe / "exp" / "spk_train_smoke" / "history.json").read_text())["history"]
+    assert hist[0]["margin"] < 0.1 and hist[1]["margin"] == pytest.approx(0.2)  # epoch 1 ramps (1 step here)
+    # large-margin fine-tuning: stage 4 again, initialised from the model just trained
+    r = run_recipe(
+        recipe,
+        vox_tree,
+        *("--stage", "3", "--stop_stage", "4", "--train_config", "conf/train_smoke_lm.yaml"),
+        *("--num_spk", "8", "--num_utt", "2", "--num_epochs", "1", "--nj", "2", "--ngpu", "0"),
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    lm = recipe / "exp" / "spk_train_smoke_lm"
+    log = (lm / "train.log").read_text()
+    assert "initialised from exp/spk_train_smoke/model.pth + the loss's weights of" in log
+    assert json.loads((lm / "history.json").read_text())["history"][0]["margin"] == pytest.approx(0.5)
+    assert (lm / "model.pth").is_file()
 
 
 # --------------------------------------------------------------------------- lists naming missing files
