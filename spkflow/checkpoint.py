@@ -36,6 +36,7 @@ import re
 import warnings
 import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from spkflow.atomic import atomic_write
@@ -166,3 +167,26 @@ def _why(err: BaseException) -> str:
     if "weights_only" in text:  # never pass torch's advice to load unsafely along
         return type(err).__name__
     return text[:160]
+
+
+def load_init(src: str | os.PathLike[str], model: Any, loss: Any) -> str:
+    """Fine-tuning (``train.init_from``): load a trained model's weights into ``model`` and, when
+    ``src`` is a stage-4 dir, its ``checkpoint.pth``'s loss weights (the AAM classifier) into
+    ``loss`` (a loss without parameters is skipped).  ``src`` is such a dir or a model.pth.  A
+    missing file, or weights that do not fit, is a :class:`CheckpointError` naming the file.
+    Returns what was loaded, for the log."""
+    src = Path(src)
+    model_path = src / "model.pth" if src.is_dir() else src
+    if not model_path.is_file():
+        raise CheckpointError(model_path, "train.init_from: no such file (a stage-4 dir or its model.pth)")
+    restore(model_path, {"model": load_checkpoint(model_path)}, {"model": model})
+    loaded = str(model_path)
+    ck_path = src / "checkpoint.pth"
+    if src.is_dir() and any(True for _ in loss.parameters()) and ck_path.is_file():
+        hint = (
+            "the classifier fits only the same training speakers (and speed_perturb factors); "
+            "point train.init_from at the model.pth to start the classifier afresh"
+        )
+        restore(ck_path, load_checkpoint(ck_path), {"loss": loss}, hint=hint)
+        loaded += f" + the loss's weights of {ck_path}"
+    return loaded

@@ -46,7 +46,7 @@ import yaml
 from torch import nn
 
 from spkflow.atomic import write_text_atomic
-from spkflow.checkpoint import CheckpointError, load_checkpoint, restore, save_checkpoint
+from spkflow.checkpoint import load_checkpoint, load_init, restore, save_checkpoint
 from spkflow.config import normalize_train_config
 from spkflow.errors import InputError
 from spkflow.models import SpeakerEmbedder, build_model
@@ -318,35 +318,16 @@ class Trainer:
             set_rng_state(ck.get("rng", {}))
             log.info("resumed from %s: epoch %d, batch %d, step %d", ckpt_path, run.epoch, run.start_batch, run.step)
         elif run.cfg["train"]["init_from"]:
-            self._init_from(run, Path(run.cfg["train"]["init_from"]))
+            log.info(
+                "initialised from %s", load_init(run.cfg["train"]["init_from"], run.objective.model, run.objective.loss)
+            )
+            run.objective.to(run.device)
         else:
             if run.objective.model.input_norm == "global":
                 fe, n = run.cfg["frontend"], int(run.cfg["train"]["input_stats_utts"])
                 mean, std = input_stats(self.opts.train_feats, fe, n)  # the same on every rank
                 run.objective.model.set_input_stats(torch.from_numpy(mean).float(), torch.from_numpy(std).float())
             run.objective.to(run.device)
-
-    def _init_from(self, run: _Run, src: Path) -> None:
-        """Fine-tuning: the model weights of a trained model (a stage-4 dir's model.pth, or the
-        given file) and, from a dir, the classifier of its checkpoint.pth (must fit this run)."""
-        model_path = src / "model.pth" if src.is_dir() else src
-        if not model_path.is_file():
-            raise CheckpointError(model_path, "train.init_from: no such file (a stage-4 dir or its model.pth)")
-        restore(model_path, {"model": load_checkpoint(model_path)}, {"model": run.objective.model})
-        loaded = str(model_path)
-        ck_path = src / CHECKPOINT
-        if src.is_dir() and any(True for _ in run.objective.loss.parameters()) and ck_path.is_file():
-            ck = load_checkpoint(ck_path)
-            restore(
-                ck_path,
-                ck,
-                {"loss": run.objective.loss},
-                hint="the classifier fits only the same training speakers (and speed_perturb factors); "
-                "point train.init_from at the model.pth to start the classifier afresh",
-            )
-            loaded += f" + the loss's weights of {ck_path}"
-        run.objective.to(run.device)
-        log.info("initialised from %s", loaded)
 
     def _setup(self) -> _Run:
         from spkflow.loader import KaldiArkReader
