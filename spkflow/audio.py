@@ -144,9 +144,7 @@ def _decode_bytes(raw: bytes, utt: str, source: str) -> tuple[np.ndarray, int]:
 
 def _run_pipe(command: str, utt: str) -> bytes:
     try:
-        proc = subprocess.run(
-            command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, check=False
-        )
+        proc = subprocess.run(command, shell=True, capture_output=True, stdin=subprocess.DEVNULL, check=False)
     except OSError as exc:
         raise UtteranceError(utt, f"{command} |", f"cannot start command: {exc}") from exc
     if proc.returncode != 0:

@@ -60,6 +60,7 @@ writes ``epoch1.txt`` ... ``epoch<num_epochs>.txt``); the planner accepts any ep
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -226,7 +227,7 @@ def load_spk2utt(path: str | os.PathLike[str]) -> Spk2Utt:
     del lines
 
     order = sorted(range(len(speakers)), key=speakers.__getitem__)
-    for a, b in zip(order, order[1:]):
+    for a, b in itertools.pairwise(order):
         if speakers[a] == speakers[b]:
             first, second = sorted((line_of[a], line_of[b]))
             raise InputError(path, second, f"speaker '{speakers[a]}' is also on line {first}")

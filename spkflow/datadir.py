@@ -389,7 +389,7 @@ def sort_k2_key(line: str) -> tuple[bytes, bytes]:
 
 
 def _first_difference(a: Sequence[str], b: Sequence[str]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # a prefix of the other: no difference
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
@@ -651,7 +651,7 @@ class DataDir:
             if len(f) < 2:
                 raise InputError(s2u_path, n, f"speaker {f[0] if f else ''!r} has no utterances")
             expanded.extend((u, f[0], n) for u in f[1:])
-        if len(expanded) == len(u2s) and all(a == b[:2] for a, b in zip(u2s, expanded)):
+        if len(expanded) == len(u2s) and all(a == b[:2] for a, b in zip(u2s, expanded, strict=True)):
             return
         where = dict(u2s)
         listed = {u: (s, n) for u, s, n in expanded}
@@ -778,11 +778,11 @@ def first_unsorted_k2(t: Table) -> int | None:
     if t.key is _same and t.is_two_column():
         # "<utt> <spk>" lines: the sort key is (" <spk>", line), ordered as (spk, line)
         spks = [f[1] for f in t.fields]
-        pairs = list(zip(spks, t.lines))
+        pairs = list(zip(spks, t.lines, strict=True))
         if not any(map(operator.gt, pairs, pairs[1:])):
             return None
     keys: list[tuple[str | bytes, str | bytes]] = []
-    for line, f in zip(t.lines, t.fields):
+    for line, f in zip(t.lines, t.fields, strict=True):
         s = line[:-1] if line.endswith("\n") else line
         f0 = f[0] if f else ""
         if t.key is _same and s.startswith(f0) and (len(s) == len(f0) or s[len(f0)] in " \t"):

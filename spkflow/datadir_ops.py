@@ -130,8 +130,8 @@ def filter_lines(
     if "" in keys:
         raise ValueError("line without the field to filter on")
     if exclude:
-        return [line for line, k in zip(lines, keys) if k not in ids]
-    return [line for line, k in zip(lines, keys) if k in ids]
+        return [line for line, k in zip(lines, keys, strict=True) if k not in ids]
+    return [line for line, k in zip(lines, keys, strict=True) if k in ids]
 
 
 _K1_RE = re.compile(r"[ \t]*[^ \t\n]*")
@@ -196,7 +196,7 @@ def _ok_lines(lines: Sequence[str]) -> Lines:
     """``awk '{ if (NF == 2 && $2 > 0) print }'``."""
     t = Table("-", lines)
     fields = t.fields if t.is_two_column() else [_awk_fields(x) for x in lines]
-    return [_nl(line) for line, f in zip(lines, fields) if len(f) == 2 and _awk_gt0(f[1])]
+    return [_nl(line) for line, f in zip(lines, fields, strict=True) if len(f) == 2 and _awk_gt0(f[1])]
 
 
 def _check_no_blank(path: PathLike, lines: Sequence[str]) -> None:
@@ -223,7 +223,7 @@ def _check_utt2spk_lines(path: PathLike, lines: Sequence[str]) -> None:
     t = Table(path, lines)
     if t.is_two_column():
         return
-    for n, (line, f) in enumerate(zip(lines, t.fields), 1):
+    for n, (line, f) in enumerate(zip(lines, t.fields, strict=True), 1):
         nf = len(f)
         if nf != 2:
             raise InputError(path, n, f"expected '<utt> <spk>' (2 fields), got {nf}: {_body(line)!r}")

@@ -76,7 +76,7 @@ def plot_det(
         eer, _ = eer_from_det(det)
         ax.plot(x, y, color=color, lw=1.6, label=f"{label}: EER {eer:.2f}%")
         ax.plot(*_ppf(np.array([eer / 100, eer / 100])), "o", color=color, ms=6)
-        for p, marker in zip(p_targets, "^v<>"):
+        for p, marker in zip(p_targets, "^v<>", strict=False):  # at most 4 operating points get a marker
             value, thr = min_dcf_with_threshold(det, p)
             k = int(np.searchsorted(det.thresholds, thr))
             # an operating point beyond the axes (e.g. a false-alarm rate of 1e-5, or 0) is
@@ -181,7 +181,7 @@ def plot_training_curves(
         raise ValueError(f"no loss, eer or lr values in the history (keys: {keys})")
     fig = _figure(4.2 * len(groups), 3.6)
     axes = fig.subplots(1, len(groups), squeeze=False)[0]
-    for ax, (name, ks) in zip(axes, groups):
+    for ax, (name, ks) in zip(axes, groups, strict=True):
         for k in ks:
             xs, ys = _numeric(history, k)
             if not xs:

@@ -31,7 +31,9 @@ def spk2utt_shapes(draw) -> dict[str, list[str]]:
     # ids that do not sort like their numbers, and speaker names of varied length
     stems = draw(st.lists(st.text("abcxyzAZ09_-", max_size=4), min_size=num_spk, max_size=num_spk))
     names = [f"{stem}{i}" for i, stem in enumerate(stems)]
-    return {name: [f"{name}#u{j * 7919 % 1000:03d}.{j}" for j in range(n)] for name, n in zip(names, counts)}
+    return {
+        name: [f"{name}#u{j * 7919 % 1000:03d}.{j}" for j in range(n)] for name, n in zip(names, counts, strict=True)
+    }
 
 
 def packing_bound(mapping: dict[str, list[str]], num_spk: int, num_utt: int, repeat: bool) -> int:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, make_speakers
 
 sys.path.insert(0, str(ROOT / "test" / "bench"))

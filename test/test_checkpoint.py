@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import ROOT
-from test_trainer import make_train_setup  # the trainer tests' data dir + features + batch lists
 
+from conftest import ROOT
 from spkflow.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from spkflow.errors import InputError
+from test_trainer import make_train_setup  # the trainer tests' data dir + features + batch lists
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 import pytest
-from conftest import make_speakers
 
+from conftest import make_speakers
 from spkflow.datadir import UTT_FILES, VAD_LIKE_FILES, read_kv
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -107,7 +107,7 @@ def embedder(model_dir: Path):
 )
 def test_plan_batches_covers_once_and_respects_bounds(durs, batch_size, max_frames):
     utts = [f"u{i:03d}" for i in range(len(durs))]
-    durations = dict(zip(utts, durs))
+    durations = dict(zip(utts, durs, strict=True))
     batches = plan_batches(utts, durations, batch_size, max_frames)
     flat = [u for b in batches for u in b]
     assert sorted(flat) == utts  # every utterance exactly once

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, make_speakers, write_data_dir
-from test_embed import l2, make_spkflow_model_dir
 
+from conftest import ROOT, make_speakers, write_data_dir
 from spkflow.embed import MODEL_STAMP, read_vectors, run_job
 from spkflow.embedders import SpkflowEmbedder, model_stamp
 from spkflow.errors import InputError
+from test_embed import l2, make_spkflow_model_dir
 
 #: measured bf16-vs-fp32 cosine floor on CPU (see the test); the issue's 0.9999 is for CUDA
 BF16_CPU_MIN_COSINE = 0.999

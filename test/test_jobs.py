@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from test_make_fbank import process_alive, process_children
 
+from conftest import ROOT
 from spkflow.jobs import StagedOutputs, split_by_duration
 from spkflow.lock import LOCK_NAME, LockError, acquire, hold, read_holder, release
+from test_make_fbank import process_alive, process_children
 
 PY = sys.executable
 JOBS_SH = ROOT / "scripts" / "lib" / "jobs.sh"

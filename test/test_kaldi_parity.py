@@ -149,7 +149,7 @@ KALDI_UTILS = os.environ.get("KALDI_UTILS", "")
 
 def random_dir(d: Path, rng: random.Random) -> None:
     spks = sorted({"S" + "".join(rng.choice("abAB01_.") for _ in range(rng.randint(1, 3))) for _ in range(4)})
-    u2s = sorted(((f"{s}-{rng.randint(0, 99)}", s) for s in spks for _ in range(rng.randint(1, 4))))
+    u2s = sorted((f"{s}-{rng.randint(0, 99)}", s) for s in spks for _ in range(rng.randint(1, 4)))
     u2s = list(dict(u2s).items())
     utts = [u for u, _ in u2s]
 

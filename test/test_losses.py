@@ -9,9 +9,9 @@ import torch
 
 from spkflow.config import ConfigError
 from spkflow.losses import (
+    W_MIN,
     AAMSoftmaxLoss,
     GE2ELoss,
-    W_MIN,
     GE2EXSLoss,
     batch_labels,
     build_loss,
@@ -28,11 +28,11 @@ def _unit(v: list[float]) -> list[float]:
 
 def _cos(a: list[float], b: list[float]) -> float:
     a, b = _unit(a), _unit(b)
-    return sum(x * y for x, y in zip(a, b))
+    return sum(x * y for x, y in zip(a, b, strict=True))
 
 
 def _mean(vs: list[list[float]]) -> list[float]:
-    return [sum(col) / len(vs) for col in zip(*vs)]
+    return [sum(col) / len(vs) for col in zip(*vs, strict=True)]
 
 
 def naive_scores(emb: list[list[list[float]]], centroids: str, w: float, b: float) -> list[list[list[float]]]:
@@ -64,7 +64,7 @@ def naive_loss(emb, kind: str, centroids: str = "exclusive", w: float = 10.0, b:
             elif kind == "contrast":
                 total += 1 - sig(t) + max(sig(s[j][i][k]) for k in range(n) if k != j)
             else:  # xs: the target against every non-target of square i
-                non = [s[l][i][k] for l in range(n) for k in range(n) if l != k]
+                non = [s[r][i][k] for r in range(n) for k in range(n) if r != k]
                 assert len(non) == n * (n - 1)
                 total += -t + math.log(math.exp(t) + sum(math.exp(x) for x in non))
     return total / (n * m)

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+
 from conftest import ROOT
 from schedulers import SlurmCluster
 from test_trainer import make_train_setup

@@ -8,6 +8,7 @@ a request Grid Engine really schedules; no GPU exists here, so nothing computes 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from schedulers import GridEngine, log_body as body, run_runner  # the sge_cluster fixture: conftest.py
+from schedulers import GridEngine, run_runner  # the sge_cluster fixture: conftest.py
+from schedulers import log_body as body
 
 pytestmark = pytest.mark.sge
 
@@ -123,7 +125,7 @@ def test_max_jobs_run_is_a_task_throttle(sge_cluster: GridEngine, tmp_path: Path
     assert r.returncode == 0, r.stderr
     assert "#$ -tc 1\n" in (tmp_path / "log" / "q" / "m.sh").read_text()
     spans = sorted(tuple(float(x) for x in (tmp_path / "t" / str(i)).read_text().split()) for i in (1, 2, 3))
-    for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+    for (_, e1), (s2, _) in itertools.pairwise(spans):
         assert e1 <= s2
 
 

@@ -145,7 +145,7 @@ def test_pipes_redirections_and_quoting_like_kaldi(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     for i in (1, 2):
         got = (tmp_path / f"out.{i}.txt").read_text().strip()
-        assert got == repr(["ark:gunzip -c foo.%d.gz|" % i, 'say "hi"', 'it\'s "both"', str(i)]).upper()
+        assert got == repr([f"ark:gunzip -c foo.{i}.gz|", 'say "hi"', 'it\'s "both"', str(i)]).upper()
     # the header shows the command as bash ran it
     assert (tmp_path / "log" / "p.1.log").read_text().splitlines()[0].endswith("| tr a-z A-Z > out.1.txt")
 

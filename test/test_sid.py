@@ -14,8 +14,8 @@ import kaldiio
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT
 
+from conftest import ROOT
 from spkflow.errors import InputError
 from spkflow.sid import (
     closed_set,

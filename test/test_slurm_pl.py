@@ -8,18 +8,18 @@ generic resource (it sets CUDA_VISIBLE_DEVICES), but no job can compute on a GPU
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from schedulers import SlurmCluster, log_body as body, run_runner  # the slurm_cluster fixture: conftest.py
+from schedulers import SlurmCluster, run_runner  # the slurm_cluster fixture: conftest.py
+from schedulers import log_body as body
 
 pytestmark = pytest.mark.slurm
 
@@ -60,7 +60,7 @@ def test_array_job_of_four_runs_with_pipes_and_venv_python(slurm_cluster: SlurmC
         text = log.read_text()
         assert re.search(rf"^# Running on \S+ as slurm job \d+, task {i}$", text, re.M)
         assert body(log) == [f"got: {ROOT / '.venv'} {i}"]
-        assert f"# Ended (code 0)" in text
+        assert "# Ended (code 0)" in text
         assert re.search(r"^# Accounting: time=\d+ threads=1$", text, re.M)
     script = (tmp_path / "exp" / "log" / "q" / "x.sh").read_text()
     assert "#SBATCH --array=1-4\n" in script
@@ -149,7 +149,7 @@ def test_max_jobs_run_is_an_array_throttle(slurm_cluster: SlurmCluster, tmp_path
     assert r.returncode == 0, r.stderr
     assert "#SBATCH --array=1-3%1\n" in (tmp_path / "log" / "q" / "m.sh").read_text()
     spans = sorted(tuple(float(x) for x in (tmp_path / "t" / str(i)).read_text().split()) for i in (1, 2, 3))
-    for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+    for (_, e1), (s2, _) in itertools.pairwise(spans):
         assert e1 <= s2  # never two at once
 
 

@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_corpora import make_dsp20_mini, make_fsdd_mini, make_librispeech_mini, make_speechocean_mini
 
 from spkflow.corpora.trials import read_trials
 from spkflow.datadir import DataDir
+from test_corpora import make_dsp20_mini, make_fsdd_mini, make_librispeech_mini, make_speechocean_mini
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = Path("egs") / "speechocean762" / "spk1"

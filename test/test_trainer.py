@@ -44,8 +44,8 @@ def make_train_setup(
 ) -> dict[str, Any]:
     """Data dir + stage-2 features + stage-3 batch lists + trials + a training config."""
     from spkflow.batches import plan_epoch, write_batch_list
-    from spkflow.features import FbankOptions, VadOptions
     from spkflow.fbank_jobs import extract_job, merge_jobs
+    from spkflow.features import FbankOptions, VadOptions
 
     data = make_speakers(root, num_spk=num_spk, num_utt=num_utt, min_sec=0.5, max_sec=0.9)
     utts = [line.split()[0] for line in (data / "utt2spk").read_text().splitlines()]
@@ -465,7 +465,8 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
     "path", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("egs/*/spk1/conf/train*.yaml")), ids=lambda p: p
 )
 def test_shipped_configs_load(path: str) -> None:
-    """Every training config of the spk1 recipes (ESPnet's tts1 configs are not ours) passes the checks (names, keys, values)."""
+    """Every training config of the spk1 recipes (ESPnet's tts1 configs are not ours) passes the checks
+    (names, keys, values)."""
     from spkflow.config import load_train_config
 
     cfg = load_train_config(ROOT / path)

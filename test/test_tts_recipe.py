@@ -14,6 +14,7 @@ import kaldiio
 import numpy as np
 import pytest
 import yaml
+
 from conftest import ROOT
 
 RECIPE = ROOT / "egs" / "speechocean762" / "tts1"

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import db_var
-from test_corpora import assert_valid
-from test_stage1 import mirror_recipe
 
+from conftest import db_var
 from spkflow.corpora.voxceleb import m4a_duration
 from spkflow.datadir import DataDir, read_kv
+from test_corpora import assert_valid
+from test_stage1 import mirror_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = Path("egs") / "voxceleb" / "spk1"

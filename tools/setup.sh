@@ -2,7 +2,7 @@
 # Set up spkflow on a fresh machine: a virtual environment in .venv with the pinned
 # dependencies (pyproject.toml says why each pin) and spkflow installed in editable mode.
 # Idempotent: a second run with an unchanged pyproject.toml does nothing.
-#   bash tools/setup.sh [--test]     (--test also installs pytest and hypothesis)
+#   bash tools/setup.sh [--test]     (--test also installs pytest, hypothesis, ruff, shellcheck)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "${root}"

@@ -4,6 +4,7 @@
 # Installs the Python environment (tools/setup.sh --test) and, when run as root, the
 # Debian packages for the real Slurm and Grid Engine used by the job-runner tests
 # (tools/install_schedulers.sh). The tests start and stop the schedulers themselves.
+# The static checks (tools/lint.sh: ruff and shellcheck) run first; a finding fails the run.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "${root}"
@@ -12,6 +13,7 @@ bash tools/setup.sh --test
 if [ "$(id -u)" = 0 ] && [ -f tools/install_schedulers.sh ]; then
     bash tools/install_schedulers.sh
 fi
+bash tools/lint.sh
 export PATH=${root}/utils:${PATH}
 export LC_ALL=C
 exec .venv/bin/python -m pytest -q "$@" test

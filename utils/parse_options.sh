@@ -43,6 +43,7 @@ while [ "${__po_i}" -le $# ]; do
     if [ ! -r "${__po_cfg}" ]; then
         echo "$0: missing config '${__po_cfg}'" 1>&2; exit 1
     fi
+    # shellcheck disable=SC2034  # for the sourcing script: the config file it was given
     config=${__po_cfg}
     # shellcheck disable=SC1090
     . "${__po_cfg}"

@@ -85,11 +85,10 @@ def build_model_dir(out: Path, arch: str) -> Path:
     import torch
     import yaml
 
+    from spkflow.errors import InputError
     from spkflow.features import FbankOptions
     from spkflow.models import build_model
     from spkflow.vad import VadOptions
-
-    from spkflow.errors import InputError
 
     conf = ROOT / "egs" / "speechocean762" / "spk1" / "conf"
     try:

@@ -84,7 +84,7 @@ def main() -> None:
     n_peer = min(args.trials, 20_000)  # the per-trial loop is slow: time a slice, scale up
 
     def peer_score():
-        for e, t in zip(trials.enroll[:n_peer], trials.test[:n_peer]):
+        for e, t in zip(trials.enroll[:n_peer], trials.test[:n_peer], strict=True):
             cosine_similarity(emb[e].reshape(1, -1), emb[t].reshape(1, -1))[0][0]
 
     ours_t = best(lambda: score_trials(trials, emb), args.repeat)

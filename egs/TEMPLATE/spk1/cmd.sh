@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Job runners for the recipe's parallel stages (Kaldi/ESPnet convention).
 #   train_cmd:  CPU jobs (feature extraction, batch planning, scoring)
 #   cuda_cmd:   GPU jobs (training, GPU embedding extraction); give --gpu N

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Where the corpora live. Point a variable at your copy, e.g.
 #   export SPEECHOCEAN762=/data/speechocean762
 # The defaults use ../shared/corpora next to the project when it exists.

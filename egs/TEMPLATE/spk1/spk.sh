@@ -76,7 +76,6 @@ EOM
 )
 
 log "$0 $*"
-run_args=$(printf '%q ' "$0" "$@")
 . utils/parse_options.sh
 
 if [ $# -ne 0 ]; then
@@ -107,6 +106,7 @@ if ${score_norm} || ${score_center}; then train_cohort=true; fi
 
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1: data preparation (local/data.sh) into data/{${train_set},${test_sets// /,}}"
+    # shellcheck disable=SC2086  # local_data_opts is a list of options, split into words on purpose
     local/data.sh ${local_data_opts}
     # Every set must be a valid data dir; the sets that are scored need a trials list.
     for dset in $(echo "${train_set} ${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++'); do
@@ -135,7 +135,7 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     # are listed in bad_utts and left out of the copy.
     _sets=$(echo "${train_set} ${valid_set} ${test_sets} ${embed_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++')
     # Scale facts before the work: hours of audio, estimated arks (float and compressed), free disk.
-    # shellcheck disable=SC2046
+    # shellcheck disable=SC2046,SC2086  # _sets: a list of set names, split into words on purpose
     python -m spkflow.bin.scale_facts --fbank-conf "${fbank_conf}" --compress "${fbank_compress}" \
         --out-dir "${dumpdir}" $(printf 'data/%s ' ${_sets}) 2>&1 | sed 's/^.*INFO: //; s/^.*WARNING: /Warning: /' \
         | while read -r _line; do log "${_line}"; done || true
