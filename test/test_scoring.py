@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import kaldiio
@@ -516,6 +517,55 @@ def test_score_sh_from_any_directory(tmp_path):
     )
     assert proc.returncode == 1 and "../nothing.scp not found" in proc.stdout + proc.stderr
     assert not (elsewhere / "out" / "metrics.json").exists()  # a failed re-score removes the old result
+
+
+def test_two_score_sh_runs_into_one_dir(tmp_path):
+    """While one score.sh run scores into a dir, a second into the same dir is refused naming the
+    first (pid and command) and removes nothing; the first then finishes and releases the lock.
+    The first run's python is a real wrapper that waits for a go file before scoring, so the two
+    runs overlap for sure."""
+    emb = speaker_set(5, 3, 3)
+    scp = write_vectors(tmp_path / "xvector", emb)
+    trials = tmp_path / "trials"
+    all_trials(sorted(emb), trials)
+    started, go = tmp_path / "started", tmp_path / "go"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$2" = spkflow.bin.score ]; then touch {started}; '
+        f"for _ in $(seq 600); do [ -e {go} ] && break; sleep 0.1; done; fi\n"
+        f'exec {PY} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    out = tmp_path / "eval"
+    score = ROOT / "scripts" / "spk" / "score.sh"
+    first = subprocess.Popen(
+        ["bash", str(score), "--python", str(wrapper), str(trials), str(scp), str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(600):
+            if started.exists() or first.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), first.communicate()
+        (out / "scores").write_text("the first run's\n")  # stands for a file the first run is writing
+        second = subprocess.run(
+            ["bash", str(score), str(trials), str(scp), str(out)], env=_env(), capture_output=True, text=True
+        )
+        assert second.returncode == 1
+        assert f"{out} is in use by another run: pid {first.pid} on " in second.stderr, second.stderr
+        assert "score.sh" in second.stderr and "EER" not in second.stdout + second.stderr
+        assert (out / "scores").read_text() == "the first run's\n"  # the refused run removed nothing
+    finally:
+        go.touch()
+        stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stdout + stderr
+    assert json.loads((out / "metrics.json").read_text())["eer"] >= 0
+    assert not (out / ".spkflow.lock").exists()
 
 
 def test_score_sh_one_label_trials(tmp_path):

@@ -10,17 +10,14 @@
 # scripts). A trials file needs target and non-target trials. The set's earlier outputs are
 # removed first and the new ones appear only when all are written (metrics.json last), so after
 # a failure nothing in <out-dir> looks current (with --results-md the set's row leaves RESULTS.md).
+# One run per <out-dir>: a second run into it is refused, naming the first (scripts/lib/jobs.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
 export PATH=${root}/utils:${PATH}
 export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
 export LC_ALL=C
-
-log() {
-    local fname=${BASH_SOURCE[1]##*/}
-    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*"
-}
+jobs_command="$0 $*"   # names this run as the holder of <out-dir>'s lock
 
 cohort_scp=       # cohort embeddings (e.g. <exp>/embed/<train_set>/spk_xvector.scp): enables AS-norm
 cohort_size=200   # top-K cohort entries for AS-norm
@@ -43,19 +40,15 @@ Usage: $0 [options] <trials> <xvector.scp> <out-dir>
 EOM
 )
 
-. "${root}/utils/parse_options.sh"
+. "${root}/scripts/lib/jobs.sh"   # parses the options, sets ${python}, defines log and jobs_*
 
-if [ $# -ne 3 ]; then
-    echo "${help_message}" >&2
-    exit 1
-fi
+[ $# -eq 3 ] || jobs_usage
 trials=$1
 xvector_scp=$2
 outdir=$3
-spkflow_python=${python}   # --python wins; else utils/spkflow_python.sh chooses
-. "${root}/utils/spkflow_python.sh"
-python=${spkflow_python}
 
+mkdir -p "${outdir}"
+jobs_lock "${outdir}"   # before anything there is removed: no other run scores into ${outdir} now
 # No complete-looking result of an earlier run, whatever fails below (spkflow.bin.score removes
 # them too, but it may not get to start).
 rm -f "${outdir}/metrics.json" "${outdir}/scores" "${outdir}/det.png" "${outdir}/score_hist.png"
