@@ -280,3 +280,17 @@ def test_spk_sh_stage4_says_that_rerunning_resumes(setup: dict[str, Any], tmp_pa
     assert "Resuming from exp/spk_train/checkpoint.pth" in out and "Stage 4 output" in out
     assert (recipe / "exp" / "spk_train" / "train.log.1").exists()
     assert (recipe / "exp" / "spk_train" / "model.pth").exists()
+
+
+def test_train_sh_resume_false_starts_afresh(setup: dict[str, Any], tmp_path: Path) -> None:
+    """train.sh hands --resume true|false on to spkflow.bin.train (the true|false convention):
+    with --resume false a second run into a dir with a checkpoint does not resume from it."""
+    out = tmp_path / "exp"
+    r = train_sh(setup, out, "--cmd", "run.pl", "--nproc", "1")
+    assert r.returncode == 0, r.stderr + (out / "train.log").read_text()[-4000:]
+    assert "--resume true" in (out / "train.log").read_text().splitlines()[0]
+    assert (out / "checkpoint.pth").exists()
+    r = train_sh(setup, out, "--cmd", "run.pl", "--nproc", "1", "--resume", "false")
+    assert r.returncode == 0, r.stderr + (out / "train.log").read_text()[-4000:]
+    assert "--resume false" in (out / "train.log").read_text().splitlines()[0]
+    assert "Resuming from" not in r.stderr

@@ -59,7 +59,7 @@ done
 opts=()
 [ -n "${cohort_scp}" ] && opts+=(--cohort-scp "${cohort_scp}" --cohort-size "${cohort_size}")
 [ -n "${mean_scp}" ] && opts+=(--mean-scp "${mean_scp}")
-${skip_missing} && opts+=(--skip-missing)
+opts+=(--skip-missing "${skip_missing}")
 [ -n "${model_tag}" ] && opts+=(--model-tag "${model_tag}")
 [ -n "${set_name}" ] && opts+=(--set-name "${set_name}")
 [ -n "${results_md}" ] && opts+=(--results-md "${results_md}")

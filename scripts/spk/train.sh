@@ -120,7 +120,7 @@ opts=(--config "${train_config}" --train-data "${train_dir}" --train-feats "${tr
 [ -n "${valid_data}" ] && opts+=(--valid-data "${valid_data}" --valid-feats "${valid_feats:-${valid_data}}")
 [ -n "${fbank_conf}" ] && opts+=(--fbank-conf "${fbank_conf}")
 [ -n "${vad_conf}" ] && opts+=(--vad-conf "${vad_conf}")
-${resume} || opts+=(--no-resume)
+opts+=(--resume "${resume}")
 if [ "${ngpu}" -gt 0 ]; then
     nproc_per_node=${ngpu}; opts+=(--device cuda)
 else

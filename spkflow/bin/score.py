@@ -42,7 +42,7 @@ def get_parser() -> argparse.ArgumentParser:
         p,
         "--skip-missing",
         default=False,
-        bare=True,  # score.sh passes a bare --skip-missing
+        bare=True,  # a bare --skip-missing means true (older callers; score.sh passes true|false)
         help="leave out trials naming an utterance without an embedding (counted) instead of failing",
     )
     p.add_argument("--model-tag", default="", help="experiment tag written into metrics.json")
