@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
+
 from conftest import ROOT
 from test_embed import make_mixed_data, make_spkflow_model_dir
 from test_make_fbank import write_data_dir

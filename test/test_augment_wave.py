@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import make_speakers, write_data_dir
 
+from conftest import make_speakers, write_data_dir
 from spkflow.augment_sources import coloured_noise, simulate_rirs
 from spkflow.config import ConfigError, load_train_config, normalize_train_config
 from spkflow.wavaugment import (

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+
 from conftest import ROOT, perturb_batchnorm, synth_voice
 from test_embed import make_spkflow_model_dir
 

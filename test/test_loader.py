@@ -34,7 +34,7 @@ def synthetic(tmp_path_factory) -> dict:
     lengths = [300, 250, 40, 180, 400, 220, 90, 310, 200, 260, 500, 170]  # 40 and 90 < T
     utts = [f"spk{i // 3}-u{i % 3}" for i in range(12)]
     feats, vads = {}, {}
-    for i, (u, n) in enumerate(zip(utts, lengths)):
+    for i, (u, n) in enumerate(zip(utts, lengths, strict=True)):
         feats[u] = frame_ids(i, n)
         v = (rng.random(n) < 0.7).astype(np.float32)
         v[:5] = 0.0
@@ -76,7 +76,7 @@ def test_crops_are_consecutive_frames_or_wrapped(synthetic):
     d = ds(synthetic, use_vad=False, mean_norm="none", crop=120)
     for b in range(4):
         x, utts = d[b]
-        for row, u in zip(x.numpy(), utts):
+        for row, u in zip(x.numpy(), utts, strict=True):
             full = synthetic["feats"][u]
             t = (row[:, 0] % 1000).astype(int)  # frame indices the crop came from
             assert np.array_equal(row, full[t])
@@ -92,7 +92,7 @@ def test_voiced_frames_only(synthetic):
     seen_wrapped = False
     for b in range(len(d)):
         x, utts = d[b]
-        for row, u in zip(x.numpy(), utts):
+        for row, u in zip(x.numpy(), utts, strict=True):
             vad = synthetic["vad"][u]
             voiced = np.flatnonzero(vad > 0.5) if vad.any() else np.arange(len(vad))
             t = (row[:, 0] % 1000).astype(int)
@@ -141,9 +141,9 @@ def test_deterministic_and_resumable_across_workers(synthetic, access):
     assert len(full) == len(d)
     again = [d[b] for b in range(len(d))]  # in process
     resumed = list(make_loader(d, start_batch=7, num_workers=1))
-    for (x, u), (y, v) in zip(full, again):
+    for (x, u), (y, v) in zip(full, again, strict=True):
         assert u == v and torch.equal(x, y)
-    for (x, u), (y, v) in zip(full[7:], resumed):
+    for (x, u), (y, v) in zip(full[7:], resumed, strict=True):
         assert u == v and torch.equal(x, y)
     assert len(resumed) == len(d) - 7
     other_epoch = ds(synthetic, seed=5, epoch=3)
@@ -161,7 +161,7 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
     in-process one."""
     d = ds(synthetic, seed=3, epoch=1, crop=(60, 120))
     ref = [d[b][0].clone() for b in range(len(d))]
-    for epoch in range(2):
+    for _epoch in range(2):
         loader = make_loader(d, num_workers=2, prefetch_factor=2)
         kept: dict[int, object] = {}
         ptrs = set()
@@ -179,7 +179,7 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
             assert torch.equal(got, want), f"batch {b} was overwritten"
         assert len(ptrs) < len(d)  # the dropped batches' buffers did come back
     plain = list(make_loader(d, num_workers=2, prefetch_factor=2, reuse_buffers=False))
-    assert all(torch.equal(x, r) for (x, _), r in zip(plain, ref))
+    assert all(torch.equal(x, r) for (x, _), r in zip(plain, ref, strict=True))
 
 
 def test_bad_inputs(synthetic, tmp_path):
@@ -286,7 +286,7 @@ def test_real_features_frontend_consistency(tmp_path):
     vad = kaldiio.load_scp(str(tmp_path / "vad.scp"))
     utts = list(feats)
     x, got = NxMCropDataset(Path(tmp_path) / "feats.scp", [utts], crop=80, seed=9)[0]
-    for row, u in zip(x.numpy(), got):
+    for row, u in zip(x.numpy(), got, strict=True):
         front = apply_frontend(feats[u], vad[u], use_vad=True, mean_norm=True)
         start = int(np.argmin(np.abs(front - row[0]).sum(1)))
         assert np.allclose(front[start : start + 80], row, atol=1e-4)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from conftest import make_speakers, write_data_dir
 
+from conftest import make_speakers, write_data_dir
 from spkflow.augment_sources import coloured_noise
 from spkflow.fbank_jobs import extract_job, merge_jobs
 from spkflow.features import FbankOptions, VadOptions
