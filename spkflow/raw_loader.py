@@ -41,10 +41,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from spkflow.ark_reader import KaldiArkReader
 from spkflow.batches import crop_frames
 from spkflow.errors import InputError, UtteranceError
 from spkflow.features import FbankOptions, compute_fbank, num_frames
-from spkflow.loader import BatchBuffers, KaldiArkReader
+from spkflow.loader import BatchBuffers
 
 __all__ = ["NxMWaveDataset", "samples_for_frames"]
 

@@ -62,8 +62,8 @@ def infer_num_utt(batch: Sequence[str], utt2spk: Mapping[str, str]) -> int:
 def input_stats(train_feats: str, frontend: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-dimension mean and std (float64) of the frontend's output over ``n`` utterances
     evenly spaced in ``<train_feats>/feats.scp``."""
+    from spkflow.ark_reader import KaldiArkReader
     from spkflow.features import apply_frontend
-    from spkflow.loader import KaldiArkReader
 
     reader = KaldiArkReader(os.path.join(train_feats, "feats.scp"))
     vad = KaldiArkReader(os.path.join(train_feats, "vad.scp")) if frontend["vad"] else None

@@ -142,7 +142,7 @@ class _Run:
     amp: bool
     seed: int
     speed: Any  # spkflow.augment.FbankSpeedPerturb or None
-    feats: Any  # spkflow.loader.KaldiArkReader of the training features
+    feats: Any  # spkflow.ark_reader.KaldiArkReader of the training features
     first: list[list[str]]  # this rank's batches of epoch 1
     num_spk: int  # N
     crop: tuple[int, int]  # crop lengths read from the arks (longer than the config's with speed perturbation)
@@ -330,7 +330,7 @@ class Trainer:
             run.objective.to(run.device)
 
     def _setup(self) -> _Run:
-        from spkflow.loader import KaldiArkReader
+        from spkflow.ark_reader import KaldiArkReader
 
         opts = self.opts
         device = self._device()

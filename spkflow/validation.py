@@ -65,8 +65,8 @@ class Validator:
     """Validation EER on ``<data_dir>/trials`` with the stage-2 features of ``feats_dir`` (loaded once)."""
 
     def __init__(self, data_dir: str, feats_dir: str, use_vad: bool, mean_norm: bool) -> None:
+        from spkflow.ark_reader import KaldiArkReader
         from spkflow.features import apply_frontend
-        from spkflow.loader import KaldiArkReader
         from spkflow.scoring import check_both_labels, read_trials
 
         trials_path = os.path.join(data_dir, "trials")

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from conftest import make_speakers
+from spkflow.ark_reader import KaldiArkReader
 from spkflow.batches import crop_frames
 from spkflow.errors import InputError
 from spkflow.fbank_jobs import _cmvn_stats, extract_job, merge_jobs, write_split
 from spkflow.features import FbankOptions, VadOptions, apply_frontend
-from spkflow.loader import KaldiArkReader, NxMCropDataset, make_loader
+from spkflow.loader import NxMCropDataset, make_loader
 
 F = 6
 
