@@ -25,6 +25,11 @@ What it guarantees (the reasoning behind it: docs/training.md):
 * **Outputs** in ``out_dir``: ``config.yaml`` (complete, with stage 2's fbank/VAD options in
   ``frontend``, so stage 5 rebuilds the input), ``checkpoint.pth``, ``epoch<E>.pth``,
   ``model.pth``, ``history.json`` and ``curves.png``.
+
+Why ~650 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
+parts only; optimiser, run state, data and validation helpers are their own modules
+(:mod:`spkflow.optim`, :mod:`spkflow.train_state`, :mod:`spkflow.train_data`,
+:mod:`spkflow.validation`).
 """
 
 from __future__ import annotations
