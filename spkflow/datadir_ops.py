@@ -52,11 +52,11 @@ from spkflow.datadir import (
     Table,
     as_number,
     c_key,
-    first_unsorted_k2,
     read_lines,
     split_fields,
     write_lines,
 )
+from spkflow.datadir_check import first_unsorted_k2
 from spkflow.errors import InputError
 
 Log = Callable[[str], None]

@@ -17,9 +17,9 @@ from spkflow.datadir import (
     read_spk2utt,
     spk2utt_to_utt2spk,
     utt2spk_to_spk2utt,
-    validate_data_dir,
     write_kv,
 )
+from spkflow.datadir_check import validate_data_dir
 from spkflow.datadir_ops import (
     PerlRandom,
     combine_data,
