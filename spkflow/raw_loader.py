@@ -31,6 +31,7 @@ copies: ``docs/augmentation.md`` (``test/bench/bench_loader.py --raw``).
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -176,7 +177,11 @@ class NxMWaveDataset(BatchBuffers, Dataset):
             raise UtteranceError(utt, self.audio.source(utt), f"{len(wave)} samples is shorter than one frame")
         return wave, frames
 
-    def __getitem__(self, index: int | tuple[int, torch.Tensor | None]) -> tuple[torch.Tensor, list[str], torch.Tensor]:
+    def __getitem__(
+        self, index: int | tuple[int, torch.Tensor | None]
+    ) -> tuple[torch.Tensor, list[str], torch.Tensor, dict[str, int]]:
+        """``(feats [N*M, T, F], utts, speed index [N], counts)``; ``counts``: crops per applied
+        operation (``speed`` for a factor other than 1, then :class:`WaveAugment`'s names) and ``crops``."""
         b, into = index if isinstance(index, tuple) else (index, None)
         utts = self.batches[b]
         T = self.crop_length(b)
@@ -199,6 +204,7 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         starts = rng.integers(0, np.where(n >= spans, n - spans + 1, n)).tolist()
         out = self.batch_tensor((len(utts), T, self.fbank.dim), into)
         buf = out.numpy()
+        counts: collections.Counter[str] = collections.Counter(crops=len(utts))
         for i, u in enumerate(utts):
             wave = streams[i][0]
             pos = starts[i] * shift + np.arange(reads[i])
@@ -212,9 +218,10 @@ class NxMWaveDataset(BatchBuffers, Dataset):
                 if len(x) < need:
                     x = np.pad(x, (0, need - len(x)), mode="wrap")
                 x = x[:need]
+                counts["speed"] += 1
             if self.augment is not None:
                 arng = np.random.default_rng([self.seed, self.epoch, b, _AUG_PURPOSE, i])
-                x = self.augment(x, arng, speaker=self.utt2spk.get(u))
+                x = self.augment(x, arng, speaker=self.utt2spk.get(u), counts=counts)
             try:
                 feats = compute_fbank(x, self.rate, self.fbank)
             except ValueError as e:
@@ -222,4 +229,4 @@ class NxMWaveDataset(BatchBuffers, Dataset):
             buf[i] = feats[:T]
         if self.mean_norm == "crop":
             buf -= buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
-        return out, list(utts), torch.from_numpy(np.asarray(speed_idx, dtype=np.int64))
+        return out, list(utts), torch.from_numpy(np.asarray(speed_idx, dtype=np.int64)), dict(counts)

@@ -34,6 +34,7 @@ parts only; optimiser, run state, data and validation helpers are their own modu
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
@@ -426,8 +427,11 @@ class Trainer:
         run.epoch_start = time.time()
         run.losses = [] if run.start_batch == 0 else partial_losses(run.history, epoch)
         bar = progress_bar(len(batches), run.start_batch, epoch, opts.progress and self.is_main)
+        aug_counts: collections.Counter[str] = collections.Counter()  # raw path: crops per augmentation
         try:
             for index, (x, utts, *wave_speed) in enumerate(loader, start=run.start_batch):
+                if len(wave_speed) > 1:
+                    aug_counts.update(wave_speed[1])
                 flags = self._step(run, x, utts, index, stop, wave_speed[0] if wave_speed else None)
                 run.losses.append(float(flags[0]) / self.world_size)
                 bar.update(1)
@@ -450,6 +454,17 @@ class Trainer:
                     return "mid"
         finally:
             bar.close()
+            if aug_counts and self.is_main:
+                from spkflow.wavaugment import format_counts
+
+                log.info(
+                    "augment: epoch %d batches %d-%d%s, %s",
+                    epoch,
+                    run.start_batch + 1,
+                    index + 1,
+                    " (rank 0)" if self.world_size > 1 else "",
+                    format_counts(aug_counts, aug_counts.pop("crops", 0)),
+                )
         return None
 
     def _dataset(self, run: _Run, batches: list[list[str]]) -> Any:

@@ -26,6 +26,9 @@ What it guarantees
   additive noise, then band-limiting (a channel), then gain; each with its own probability.
   Speed perturbation changes the crop length and the speaker identity, so the loader applies it
   (:mod:`spkflow.raw_loader`): one factor per speaker of a batch, perturbed speakers are new voices.
+* What was applied is countable: :class:`WaveAugment` adds one to ``counts[op]`` for each operation
+  it applies to a crop (``noise.<kind>`` besides ``noise``); the loader returns a batch's counts,
+  the trainer writes their per-epoch sum to ``train.log`` (:func:`format_counts`).
 
 Design reasoning, measurements and the comparison with WeSpeaker / ESPnet / SpeechBrain:
 ``docs/augmentation.md``.
@@ -54,6 +57,7 @@ __all__ = [
     "WaveAugment",
     "add_at_snr",
     "band_limit",
+    "format_counts",
     "normalize_augment_config",
     "reverberate",
     "speed_perturb",
@@ -414,16 +418,25 @@ class WaveAugment:
     def speed_factors(self) -> list[float] | None:
         return self.cfg["speed"]["factors"]
 
-    def __call__(self, x: np.ndarray, rng: np.random.Generator, speaker: str | None = None) -> np.ndarray:
+    def __call__(
+        self,
+        x: np.ndarray,
+        rng: np.random.Generator,
+        speaker: str | None = None,
+        counts: collections.Counter[str] | None = None,
+    ) -> np.ndarray:
         """The augmented crop (a new float32 array of the same length; ``x`` is not changed).
-        ``speaker``: the crop's speaker, kept out of babble."""
+        ``speaker``: the crop's speaker, kept out of babble.  ``counts``: one is added for each
+        operation applied (``reverb``, ``noise`` and ``noise.<kind>``, ``band``, ``gain``)."""
         c = self.cfg
+        done: list[str] = []
         y = np.asarray(x, dtype=np.float32)
         # one child stream per stage: turning a stage on or off (an ablation) leaves the draws of
         # the others as they were
         r_rev, r_noise, r_band, r_gain = rng.spawn(4)
         if self.rirs is not None and r_rev.random() < c["reverb"]["prob"]:
             y = reverberate(y, self.rirs.whole(self.rirs.pick(r_rev)))
+            done.append("reverb")
         if self.kinds and r_noise.random() < c["noise"]["prob"]:
             kind = self.kinds[int(r_noise.integers(len(self.kinds)))]
             lo, hi = c["noise"]["num_sources"][kind]
@@ -436,9 +449,28 @@ class WaveAugment:
                 if p > 0.0:
                     mix += s / math.sqrt(p)
             y = add_at_snr(y, mix, r_noise.uniform(*c["noise"]["snr"][kind]))
+            done += ["noise", f"noise.{kind}"]
         if r_band.random() < c["band"]["prob"]:
             y = band_limit(y, self.sample_rate, c["band"]["mode"])
+            done.append("band")
         if r_gain.random() < c["gain"]["prob"]:
             db = r_gain.uniform(*c["gain"]["db"])
             y = np.clip(y * np.float32(10.0 ** (db / 20.0)), -1.0, 1.0)
+            done.append("gain")
+        if counts is not None:
+            counts.update(done)
         return y if y is not x else y.copy()
+
+
+_COUNT_ORDER = ("speed", "reverb", "noise", "band", "gain")
+
+
+def format_counts(counts: Mapping[str, int], crops: int) -> str:
+    """One log line's worth: ``"<crops> crops: speed 3, reverb 12, noise 9 (babble 4, music 5), band 0,
+    gain 0"`` (every operation named, zeros included, so a reader sees what was switched on)."""
+    parts = []
+    for op in _COUNT_ORDER:
+        kinds = sorted(k for k in counts if k.startswith(op + "."))
+        detail = ", ".join(f"{k[len(op) + 1 :]} {int(counts[k])}" for k in kinds)
+        parts.append(f"{op} {int(counts.get(op, 0))}" + (f" ({detail})" if detail else ""))
+    return f"{crops} crops: " + ", ".join(parts)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -225,6 +226,20 @@ def test_smoke_recipe_runs_every_stage(tmp_path: Path, vox_tree: dict[str, Path]
     # margin warm-up (train_smoke: 0 -> 0.2 over epoch 1), logged per epoch
     hist = json.loads((recipe / "exp" / "spk_train_smoke" / "history.json").read_text())["history"]
     assert hist[0]["margin"] < 0.1 and hist[1]["margin"] == pytest.approx(0.2)  # epoch 1 ramps (1 step here)
+    # waveform augmentation (train_smoke: raw path, MUSAN + RIRs of stage 1) counted per epoch in train.log
+    lines = [
+        x for x in (recipe / "exp" / "spk_train_smoke" / "train.log").read_text().splitlines() if "augment: epoch" in x
+    ]
+    assert len(lines) == 2, lines  # one line per epoch
+    totals = {"reverb": 0, "noise": 0}
+    for line in lines:
+        crops = re.search(r"(\d+) crops: ", line)
+        assert crops and int(crops.group(1)) == 16, line  # 8 speakers x 2 utterances, one batch per epoch
+        for op in totals:
+            totals[op] += int(re.search(rf"\b{op} (\d+)", line).group(1))
+        kinds = re.search(r"noise \d+ \(([^)]*)\)", line)
+        assert kinds is None or set(re.findall(r"(\w+) \d+", kinds.group(1))) <= {"noise", "music", "speech"}, line
+    assert totals["reverb"] > 0 and totals["noise"] > 0, lines
     # large-margin fine-tuning: stage 4 again, initialised from the model just trained
     r = run_recipe(
         recipe,
