@@ -65,10 +65,11 @@ def test_unaugmented_raw_crops_equal_the_ark_crops_without_vad(corpus):
     raw = NxMWaveDataset(corpus["data"], corpus["batches"], fbank=FB, seed=4, crop=(30, 60), use_vad=False)
     for b in range(len(ark)):
         x, u = ark[b]
-        y, v, speed = raw[b]
+        y, v, speed, counts = raw[b]
         assert u == v and x.shape == y.shape
         torch.testing.assert_close(y, x, atol=2e-4, rtol=0)  # same start frames, same fbank code
         assert speed.shape == (len(u),) and not speed.any()  # num_utt=1: one "speaker" per crop
+        assert counts == {"crops": len(u)}  # nothing applied without augment
 
 
 def test_vad_crops_come_from_voiced_frames(corpus):
@@ -137,11 +138,14 @@ def test_augmented_batches_are_deterministic_resumable_any_workers(corpus):
     for workers, start in ((2, 0), (1, 4), (0, 2)):
         got = list(make_loader(d, start_batch=start, num_workers=workers, prefetch_factor=2))
         assert len(got) == len(d) - start
-        for (x, u, s), (y, v, t) in zip(got, ref[start:], strict=True):
-            assert u == v and torch.equal(x, y) and torch.equal(s, t)
-    for b, (x, _, s) in enumerate(ref):
+        for (x, u, s, c), (y, v, t, n) in zip(got, ref[start:], strict=True):
+            assert u == v and torch.equal(x, y) and torch.equal(s, t) and c == n  # counts too
+    for b, (x, _, s, c) in enumerate(ref):
         assert x.shape == (6, d.crop_length(b), FB.dim) and torch.isfinite(x).all()
         assert s.shape == (3,) and 0 <= int(s.min()) and int(s.max()) < 3
+        assert c["crops"] == 6 and c.get("speed", 0) == 2 * int((s != 1).sum())  # factor index 1 is 1.0
+        assert c.get("noise", 0) == sum(v for k, v in c.items() if k.startswith("noise."))
+    assert sum(c.get(op, 0) for *_, c in ref for op in ("reverb", "noise", "band", "gain")) > 0
     assert not torch.equal(make(epoch=3)[0][0][:, :30], ref[0][0][:, :30])
     assert not torch.equal(make(seed=8)[0][0][:, :30], ref[0][0][:, :30])
     plain = NxMWaveDataset(
