@@ -26,7 +26,7 @@ What it guarantees (the reasoning behind it: docs/training.md):
   ``frontend``, so stage 5 rebuilds the input), ``checkpoint.pth``, ``epoch<E>.pth``,
   ``model.pth``, ``history.json`` and ``curves.png``.
 
-Why ~650 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
+Why about 680 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
 parts only; optimiser, run state, data and validation helpers are their own modules
 (:mod:`spkflow.optim`, :mod:`spkflow.train_state`, :mod:`spkflow.train_data`,
 :mod:`spkflow.validation`).
