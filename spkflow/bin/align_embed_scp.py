@@ -14,6 +14,8 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin import setup_logging
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
@@ -24,9 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("data_dir")
     p.add_argument("scp", nargs="+")
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
-    )
+    setup_logging()
     from spkflow.embed import align_scp
     from spkflow.errors import InputError
 

@@ -12,6 +12,7 @@ import logging
 import sys
 
 from spkflow.audio import write_utt2dur
+from spkflow.bin import setup_logging
 from spkflow.errors import InputError, UtteranceError
 
 
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("data_dir")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     try:
         path = write_utt2dur(args.data_dir, progress=sys.stderr.isatty())
     except (InputError, UtteranceError) as exc:

@@ -17,6 +17,8 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin import setup_logging
+
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.export", description="Export a spkflow model to ONNX.")
@@ -29,9 +31,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
-    )
+    setup_logging()
     from spkflow.api import Embedder
     from spkflow.config import ConfigError
     from spkflow.errors import InputError

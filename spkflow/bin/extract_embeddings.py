@@ -20,6 +20,7 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
 from spkflow.embedders import DTYPES
 
@@ -69,9 +70,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
-    )
+    setup_logging()
     import torch
 
     from spkflow.config import ConfigError

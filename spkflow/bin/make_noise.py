@@ -14,6 +14,7 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import int_at_least
 
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--colours", nargs="+", default=list(NOISE_COLOURS), choices=list(NOISE_COLOURS))
     p.add_argument("--sample-rate", type=int_at_least(1000), default=16000)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     if args.seconds <= 0:
         p.error(f"--seconds must be > 0, got {args.seconds}")
     info = f"# made by: python -m spkflow.bin.make_noise {' '.join(argv if argv is not None else sys.argv[1:])}\n"

@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import int_at_least
 
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--room-xy", type=float, nargs=2, default=(3.0, 10.0), metavar=("LO", "HI"), help="metres")
     p.add_argument("--room-z", type=float, nargs=2, default=(2.4, 4.0), metavar=("LO", "HI"), help="metres")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     for name in ("rt60", "room_xy", "room_z"):
         lo, hi = getattr(args, name)
         if not 0 < lo <= hi:

@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from spkflow.bin import setup_logging
 from spkflow.corpora.trials import make_trials, write_trials
 from spkflow.datadir import DataDir
 from spkflow.errors import InputError
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nontarget-ratio", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     out = Path(args.out) if args.out else Path(args.data_dir) / "trials"
     try:
         trials = make_trials(DataDir(args.data_dir).utt2spk(), args.nontarget_ratio, args.seed)

@@ -16,6 +16,7 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean
 
 
@@ -44,9 +45,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
-    )
+    setup_logging()
     from spkflow.embed import MergeError, merge_embeddings
     from spkflow.errors import InputError, OutputError
 

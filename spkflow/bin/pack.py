@@ -15,6 +15,8 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin import setup_logging
+
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -31,9 +33,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
-    )
+    setup_logging()
     from spkflow.errors import InputError
     from spkflow.pack import pack_model, read_packed, unpack_model
 

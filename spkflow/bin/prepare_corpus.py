@@ -15,6 +15,7 @@ import argparse
 import logging
 import sys
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean
 from spkflow.corpora import CORPORA, collect, spec
 from spkflow.corpora.base import CorpusSpec, summary, write_data_dir
@@ -70,7 +71,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     s: CorpusSpec = args.spec
     opts: dict[str, object] = {}
     for o in s.options:

@@ -19,6 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean
 from spkflow.datadir import read_kv
 from spkflow.features import FbankOptions
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compress", type=boolean, default=False, help="stage 2 writes compressed arks (true|false)")
     p.add_argument("--out-dir", default=".", help="where the features go (free disk of its file system)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     opts = FbankOptions.from_kaldi_conf(args.fbank_conf) if args.fbank_conf else FbankOptions()
     total = 0.0
     for d in args.data_dirs:

@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.errors import InputError
 
@@ -59,7 +60,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     from spkflow.evaluation import evaluate_set, write_results_md
 
     try:

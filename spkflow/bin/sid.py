@@ -23,6 +23,7 @@ import os
 import sys
 from typing import Any
 
+from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean, int_at_least
 
 log = logging.getLogger("spkflow.sid")
@@ -243,7 +244,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
+    setup_logging()
     from spkflow.errors import InputError
 
     try:
