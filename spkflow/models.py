@@ -15,10 +15,11 @@ What it guarantees
   section says what input the model expects.
 
 Models: ``ecapa_tdnn`` (:class:`EcapaTdnn`, espnet2.spk's ECAPA-TDNN modules run with a frame
-mask, which is what makes them padding invariant) and ``dvector_lstm`` (:class:`DVectorLSTM`, the
-GE2E paper's d-vector LSTM, sliding-window inference).  Both take ``input_norm: global`` and
-``specaug``.  How the mask is applied, the paper settings and the comparison with espnet2's
-``ESPnetSpeakerModel``: docs/models.md.
+mask, which is what makes them padding invariant), ``resnet`` (:class:`ResNet`, espnet2.spk's
+ResNet encoder blocks run with a frame mask that is downsampled with the time axis) and
+``dvector_lstm`` (:class:`DVectorLSTM`, the GE2E paper's d-vector LSTM, sliding-window
+inference).  All take ``input_norm: global`` and ``specaug``.  How the masks are applied, the
+paper settings and the comparison with espnet2's ``ESPnetSpeakerModel``: docs/models.md.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from spkflow.config import ConfigError, check_choice, check_keys
 __all__ = [
     "SpeakerEmbedder",
     "EcapaTdnn",
+    "ResNet",
     "DVectorLSTM",
     "SpecAugment",
     "build_model",
@@ -210,6 +212,137 @@ class EcapaTdnn(SpeakerEmbedder):
         return self.projector(pooled)
 
 
+# espnet2's ResNetEncoder depths: block kind and blocks per stage (He et al. 2016; the deeper
+# ones are the speaker-verification variants espnet2 and WeSpeaker add).
+RESNET_TYPES: dict[str, tuple[str, tuple[int, int, int, int]]] = {
+    "resnet18": ("basic", (2, 2, 2, 2)),
+    "resnet34": ("basic", (3, 4, 6, 3)),
+    "resnet50": ("bottleneck", (3, 4, 6, 3)),
+    "resnet101": ("bottleneck", (3, 4, 23, 3)),
+    "resnet152": ("bottleneck", (3, 8, 36, 3)),
+    "resnet221": ("bottleneck", (6, 16, 48, 3)),
+    "resnet293": ("bottleneck", (10, 20, 64, 3)),
+}
+
+
+def _halve(lengths: torch.Tensor, stride: int) -> torch.Tensor:
+    """Output length of a kernel-3, padding-1 (or kernel-1) convolution with ``stride``."""
+    return (lengths - 1) // stride + 1
+
+
+def _check_resnet(cfg: Mapping[str, Any], source: str = "config") -> None:
+    """The ``resnet`` values a config file can get wrong, checked when the file is loaded."""
+    check_choice(source, "model.resnet_type", cfg.get("resnet_type", "resnet34"), tuple(RESNET_TYPES))
+    nb = cfg.get("num_blocks")
+    ints = isinstance(nb, (list, tuple)) and all(isinstance(n, int) and not isinstance(n, bool) for n in nb)
+    if nb is not None and not (ints and len(nb) == 4 and min(nb) >= 1):
+        raise ConfigError(f"{source}: model.num_blocks must be four integers >= 1 (or null), got {nb!r}")
+    ch = cfg.get("channels", 32)
+    if isinstance(ch, bool) or not isinstance(ch, int) or ch < 1:
+        raise ConfigError(f"{source}: model.channels must be an integer >= 1, got {ch!r}")
+
+
+class ResNet(SpeakerEmbedder):
+    """ResNet speaker embedder from espnet2.spk modules, run with a frame mask.
+
+    ``resnet_type`` picks espnet2's block kind and depth (``resnet34``: 3-4-6-3 basic blocks);
+    ``num_blocks`` (four ints) overrides the depth with the same block kind.  ``channels`` is
+    espnet2's ``m_channels`` (the first stage's width; stages 2-4 double it; ResNet34: 32),
+    ``embed_dim`` the projector output (WeSpeaker's ResNet34: 256).  Parts: espnet2's
+    ``ResNetEncoder`` (2-D convolutions over frequency x time, stride 2 in both at stages 2-4,
+    so the frame rate drops 8x), ``StatsPooling`` (mean and standard deviation over time,
+    given lengths) and ``RawNet3Projector`` (BatchNorm + linear).  Parameter names are
+    espnet2's (``encoder.layer1.0.conv1.weight``, ...).
+
+    What this guarantees that espnet2's ``ResNetEncoder.forward`` does not: a padded utterance
+    in a batch gets the embedding it gets alone (eval mode, max |diff| <= 1e-4 after L2
+    normalisation; ``test/test_models.py``).  espnet2's forward convolves across the padded
+    frames, whose values after BatchNorm are not zero, so the last valid frames of each stage
+    change with the padding, and it has no lengths for the pooling.  :meth:`encode` runs the
+    same modules but zeroes the padded frames before every convolution with a time kernel of
+    3, which is what the convolution's own zero padding does at the end of an utterance that
+    is alone; a stride-2 stage maps a length ``L`` to ``(L - 1) // 2 + 1`` and the mask is
+    rebuilt for that length, and an output frame inside it reads only input frames inside
+    the input length or the zeroed frame just after it -- the same values as alone.  The
+    statistics pooling then averages over the valid output frames only.  The 1x1 shortcuts
+    read one frame each and need no mask.  Batches of equal-length crops (training) skip
+    the masks, which are all ones there.
+    """
+
+    def __init__(
+        self,
+        input_dim: int = 80,
+        resnet_type: str = "resnet34",
+        num_blocks: list[int] | tuple[int, ...] | None = None,
+        channels: int = 32,
+        embed_dim: int = 256,
+        input_norm: str = "global",
+        specaug: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(input_dim, input_norm, specaug)
+        from espnet2.spk.encoder.resnet_encoder import ResNetEncoder
+        from espnet2.spk.layers.resnet_block import BasicBlock, Bottleneck
+        from espnet2.spk.pooling.stat_pooling import StatsPooling
+        from espnet2.spk.projector.rawnet3_projector import RawNet3Projector
+
+        _check_resnet({"resnet_type": resnet_type, "num_blocks": num_blocks, "channels": channels})
+        kind, blocks = RESNET_TYPES[resnet_type]
+        if num_blocks is not None:
+            blocks = tuple(num_blocks)
+        block = BasicBlock if kind == "basic" else Bottleneck
+        self.encoder = ResNetEncoder(int(input_dim), block=block, num_blocks=blocks, m_channels=channels)
+        freq = int(input_dim)
+        for _ in range(3):  # stages 2-4 halve the frequency axis too (kernel 3, padding 1, stride 2)
+            freq = (freq - 1) // 2 + 1
+        self.frame_dim = freq * channels * 8 * block.expansion  # espnet2's output_size() when input_dim % 8 == 0
+        self.pooling = StatsPooling(self.frame_dim)
+        self.projector = RawNet3Projector(self.pooling.output_size(), int(embed_dim))
+        self.embed_dim = int(embed_dim)
+
+    @staticmethod
+    def _block(block: nn.Module, x: torch.Tensor, m: torch.Tensor | None, m_out: torch.Tensor | None) -> torch.Tensor:
+        """espnet2's ``BasicBlock``/``Bottleneck`` forward with padded frames zeroed before each
+        time-kernel-3 convolution.  ``m``: [B, 1, 1, T] float mask of the input frames,
+        ``m_out``: the same for the block's (possibly strided) output; None: no padding."""
+        conv3 = getattr(block, "conv3", None)
+        if conv3 is None:  # BasicBlock: 3x3 (stride s) -> 3x3
+            out = F.relu(block.bn1(block.conv1(x if m is None else x * m)))
+            out = block.bn2(block.conv2(out if m_out is None else out * m_out))
+        else:  # Bottleneck: 1x1 -> 3x3 (stride s) -> 1x1
+            out = F.relu(block.bn1(block.conv1(x)))
+            out = F.relu(block.bn2(block.conv2(out if m is None else out * m)))
+            out = block.bn3(conv3(out))
+        return F.relu(out + block.shortcut(x))
+
+    def encode(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frame-level output ``[B, D, T']`` of espnet2's encoder (same layout: frequency-major
+        ``D = F' x C``), computed with a frame mask, and the output lengths ``[B]``."""
+        enc = self.encoder
+        padded = bool((lengths != x.shape[1]).any())
+
+        def mask(n: torch.Tensor, t: int) -> torch.Tensor | None:
+            return lengths_to_mask(n, t)[:, None, None, :].to(x.dtype) if padded else None
+
+        h = x.transpose(1, 2).unsqueeze(1)  # [B, 1, F, T], padded frames already zero
+        h = F.relu(enc.bn1(enc.conv1(h)))
+        n = lengths
+        m = mask(n, h.shape[-1])
+        for stage in (enc.layer1, enc.layer2, enc.layer3, enc.layer4):
+            for block in stage:
+                stride = block.conv2.stride[-1] if hasattr(block, "conv3") else block.conv1.stride[-1]
+                n_out = _halve(n, stride)
+                t_out = (h.shape[-1] - 1) // stride + 1
+                m_out = m if stride == 1 else mask(n_out, t_out)
+                h = self._block(block, h, m, m_out)
+                n, m = n_out, m_out
+        b, c, f, t = h.shape
+        return h.permute(0, 2, 1, 3).reshape(b, f * c, t), n
+
+    def embed(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        h, n = self.encode(x, lengths)
+        return self.projector(self.pooling(h, feat_lengths=n))
+
+
 class DVectorLSTM(SpeakerEmbedder):
     """GE2E d-vector LSTM: ``layers`` LSTM layers of ``hidden`` cells with projection ``embed_dim``.
 
@@ -274,7 +407,7 @@ class DVectorLSTM(SpeakerEmbedder):
         return out / torch.bincount(own, minlength=x.shape[0]).clamp_min(1)[:, None].to(d.dtype)
 
 
-MODELS: dict[str, type[SpeakerEmbedder]] = {"ecapa_tdnn": EcapaTdnn, "dvector_lstm": DVectorLSTM}
+MODELS: dict[str, type[SpeakerEmbedder]] = {"ecapa_tdnn": EcapaTdnn, "resnet": ResNet, "dvector_lstm": DVectorLSTM}
 
 # Accepted keys and defaults of each model (``name`` aside); ``build_model`` checks against these.
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -284,6 +417,15 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "scale": 8,
         "output_channels": None,
         "embed_dim": 192,
+        "input_norm": "global",
+        "specaug": None,
+    },
+    "resnet": {
+        "input_dim": 80,
+        "resnet_type": "resnet34",
+        "num_blocks": None,
+        "channels": 32,
+        "embed_dim": 256,
         "input_norm": "global",
         "specaug": None,
     },
@@ -301,7 +443,8 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def check_model_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, Any]]:
-    """The model ``name`` and its other keys, after checking both against :data:`MODEL_DEFAULTS`.
+    """The model ``name`` and its other keys, after checking both against :data:`MODEL_DEFAULTS`
+    (and, for ``resnet``, its depth and width values, so a bad one fails when the file is loaded).
 
     Raises :class:`~spkflow.config.ConfigError` naming ``source`` (the config file) and the key.
     """
@@ -311,6 +454,8 @@ def check_model_config(cfg: Any, source: str = "config") -> tuple[str, dict[str,
     name = cfg.pop("name", None)
     check_choice(source, "model.name", name, tuple(sorted(MODELS)))
     check_keys("model", cfg, MODEL_DEFAULTS[name], source=source)
+    if name == "resnet":
+        _check_resnet(cfg, source)
     return name, cfg
 
 

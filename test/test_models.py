@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +12,20 @@ import torch.nn.functional as F
 import yaml
 
 from spkflow.config import ConfigError
-from spkflow.models import DVectorLSTM, EcapaTdnn, build_model, load_model_dir
+from spkflow.models import DVectorLSTM, EcapaTdnn, ResNet, build_model, load_model_dir
 
 torch.set_num_threads(1)
 
 ECAPA = {"name": "ecapa_tdnn", "input_dim": 20, "channels": 32, "scale": 4, "embed_dim": 16}
+# espnet2's ResNet with one block per stage and 4 channels (20 mel bins: frequency 20 -> 10 -> 5 -> 3)
+RESNET = {
+    "name": "resnet",
+    "input_dim": 20,
+    "resnet_type": "resnet34",
+    "num_blocks": [1, 1, 1, 1],
+    "channels": 4,
+    "embed_dim": 16,
+}
 LSTM = {
     "name": "dvector_lstm",
     "input_dim": 20,
@@ -53,12 +63,65 @@ def _padded_vs_alone(model: torch.nn.Module, lengths: list[int], pad_value: floa
     return worst
 
 
-@pytest.mark.parametrize("cfg", [ECAPA, LSTM, {**LSTM, "infer_window": 0}], ids=["ecapa", "lstm-window", "lstm"])
+@pytest.mark.parametrize(
+    "cfg",
+    [ECAPA, RESNET, {**RESNET, "resnet_type": "resnet50"}, LSTM, {**LSTM, "infer_window": 0}],
+    ids=["ecapa", "resnet-basic", "resnet-bottleneck", "lstm-window", "lstm"],
+)
 @pytest.mark.parametrize("pad_value", [0.0, 50.0])
 def test_padded_utterance_gets_the_embedding_it_gets_alone(cfg: dict, pad_value: float) -> None:
     torch.manual_seed(0)
     model = _trained_bn(build_model(cfg))
     assert _padded_vs_alone(model, [90, 37, 61, 12], pad_value) <= 1e-4
+
+
+@pytest.mark.parametrize("lengths", [[64, 1, 2, 3, 9], [41, 40, 17, 16, 15]], ids=["tiny", "odd-even"])
+def test_resnet_padding_invariance_through_the_strided_stages(lengths: list[int]) -> None:
+    """Odd and even lengths either side of each stride-2 stage (L -> (L - 1) // 2 + 1), down to one
+    frame, in espnet2's full ResNet34 layout (3-4-6-3 blocks)."""
+    torch.manual_seed(0)
+    model = _trained_bn(build_model({**RESNET, "num_blocks": None}))
+    assert _padded_vs_alone(model, lengths, 50.0) <= 1e-4
+
+
+def test_espnet2_resnet_without_masks_is_not_padding_invariant() -> None:
+    """Why ResNet.encode masks: espnet2's own forward changes a padded utterance's frames."""
+    from espnet2.spk.encoder.resnet_encoder import ResNetEncoder
+
+    torch.manual_seed(0)
+    model = _trained_bn(build_model(RESNET))
+    assert isinstance(model, ResNet) and isinstance(model.encoder, ResNetEncoder)
+    x = torch.randn(1, 50, 20)
+    with torch.no_grad():
+        xn = (x - model.input_mean) / model.input_std
+        pn = torch.cat([xn, torch.zeros(1, 30, 20)], dim=1)
+        raw_alone = model.encoder(xn.clone())
+        raw_padded = model.encoder(pn.clone())[..., :7]  # 50 frames -> 25 -> 13 -> 7
+        ours_alone, n_alone = model.encode(xn, torch.tensor([50]))
+        ours_padded, n_padded = model.encode(pn, torch.tensor([50]))
+    assert n_alone.tolist() == n_padded.tolist() == [7] and ours_padded.shape[-1] == 10
+    assert float((raw_alone - raw_padded).abs().max()) > 1e-3
+    assert float((ours_alone - ours_padded[..., :7]).abs().max()) < 1e-4
+    torch.testing.assert_close(ours_alone, raw_alone, rtol=1e-5, atol=1e-5)  # same network and layout unpadded
+    enc = ResNetEncoder(20, num_blocks=(1, 1, 1, 1), m_channels=4)
+    assert {k.split(".", 1)[1] for k in model.state_dict() if k.startswith("encoder.")} == set(enc.state_dict())
+
+
+def test_resnet34_size_and_training_step() -> None:
+    """The default is espnet2's ResNet34 (WeSpeaker's ResNet34-TSTP-emb256: 6.63 M parameters; ours
+    adds the projector's input BatchNorm); a tiny one runs forward and backward in training mode."""
+    big = build_model({"name": "resnet"})
+    assert sum(p.numel() for p in big.parameters()) == 6_644_576 and big.embed_dim == 256
+    assert big.frame_dim == big.encoder.output_size() == 2560  # 80 bins -> 10, x 256 channels
+    torch.manual_seed(0)
+    model = build_model({**RESNET, "specaug": {"freq_width": 3, "time_width": 4}}).train()
+    x = torch.randn(6, 40, 20)
+    emb = model(x, torch.full((6,), 40))
+    assert emb.shape == (6, 16)
+    F.normalize(emb, dim=-1)[:, 0].sum().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
+    assert float(model.encoder.conv1.weight.grad.abs().sum()) > 0
 
 
 def test_espnet2_encoder_without_masks_is_not_padding_invariant() -> None:
@@ -104,7 +167,11 @@ def test_shapes_and_paper_lstm() -> None:
     "cfg, match",
     [
         ({**ECAPA, "chanels": 8}, "chanels"),
-        ({**ECAPA, "name": "resnet"}, "model.name"),
+        ({**ECAPA, "name": "xvector"}, "model.name"),
+        ({**RESNET, "scale": 4}, "model.scale"),
+        ({**RESNET, "resnet_type": "resnet35"}, "model.resnet_type"),
+        ({**RESNET, "num_blocks": [1, 1, 1]}, "model.num_blocks"),
+        ({**RESNET, "channels": 0}, "model.channels"),
         ({k: v for k, v in ECAPA.items() if k != "name"}, "model.name"),
         ({**LSTM, "hidden_size": 8}, "hidden_size"),
         ({**ECAPA, "specaug": {"freq_mask": 3}}, "freq_mask"),
@@ -115,6 +182,25 @@ def test_shapes_and_paper_lstm() -> None:
 def test_config_errors(cfg: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         build_model(cfg)
+
+
+def test_resnet_values_are_config_errors_at_load(tmp_path: Path) -> None:
+    """A wrong depth in a training config file is found when the file is loaded, naming file and key."""
+    from spkflow.config import load_train_config
+
+    shipped = Path(__file__).resolve().parents[1] / "egs/voxceleb/spk1/conf/train_resnet34_aam.yaml"
+    cfg = yaml.safe_load(shipped.read_text())
+    assert load_train_config(shipped)["model"]["resnet_type"] == "resnet34"
+    for key, value, match in [
+        ("resnet_type", "ResNet34", r"model\.resnet_type must be resnet18 \| resnet34"),
+        ("num_blocks", [3, 4, 6], r"model\.num_blocks must be four integers"),
+        ("channels", 32.5, r"model\.channels must be an integer"),
+        ("m_channels", 32, r"unknown key\(s\) model\.m_channels"),
+    ]:
+        path = tmp_path / "train.yaml"
+        path.write_text(yaml.safe_dump({**cfg, "model": {**cfg["model"], key: value}}))
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: {match}"):
+            load_train_config(path)
 
 
 def test_specaug_only_in_training() -> None:

@@ -423,6 +423,30 @@ def test_aam_and_lstm_train(tmp_path: Path) -> None:
     assert model.embed_dim == 8
 
 
+def test_resnet_trains_and_extracts_padding_invariant(tmp_path: Path) -> None:
+    """A tiny espnet2 ResNet trains one epoch through the trainer (AAM-softmax, SpecAugment) and
+    the saved model directory embeds a padded batch as it embeds each utterance alone."""
+    from spkflow.models import load_model_dir
+    from spkflow.trainer import Trainer
+
+    model_cfg = {"name": "resnet", "num_blocks": [1, 1, 1, 1], "channels": 4, "embed_dim": 8}
+    model_cfg["specaug"] = {"freq_width": 3, "time_width": 4}
+    s = make_train_setup(tmp_path, epochs=1, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30}, model=model_cfg)
+    s["config"]["train"]["select"] = "last"
+    history = Trainer(options(s, tmp_path / "exp")).run()
+    assert np.isfinite(history[0]["train_loss"])
+    model, config = load_model_dir(tmp_path / "exp")
+    assert config["model"]["name"] == "resnet" and model.embed_dim == 8 and model.input_dim == 20
+    g = torch.Generator().manual_seed(0)
+    lengths = [45, 20, 33]
+    x = torch.randn(3, 45, 20, generator=g)
+    with torch.no_grad():
+        batch = torch.nn.functional.normalize(model(x, torch.tensor(lengths)), dim=-1)
+        for i, n in enumerate(lengths):
+            alone = torch.nn.functional.normalize(model(x[i : i + 1, :n], torch.tensor([n])), dim=-1)[0]
+            assert float((batch[i] - alone).abs().max()) <= 1e-4
+
+
 def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any], tmp_path: Path) -> None:
     """A real signal to the command-line trainer: it finishes the step, writes a checkpoint,
     exits 128 + 15; a rerun resumes and ends with the uninterrupted run's weights."""
