@@ -30,7 +30,7 @@ MAIN_ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../../.." && 
 project_python=${MAIN_ROOT}/.venv/bin/python
 [ -x "${project_python}" ] || { log "Error: ${project_python} not found (the project venv)"; exit 1; }
 
-if [ -x "${venv}/bin/python" ] && "${venv}/bin/python" -c 'import resemblyzer, webrtcvad' >/dev/null 2>&1; then
+if [ -x "${venv}/bin/python" ] && "${venv}/bin/python" -c 'import resemblyzer, webrtcvad, spkflow' >/dev/null 2>&1; then
     log "${venv} is ready"
     exit 0
 fi
@@ -47,5 +47,9 @@ else
     "${venv}/bin/pip" install -q "webrtcvad-wheels==${webrtcvad_version}" librosa numpy scipy soundfile torch kaldiio pyyaml
     "${venv}/bin/pip" install -q --no-deps "resemblyzer==${resemblyzer_version}"
 fi
-"${venv}/bin/python" -c 'import resemblyzer, webrtcvad; print("resemblyzer", resemblyzer.__file__)'
+# this checkout's spkflow (scoring, AudioReader): the project venv holds it as an editable install,
+# whose import hook a plain path line does not carry over
+own=$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "${MAIN_ROOT}" > "${own}/spkflow_checkout.pth"
+"${venv}/bin/python" -c 'import resemblyzer, webrtcvad, spkflow; print("resemblyzer", resemblyzer.__file__)'
 log "Successfully finished: ${venv}"
