@@ -486,7 +486,13 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
 
 
 @pytest.mark.parametrize(
-    "path", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("egs/*/spk1/conf/train*.yaml")), ids=lambda p: p
+    "path",
+    sorted(
+        str(p.relative_to(ROOT))
+        for pattern in ("egs/*/spk1/conf/train*.yaml", "egs/*/spk1/conf/aug_study/*.yaml")
+        for p in ROOT.glob(pattern)
+    ),
+    ids=lambda p: p,
 )
 def test_shipped_configs_load(path: str) -> None:
     """Every training config of the spk1 recipes (ESPnet's tts1 configs are not ours) passes the checks
