@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GE2E vs GE2E-XS vs AAM-softmax on the same data, model and schedule, over several seeds.
 #
-#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train.yaml ..."] [run.sh options]
+#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train_ge2e.yaml ..."] [run.sh options]
 #
 # Needs stages 1-2 (./run.sh --stop_stage 2, or the demo itself).  For each config and seed it
 # writes a copy of the config with train.seed set to the seed, trains and evaluates it with
@@ -13,7 +13,7 @@ set -euo pipefail
 log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${0##*/}) $*"; }
 
 seeds="0 1"
-configs="conf/train.yaml conf/train_ge2e_xs.yaml conf/train_aam.yaml"
+configs="conf/train_ge2e.yaml conf/train_ge2e_xs.yaml conf/train_aam.yaml"
 test_sets="test dsp20"
 run_opts=()
 while [ $# -gt 0 ]; do
