@@ -86,10 +86,12 @@ def close_to(got: np.ndarray, want: np.ndarray) -> bool:
 
 def test_api_equals_stage5_on_files_waves_and_batches(model_dir, mixed, tmp_path):
     """embed_file, embed (native rate, float or int PCM) and embed_batch give stage 5's vectors:
-    bit for bit those of stage 5 at batch size 1 when torch has one thread, as stage 5's jobs
-    do (--num-threads 1); within 1e-5 (relative) of batched stage 5 with any thread count
-    (float summation order differs in padded batches and across thread counts: measured
-    <= 1e-6 after L2 normalisation)."""
+    within 5e-6 (after L2 normalisation) of stage 5 at batch size 1 when torch has one thread, as stage 5's jobs do
+    (--num-threads 1) -- bit for bit on the Intel VM where this was first measured, a few ulps
+    apart on an AMD EPYC one (max |diff| 7.7e-6 on values ~2 before normalisation: the CPU
+    kernels differ between stage 5's process and this one there); within 1e-5 (relative) of
+    batched stage 5 with any thread count (float summation order differs in padded batches and
+    across thread counts: measured <= 1e-6 after L2 normalisation)."""
     import torch
 
     from spkflow import Embedder
@@ -115,7 +117,7 @@ def test_api_equals_stage5_on_files_waves_and_batches(model_dir, mixed, tmp_path
     want_batched = np.stack([batched[u] for u in utts])
     for got in (files, pcm):
         assert got.shape == want_alone.shape and got.dtype == np.float32
-        np.testing.assert_array_equal(got, want_alone)
+        np.testing.assert_allclose(l2(got), l2(want_alone), rtol=0, atol=5e-6)
     for got in (files, pcm, batch):
         assert close_to(got, want_batched)
     assert not np.allclose(l2(want_alone[0]), l2(want_alone[1]), atol=1e-2)  # distinct vectors: the check has teeth

@@ -322,7 +322,7 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
             r"loss\.name must be aamsoftmax \| aamsoftmax_subcenter \| ge2e \| ge2e_xs, got 'triplet'",
         ),
         ("loss", "margn", 0.2, r"unknown key\(s\) loss\.margn; accepted: "),
-        ("model", "name", "resnet", r"model\.name must be dvector_lstm \| ecapa_tdnn, got 'resnet'"),
+        ("model", "name", "xvector", r"model\.name must be dvector_lstm \| ecapa_tdnn \| resnet, got 'xvector'"),
         ("model", "chanels", 8, r"unknown key\(s\) model\.chanels; accepted: "),
         ("optim", "name", "adagrad", r"optim\.name must be adam \| adamw \| sgd, got 'adagrad'"),
         ("optim", "lr", "1e-3", r"optim\.lr must be a number, got '1e-3' \(YAML reads"),
