@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -225,8 +225,12 @@ RESNET_TYPES: dict[str, tuple[str, tuple[int, int, int, int]]] = {
 }
 
 
-def _halve(lengths: torch.Tensor, stride: int) -> torch.Tensor:
-    """Output length of a kernel-3, padding-1 (or kernel-1) convolution with ``stride``."""
+_Length = TypeVar("_Length", int, torch.Tensor)
+
+
+def _halve(lengths: _Length, stride: int) -> _Length:
+    """Output length (frames or frequency bins; an int or a tensor of them) of a kernel-3,
+    padding-1 (or kernel-1) convolution with ``stride``."""
     return (lengths - 1) // stride + 1
 
 
@@ -293,7 +297,7 @@ class ResNet(SpeakerEmbedder):
         self.encoder = ResNetEncoder(int(input_dim), block=block, num_blocks=blocks, m_channels=channels)
         freq = int(input_dim)
         for _ in range(3):  # stages 2-4 halve the frequency axis too (kernel 3, padding 1, stride 2)
-            freq = (freq - 1) // 2 + 1
+            freq = _halve(freq, 2)
         self.frame_dim = freq * channels * 8 * block.expansion  # espnet2's output_size() when input_dim % 8 == 0
         self.pooling = StatsPooling(self.frame_dim)
         self.projector = RawNet3Projector(self.pooling.output_size(), int(embed_dim))
@@ -331,7 +335,7 @@ class ResNet(SpeakerEmbedder):
             for block in stage:
                 stride = block.conv2.stride[-1] if hasattr(block, "conv3") else block.conv1.stride[-1]
                 n_out = _halve(n, stride)
-                t_out = (h.shape[-1] - 1) // stride + 1
+                t_out = _halve(h.shape[-1], stride)
                 m_out = m if stride == 1 else mask(n_out, t_out)
                 h = self._block(block, h, m, m_out)
                 n, m = n_out, m_out

@@ -37,8 +37,8 @@ fi
 base_python=$("${project_python}" -c 'import sys, os; print(os.path.join(sys.base_prefix, "bin", "python3"))')
 log "Creating ${venv} with ${base_python}"
 "${base_python}" -m venv "${venv}"
+own=$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')   # its site-packages
 if ${share_project_venv}; then
-    own=$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     shared=$("${project_python}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     # a .pth line appends the directory to sys.path, after the venv's own site-packages
     echo "${shared}" > "${own}/zz_project_venv.pth"
@@ -49,7 +49,6 @@ else
 fi
 # this checkout's spkflow (scoring, AudioReader): the project venv holds it as an editable install,
 # whose import hook a plain path line does not carry over
-own=$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "${MAIN_ROOT}" > "${own}/spkflow_checkout.pth"
 "${venv}/bin/python" -c 'import resemblyzer, webrtcvad, spkflow; print("resemblyzer", resemblyzer.__file__)'
 log "Successfully finished: ${venv}"
