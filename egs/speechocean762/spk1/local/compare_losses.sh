@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # GE2E vs GE2E-XS vs AAM-softmax on the same data, model and schedule, over several seeds.
 #
-#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train_ge2e.yaml ..."] [run.sh options]
+#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train_ge2e.yaml ..."] [--suffix S] [run.sh options]
 #
 # Needs stages 1-2 (./run.sh --stop_stage 2, or the demo itself).  For each config and seed it
 # writes a copy of the config with train.seed set to the seed, trains and evaluates it with
 # ./run.sh --stage 3 --batch_seed <seed> --tag <config>_seed<seed> (so the batch plan changes with
-# the seed too), and finally prints a Markdown table of EER / minDCF per test set with the mean
+# the seed too; --suffix S makes the tag <config>S_seed<seed>, for comparing run.sh options such
+# as --num_spk on one config), and finally prints a Markdown table of EER / minDCF per test set with the mean
 # over seeds (exp/compare_losses.md).  A run whose metrics already exist is not repeated.
 set -euo pipefail
 
@@ -15,12 +16,14 @@ log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${0##*/}) $*"; }
 seeds="0 1"
 configs="conf/train_ge2e.yaml conf/train_ge2e_xs.yaml conf/train_aam.yaml"
 test_sets="test dsp20"
+suffix=""
 run_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --seeds) seeds=$2; shift 2 ;;
         --configs) configs=$2; shift 2 ;;
         --test_sets) test_sets=$2; run_opts+=("$1" "$2"); shift 2 ;;
+        --suffix) suffix=$2; shift 2 ;;
         *) run_opts+=("$1"); shift ;;
     esac
 done
@@ -30,7 +33,7 @@ confdir=exp/compare_losses/conf
 mkdir -p "${confdir}"
 tags=()
 for config in ${configs}; do
-    name=$(basename "${config}" .yaml)
+    name=$(basename "${config}" .yaml)${suffix}
     if ! grep -q '^  seed: ' "${config}"; then
         log "Error: ${config} has no '  seed:' line under train:"
         exit 1
