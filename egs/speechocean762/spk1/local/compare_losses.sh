@@ -6,9 +6,10 @@
 # Needs stages 1-2 (./run.sh --stop_stage 2, or the demo itself).  For each config and seed it
 # writes a copy of the config with train.seed set to the seed, trains and evaluates it with
 # ./run.sh --stage 3 --batch_seed <seed> --tag <config>_seed<seed> (so the batch plan changes with
-# the seed too; --suffix S makes the tag <config>S_seed<seed>, for comparing run.sh options such
-# as --num_spk on one config), and finally prints a Markdown table of EER / minDCF per test set with the mean
+# the seed too), and finally prints a Markdown table of EER / minDCF per test set with the mean
 # over seeds (exp/compare_losses.md).  A run whose metrics already exist is not repeated.
+# --suffix S makes the tags <config>S_seed<seed>: one config run with other run.sh options (e.g.
+# --num_spk 64 --num_utt 2) gets tags of its own.
 set -euo pipefail
 
 log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${0##*/}) $*"; }
