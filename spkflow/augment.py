@@ -1,4 +1,5 @@
-"""Speed perturbation of log-mel filterbank crops, one factor per speaker of an N x M batch.
+"""Augmentation of log-mel filterbank crops: speed (one factor per speaker of an N x M batch) and
+channel (one random recording channel per crop).
 
 What it guarantees
 ------------------
@@ -16,13 +17,32 @@ What it guarantees
   batch, so a batch is reproducible and resume-safe.
 * Input crops of ``T_read`` frames become ``floor(T_read / max_factor)`` frames for every
   factor (no padding, no wrap-around): :meth:`read_frames` says how long to read.
+* Channel perturbation gives every crop, independently of the other crops of its speaker, a
+  random recording channel: a level change plus a smooth equaliser curve.  A linear filter
+  multiplies the power spectrum, so on log-mel frames its effect is a curve *added* to every
+  frame (exact where the filter is flat across a mel band, which a smooth curve is).  The curve
+  is ``gain + sum_k c_k cos(pi k (j + 0.5) / B)`` over the B mel bins ``j`` (bins are equally
+  spaced in mel), with ``gain ~ N(0, gain_db)`` and ``c_k ~ N(0, shape_db)`` for
+  ``k = 1..shape_terms``, in dB of power (Kaldi's fbank is the natural log of power: 1 dB adds
+  ``ln(10) / 10``).  An energy column gets the gain only.  Draws come from the global torch
+  generator, like the speed factors, so a batch is reproducible and resume-safe.
 
-Compared with the anchor (waveform speed perturbation with sox in Kaldi's
-``utils/data/perturb_data_dir_speed.sh``, used by ESPnet and WeSpeaker): no extra data dirs,
-no 3x feature extraction and no sox; the price is an approximation (the mel filterbank is
-applied before the warp instead of after).  On speechocean762, the mean log-mel spectrum of a
+Why channel perturbation: in corpora where each speaker was recorded in one session
+(speechocean762, DSPSpeech-20, FSDD), level and microphone colour are as constant per speaker as
+the voice, and a model trained on one of them learns them as the voice; a speaker recorded
+over several sessions (LibriSpeech chapters, VoxCeleb videos) then looks like several speakers.
+Giving the M crops of a speaker different channels makes the loss pay for that
+(docs/augmentation.md has the measurements).
+
+Compared with the anchors: Kaldi's ``utils/data/perturb_data_dir_speed.sh`` (used by ESPnet and
+WeSpeaker) perturbs speed with sox on the waveform; ESPnet's ``espnet2.layers.augmentation``
+and audiomentations' ``SevenBandParametricEQ`` equalise waveforms with biquads.  Here both act on
+feature crops (the ark loader's, or the raw loader's fbank), in the trainer: no extra data dirs,
+no 3x feature extraction, no per-crop filtering or fbank.  The price is an approximation for speed (the mel filterbank is
+applied before the warp instead of after): on speechocean762, the mean log-mel spectrum of a
 feature-warped utterance is 2-3x closer to the sox-style perturbed one than the unperturbed
-spectrum is (measured in the TRAIN helper's experiments, reported with the demo).
+spectrum is (measured in the TRAIN helper's experiments, reported with the demo); an
+equaliser curve as smooth as the one here has no such approximation beyond the mel smoothing.
 """
 
 from __future__ import annotations
@@ -34,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["FbankSpeedPerturb", "mel_centers"]
+__all__ = ["CHANNEL_DEFAULTS", "FbankChannelPerturb", "FbankSpeedPerturb", "mel_centers", "normalize_channel_config"]
 
 
 def _mel(f: np.ndarray) -> np.ndarray:
@@ -131,3 +151,69 @@ class FbankSpeedPerturb:
                 y = y @ w
             out[sel] = y
         return out, idx
+
+
+CHANNEL_DEFAULTS: dict[str, float | int] = {
+    "prob": 1.0,  # share of crops that get a channel (the others are left as read)
+    "gain_db": 4.0,  # standard deviation of the level change, dB
+    "shape_db": 2.0,  # standard deviation of each cosine term of the equaliser curve, dB
+    "shape_terms": 4,  # cosine terms of the curve (0: level only)
+}
+
+
+def normalize_channel_config(value: Any, key: str = "train.channel_perturb", source: str = "config") -> dict | None:
+    """``null`` (off) or a mapping of :data:`CHANNEL_DEFAULTS` keys; returns it with defaults filled
+    in.  Raises :class:`spkflow.config.ConfigError` naming ``source`` and the dotted key."""
+    from spkflow.config import ConfigError, check_keys
+
+    if value is None:
+        return None
+    check_keys(key, value, CHANNEL_DEFAULTS, source)
+    out = dict(CHANNEL_DEFAULTS)
+    out.update(value)
+    for name, hi in (("prob", 1.0), ("gain_db", None), ("shape_db", None)):
+        v = out[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (hi is not None and v > hi):
+            bounds = "in [0, 1]" if hi is not None else ">= 0"
+            raise ConfigError(f"{source}: {key}.{name} must be a number {bounds}, got {v!r}")
+        out[name] = float(v)
+    terms = out["shape_terms"]
+    if isinstance(terms, bool) or not isinstance(terms, int) or terms < 0:
+        raise ConfigError(f"{source}: {key}.shape_terms must be an integer >= 0, got {terms!r}")
+    return out
+
+
+class FbankChannelPerturb:
+    """Feature-domain channel perturbation (see the module docstring): ``x [B, T, F] -> x + curve``,
+    one random curve per crop.  ``cfg`` is :func:`normalize_channel_config`'s output, ``fbank``
+    the ``frontend.fbank`` dict of the config."""
+
+    def __init__(self, cfg: Mapping[str, Any], fbank: Mapping[str, Any]) -> None:
+        self.prob = float(cfg["prob"])
+        self.sd_db = torch.tensor([float(cfg["gain_db"])] + [float(cfg["shape_db"])] * int(cfg["shape_terms"]))
+        bins = int(fbank.get("num_mel_bins", 80))
+        self.energy = bool(fbank.get("use_energy", False))
+        self.energy_last = bool(fbank.get("htk_compat", False))
+        self.dim = bins + int(self.energy)
+        pos = (torch.arange(bins, dtype=torch.float64) + 0.5) / bins
+        k = torch.arange(int(cfg["shape_terms"]) + 1, dtype=torch.float64)
+        self.basis = torch.cos(math.pi * k[:, None] * pos[None, :]).float()  # [K+1, bins]; row 0 = level
+        if self.energy:  # the energy column moves with the level only
+            level = torch.zeros(len(k), 1)
+            level[0] = 1.0
+            self.basis = torch.cat([self.basis, level] if self.energy_last else [level, self.basis], 1)
+
+    def curve(self, coef_db: torch.Tensor) -> torch.Tensor:
+        """``[n, K+1]`` coefficients in dB (level first, then the cosine terms) -> ``[n, F]`` curves
+        in the features' units."""
+        return (coef_db.float() * (math.log(10.0) / 10.0)) @ self.basis
+
+    def curves(self, n: int) -> torch.Tensor:
+        """``[n, F]`` random channel curves (zero for the crops the probability leaves out)."""
+        coef = torch.randn(n, len(self.sd_db)) * self.sd_db
+        return self.curve(coef * (torch.rand(n, 1) < self.prob))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"channel perturbation set up for {self.dim}-dim features, got {x.shape[-1]}")
+        return x + self.curves(x.shape[0]).to(x.device, x.dtype)[:, None, :]

@@ -99,6 +99,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "input_stats_utts": 500,  # utterances used to estimate the global mean/std of the input
         "speed_perturb": None,  # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch, on the
         # fbank crops (spkflow/augment.py); perturbed speakers are new voices
+        "channel_perturb": None,  # e.g. {} (the defaults) or {gain_db: 4, shape_db: 2, shape_terms: 4,
+        # prob: 1}: a random level + equaliser curve per crop, on the fbank crops (spkflow/augment.py)
         "init_from": None,  # a trained model to start from (fine-tuning): a stage-4 dir (model.pth
         # + its checkpoint.pth's classifier, which must fit this run's speakers) or a model.pth
     },
@@ -203,6 +205,9 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
         or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0.5 <= f <= 2.0 for f in sp)
     ):
         raise ConfigError(f"{source}: train.speed_perturb must be null or a list of factors in [0.5, 2], got {sp!r}")
+    from spkflow.augment import normalize_channel_config  # the channel perturbation's owner
+
+    t["channel_perturb"] = normalize_channel_config(t["channel_perturb"], "train.channel_perturb", source)
     if t["init_from"] is not None and not (isinstance(t["init_from"], str) and t["init_from"]):
         raise ConfigError(f"{source}: train.init_from must be null or a path, got {t['init_from']!r}")
     check_choice(source, "train.select", t["select"], ("best", "last", "average"))

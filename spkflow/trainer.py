@@ -148,6 +148,7 @@ class _Run:
     amp: bool
     seed: int
     speed: Any  # spkflow.augment.FbankSpeedPerturb or None
+    channel: Any  # spkflow.augment.FbankChannelPerturb or None
     feats: Any  # spkflow.ark_reader.KaldiArkReader of the training features
     first: list[list[str]]  # this rank's batches of epoch 1
     num_spk: int  # N
@@ -253,6 +254,11 @@ class Trainer:
             from spkflow.augment import FbankSpeedPerturb
 
             speed = FbankSpeedPerturb(tcfg["speed_perturb"], cfg["frontend"]["fbank"])
+        channel = None
+        if tcfg["channel_perturb"]:
+            from spkflow.augment import FbankChannelPerturb
+
+            channel = FbankChannelPerturb(tcfg["channel_perturb"], cfg["frontend"]["fbank"])
         wave_aug = None  # feats_type raw: audio crops, waveform augmentation, fbank in the loader
         if cfg["frontend"]["feats_type"] == "raw":
             from spkflow.wavaugment import WaveAugment
@@ -297,6 +303,7 @@ class Trainer:
             amp=amp,
             seed=seed,
             speed=speed,
+            channel=channel,
             feats=feats,
             first=first,
             num_spk=num_spk,
@@ -528,6 +535,8 @@ class Trainer:
             labels = labels + factor * len(self.spk2idx)
         elif wave_speed is not None and run.wave_aug is not None and run.wave_aug.speed_factors:
             labels = labels + wave_speed * len(self.spk2idx)  # raw path: factor per speaker from the loader
+        if run.channel is not None:
+            x = run.channel(x)
         labels = labels.to(run.device)
         x = x.to(run.device, non_blocking=True)
         assert run.net is not None

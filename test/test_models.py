@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -238,47 +237,3 @@ def test_load_model_dir_round_trip(tmp_path: Path) -> None:
         load_model_dir(tmp_path)
     with pytest.raises(FileNotFoundError, match="config.yaml"):
         load_model_dir(tmp_path / "nowhere")
-
-
-def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
-    from spkflow.augment import FbankSpeedPerturb, mel_centers
-
-    fb = {"num_mel_bins": 40, "sample_frequency": 16000.0, "low_freq": 20.0, "high_freq": 0.0}
-    c = mel_centers(40)
-    k = 20
-    x = torch.zeros(2, 55, 40)
-    x[:, :, k] = 1.0  # a spectral peak at bin k ...
-    x[:, :, 0] = torch.arange(55).float()  # ... and a time ramp in bin 0
-    for f in (0.9, 1.1):
-        sp = FbankSpeedPerturb([f], fb)
-        y, idx = sp(x, num_utt=2)
-        t_out = sp.out_frames(55)  # floor(T_read / largest factor)
-        assert t_out == {0.9: 61, 1.1: 50}[f]
-        assert y.shape == (2, t_out, 40) and idx.tolist() == [0]
-        band = y[0, 10, 10:]  # away from the ramp, which the lowest bins copy when f > 1
-        peak = float((band * torch.arange(10, 40)).sum() / band.sum())
-        want = float(np.interp(c[k] * f, c, np.arange(40)))  # the peak moves to frequency c_k * f
-        assert abs(peak - want) < 0.6, (f, peak, want)
-        if f > 1:  # bin 0 keeps the ramp (its source lies below the lowest centre): frame i = input i * f
-            torch.testing.assert_close(y[0, :, 0], torch.arange(t_out).float() * f, atol=1e-4, rtol=0)
-    mixed = FbankSpeedPerturb([1.0, 1.1], fb)
-    assert mixed.read_frames(50) == 55 and mixed.out_frames(55) == 50
-    same, _ = FbankSpeedPerturb([1.0, 1.0], fb)(x, num_utt=1)
-    torch.testing.assert_close(same, x)  # factor 1 is the identity
-
-
-def test_fbank_speed_perturb_one_factor_per_speaker() -> None:
-    from spkflow.augment import FbankSpeedPerturb
-
-    sp = FbankSpeedPerturb([0.9, 1.0, 1.1], {"num_mel_bins": 20})
-    x = torch.randn(1, 60, 20).expand(24, 60, 20).contiguous()  # 8 speakers x 3 identical crops
-    torch.manual_seed(0)
-    y, idx = sp(x, num_utt=3)
-    assert idx.shape == (8,) and len(set(idx.tolist())) > 1
-    for s in range(8):  # crops of a speaker are warped alike, speakers with another factor differently
-        torch.testing.assert_close(y[3 * s], y[3 * s + 2])
-        for r in range(8):
-            if idx[r] != idx[s]:
-                assert not torch.allclose(y[3 * s], y[3 * r])
-    with pytest.raises(ValueError, match="factors"):
-        FbankSpeedPerturb([3.0], {"num_mel_bins": 20})

@@ -194,8 +194,13 @@ def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path
 
 
 def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: Path) -> None:
+    """With the fbank-domain augmentations on (speed and channel draws come from the per-batch
+    seed), a run stopped twice and resumed ends at the weights of an uninterrupted one."""
     from spkflow.trainer import Trainer
 
+    setup = {**setup, "config": json.loads(json.dumps(setup["config"]))}
+    setup["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
+    setup["config"]["train"]["channel_perturb"] = {"gain_db": 4.0, "shape_db": 2.0}
     full = tmp_path / "full"
     Trainer(options(setup, full)).run()
     part = tmp_path / "part"
@@ -334,6 +339,10 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         ("train", "select", "first", r"train\.select must be best \| last \| average"),
         ("train", "crop_min_frames", 400, r"need train\.crop_min_frames <= train\.crop_max_frames"),
         ("frontend", "vad", 1, r"frontend\.vad must be true or false"),
+        ("train", "channel_perturb", {"gain": 3}, r"unknown key\(s\) train\.channel_perturb\.gain; accepted: "),
+        ("train", "channel_perturb", {"prob": 1.5}, r"train\.channel_perturb\.prob must be a number in \[0, 1\]"),
+        ("train", "channel_perturb", {"shape_db": -1}, r"train\.channel_perturb\.shape_db must be a number >= 0"),
+        ("train", "channel_perturb", {"shape_terms": 2.5}, r"train\.channel_perturb\.shape_terms must be an integer"),
     ],
 )
 def test_config_mistakes_are_config_errors_at_load(

@@ -1,0 +1,128 @@
+"""Augmentation of log-mel crops (spkflow/augment.py): speed perturbation and channel perturbation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from spkflow.augment import FbankChannelPerturb, normalize_channel_config
+from spkflow.config import ConfigError
+from spkflow.features import FbankOptions, compute_fbank
+
+
+def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
+    from spkflow.augment import FbankSpeedPerturb, mel_centers
+
+    fb = {"num_mel_bins": 40, "sample_frequency": 16000.0, "low_freq": 20.0, "high_freq": 0.0}
+    c = mel_centers(40)
+    k = 20
+    x = torch.zeros(2, 55, 40)
+    x[:, :, k] = 1.0  # a spectral peak at bin k ...
+    x[:, :, 0] = torch.arange(55).float()  # ... and a time ramp in bin 0
+    for f in (0.9, 1.1):
+        sp = FbankSpeedPerturb([f], fb)
+        y, idx = sp(x, num_utt=2)
+        t_out = sp.out_frames(55)  # floor(T_read / largest factor)
+        assert t_out == {0.9: 61, 1.1: 50}[f]
+        assert y.shape == (2, t_out, 40) and idx.tolist() == [0]
+        band = y[0, 10, 10:]  # away from the ramp, which the lowest bins copy when f > 1
+        peak = float((band * torch.arange(10, 40)).sum() / band.sum())
+        want = float(np.interp(c[k] * f, c, np.arange(40)))  # the peak moves to frequency c_k * f
+        assert abs(peak - want) < 0.6, (f, peak, want)
+        if f > 1:  # bin 0 keeps the ramp (its source lies below the lowest centre): frame i = input i * f
+            torch.testing.assert_close(y[0, :, 0], torch.arange(t_out).float() * f, atol=1e-4, rtol=0)
+    mixed = FbankSpeedPerturb([1.0, 1.1], fb)
+    assert mixed.read_frames(50) == 55 and mixed.out_frames(55) == 50
+    same, _ = FbankSpeedPerturb([1.0, 1.0], fb)(x, num_utt=1)
+    torch.testing.assert_close(same, x)  # factor 1 is the identity
+
+
+def test_fbank_speed_perturb_one_factor_per_speaker() -> None:
+    from spkflow.augment import FbankSpeedPerturb
+
+    sp = FbankSpeedPerturb([0.9, 1.0, 1.1], {"num_mel_bins": 20})
+    x = torch.randn(1, 60, 20).expand(24, 60, 20).contiguous()  # 8 speakers x 3 identical crops
+    torch.manual_seed(0)
+    y, idx = sp(x, num_utt=3)
+    assert idx.shape == (8,) and len(set(idx.tolist())) > 1
+    for s in range(8):  # crops of a speaker are warped alike, speakers with another factor differently
+        torch.testing.assert_close(y[3 * s], y[3 * s + 2])
+        for r in range(8):
+            if idx[r] != idx[s]:
+                assert not torch.allclose(y[3 * s], y[3 * r])
+    with pytest.raises(ValueError, match="factors"):
+        FbankSpeedPerturb([3.0], {"num_mel_bins": 20})
+
+
+def _channel(**cfg: float) -> FbankChannelPerturb:
+    return FbankChannelPerturb(normalize_channel_config(cfg), {"num_mel_bins": 40})
+
+
+def test_channel_level_is_a_waveform_gain_in_db() -> None:
+    """A level of g dB is what scaling the waveform by 10^(g/20) does to Kaldi fbank (natural log
+    of power, no dither): the same number added to every bin of every frame."""
+    rng = np.random.default_rng(0)
+    t = np.arange(16000) / 16000.0
+    wave = 0.1 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.01 * rng.standard_normal(16000)
+    opts = FbankOptions(num_mel_bins=40, dither=0.0)
+    a = torch.from_numpy(compute_fbank(wave.astype(np.float32), 16000, opts))
+    b = torch.from_numpy(compute_fbank((wave * 10 ** (6.0 / 20)).astype(np.float32), 16000, opts))
+    ch = _channel(shape_terms=0)
+    curve = ch.curve(torch.tensor([[6.0]]))
+    torch.testing.assert_close(b - a, curve.expand_as(a), atol=2e-3, rtol=0)
+    assert abs(float(curve[0, 0]) - 6.0 * math.log(10) / 10) < 1e-6
+
+
+def test_channel_curve_is_one_smooth_curve_per_crop() -> None:
+    ch = _channel(gain_db=4.0, shape_db=2.0, shape_terms=4)
+    x = torch.randn(6, 30, 40)
+    torch.manual_seed(0)
+    y = ch(x)
+    d = y - x
+    torch.testing.assert_close(d, d[:, :1].expand_as(d))  # the same curve on every frame of a crop
+    for i in range(6):  # and another one for every crop, even crops of one speaker
+        for j in range(i):
+            assert not torch.allclose(d[i, 0], d[j, 0])
+    # the curve is in the span of the level and 4 cosines over the mel bins: smooth, nothing else
+    pos = (torch.arange(40, dtype=torch.float64) + 0.5) / 40
+    basis = torch.cos(math.pi * torch.arange(5, dtype=torch.float64)[:, None] * pos[None, :]).T
+    coef = torch.linalg.lstsq(basis, d[:, 0].double().T).solution
+    assert float((basis @ coef - d[:, 0].double().T).abs().max()) < 1e-5
+    torch.manual_seed(0)
+    torch.testing.assert_close(ch(x), y)  # the same seed, the same channels (resume-safe)
+
+
+def test_channel_draws_follow_the_config() -> None:
+    torch.manual_seed(1)
+    levels = _channel(gain_db=3.0, shape_terms=0).curves(4000)[:, 0] / (math.log(10) / 10)
+    assert abs(float(levels.std()) - 3.0) < 0.15 and abs(float(levels.mean())) < 0.15
+    torch.manual_seed(1)
+    half = _channel(prob=0.5).curves(2000)
+    untouched = float((half.abs().amax(1) == 0).float().mean())
+    assert 0.45 < untouched < 0.55
+    x = torch.randn(3, 5, 40)
+    torch.testing.assert_close(_channel(prob=0.0)(x), x)
+    with pytest.raises(ValueError, match="40-dim"):
+        _channel()(torch.zeros(2, 5, 41))
+
+
+@pytest.mark.parametrize("htk_compat", [False, True])
+def test_channel_moves_an_energy_column_by_the_level_only(htk_compat: bool) -> None:
+    fb = {"num_mel_bins": 20, "use_energy": True, "htk_compat": htk_compat}
+    ch = FbankChannelPerturb(normalize_channel_config({"shape_db": 3.0}), fb)
+    curve = ch.curve(torch.tensor([[2.0, 5.0, -5.0, 5.0, -5.0]]))[0]
+    energy, mel = (curve[-1], curve[:-1]) if htk_compat else (curve[0], curve[1:])
+    assert abs(float(energy) - 2.0 * math.log(10) / 10) < 1e-6
+    assert float(mel.max() - mel.min()) > 1.0  # the mel bins get the shape too
+
+
+def test_channel_config_defaults_and_errors() -> None:
+    assert normalize_channel_config(None) is None
+    assert normalize_channel_config({}) == {"prob": 1.0, "gain_db": 4.0, "shape_db": 2.0, "shape_terms": 4}
+    with pytest.raises(ConfigError, match=r"^conf/x\.yaml: train\.channel_perturb\.gain_db must be a number >= 0"):
+        normalize_channel_config({"gain_db": "4"}, source="conf/x.yaml")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        normalize_channel_config([4.0, 2.0])
