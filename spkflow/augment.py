@@ -38,11 +38,12 @@ Compared with the anchors: Kaldi's ``utils/data/perturb_data_dir_speed.sh`` (use
 WeSpeaker) perturbs speed with sox on the waveform; ESPnet's ``espnet2.layers.augmentation``
 and audiomentations' ``SevenBandParametricEQ`` equalise waveforms with biquads.  Here both act on
 feature crops (the ark loader's, or the raw loader's fbank), in the trainer: no extra data dirs,
-no 3x feature extraction, no per-crop filtering or fbank.  The price is an approximation for speed (the mel filterbank is
-applied before the warp instead of after): on speechocean762, the mean log-mel spectrum of a
-feature-warped utterance is 2-3x closer to the sox-style perturbed one than the unperturbed
-spectrum is (measured in the TRAIN helper's experiments, reported with the demo); an
-equaliser curve as smooth as the one here has no such approximation beyond the mel smoothing.
+no 3x feature extraction, no per-crop filtering or fbank.  The price is an approximation for
+speed (the mel filterbank is applied before the warp instead of after): on speechocean762, the
+mean log-mel spectrum of a feature-warped utterance is 2-3x closer to the sox-style perturbed
+one than the unperturbed spectrum is (measured in the TRAIN helper's experiments, reported with
+the demo); an equaliser curve as smooth as the one here has no such approximation beyond the
+mel smoothing.
 """
 
 from __future__ import annotations

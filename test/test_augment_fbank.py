@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,3 +127,36 @@ def test_channel_config_defaults_and_errors() -> None:
         normalize_channel_config({"gain_db": "4"}, source="conf/x.yaml")
     with pytest.raises(ConfigError, match="must be a mapping"):
         normalize_channel_config([4.0, 2.0])
+
+
+def test_channel_stats_separates_one_session_speakers_from_many(tmp_path) -> None:
+    """The recipe's local/channel_stats.py, on arks written by kaldiio: speakers recorded each at
+    their own level show a between-speaker spread far above the within-speaker one; speakers
+    whose recordings vary in level as much inside a speaker as across speakers do not."""
+    import importlib.util
+
+    import kaldiio
+
+    path = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1/local/channel_stats.py"
+    spec = importlib.util.spec_from_file_location("channel_stats", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(0)
+    for name, per_spk_level in (("one_session", True), ("many_sessions", False)):
+        d = tmp_path / name
+        d.mkdir()
+        feats, utt2spk = {}, []
+        for s in range(6):
+            spk_level = 3.0 * s if per_spk_level else 0.0
+            for u in range(5):
+                level = spk_level if per_spk_level else 3.0 * rng.integers(0, 6)
+                feats[f"s{s}-u{u}"] = (rng.standard_normal((40, 10)) * 0.1 + level).astype(np.float32)
+                utt2spk.append(f"s{s}-u{u} s{s}\n")
+        kaldiio.save_ark(str(d / "feats.ark"), feats, scp=str(d / "feats.scp"))
+        (d / "utt2spk").write_text("".join(utt2spk))
+        st = mod.channel_stats(d, d / "utt2spk")
+        assert st["speakers"] == 6
+        if per_spk_level:
+            assert st["level_within"] < 0.05 and abs(st["level_between"] - 3.0 * np.std(np.arange(6))) < 0.05
+        else:
+            assert st["level_within"] > 2.0 and st["level_between"] < st["level_within"]
