@@ -77,6 +77,15 @@ def mel_centers(
     return _inv_mel(lo + (np.arange(num_mel_bins) + 1) * delta)
 
 
+def _fbank_layout(fbank: Mapping[str, Any]) -> tuple[int, bool, bool]:
+    """(mel bins, energy column?, energy column last?) of a ``frontend.fbank`` dict."""
+    return (
+        int(fbank.get("num_mel_bins", 80)),
+        bool(fbank.get("use_energy", False)),
+        bool(fbank.get("htk_compat", False)),
+    )
+
+
 class FbankSpeedPerturb:
     """Feature-domain speed perturbation (see the module docstring).
 
@@ -89,9 +98,7 @@ class FbankSpeedPerturb:
         if not self.factors or any(not 0.5 <= f <= 2.0 for f in self.factors):
             raise ValueError(f"speed factors must lie in [0.5, 2], got {list(factors)}")
         self.max_factor = max(self.factors)
-        bins = int(fbank.get("num_mel_bins", 80))
-        self.energy = bool(fbank.get("use_energy", False))
-        self.energy_last = bool(fbank.get("htk_compat", False))
+        bins, self.energy, self.energy_last = _fbank_layout(fbank)
         self.dim = bins + int(self.energy)
         c = mel_centers(
             bins, fbank.get("sample_frequency", 16000.0), fbank.get("low_freq", 20.0), fbank.get("high_freq", 0.0)
@@ -165,7 +172,7 @@ CHANNEL_DEFAULTS: dict[str, float | int] = {
 def normalize_channel_config(value: Any, key: str = "train.channel_perturb", source: str = "config") -> dict | None:
     """``null`` (off) or a mapping of :data:`CHANNEL_DEFAULTS` keys; returns it with defaults filled
     in.  Raises :class:`spkflow.config.ConfigError` naming ``source`` and the dotted key."""
-    from spkflow.config import ConfigError, check_keys
+    from spkflow.config import check_keys, check_value
 
     if value is None:
         return None
@@ -173,14 +180,9 @@ def normalize_channel_config(value: Any, key: str = "train.channel_perturb", sou
     out = dict(CHANNEL_DEFAULTS)
     out.update(value)
     for name, hi in (("prob", 1.0), ("gain_db", None), ("shape_db", None)):
-        v = out[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (hi is not None and v > hi):
-            bounds = "in [0, 1]" if hi is not None else ">= 0"
-            raise ConfigError(f"{source}: {key}.{name} must be a number {bounds}, got {v!r}")
-        out[name] = float(v)
-    terms = out["shape_terms"]
-    if isinstance(terms, bool) or not isinstance(terms, int) or terms < 0:
-        raise ConfigError(f"{source}: {key}.shape_terms must be an integer >= 0, got {terms!r}")
+        check_value(source, f"{key}.{name}", out[name], "number", 0.0, hi)
+        out[name] = float(out[name])
+    check_value(source, f"{key}.shape_terms", out["shape_terms"], "int", 0)
     return out
 
 
@@ -192,9 +194,7 @@ class FbankChannelPerturb:
     def __init__(self, cfg: Mapping[str, Any], fbank: Mapping[str, Any]) -> None:
         self.prob = float(cfg["prob"])
         self.sd_db = torch.tensor([float(cfg["gain_db"])] + [float(cfg["shape_db"])] * int(cfg["shape_terms"]))
-        bins = int(fbank.get("num_mel_bins", 80))
-        self.energy = bool(fbank.get("use_energy", False))
-        self.energy_last = bool(fbank.get("htk_compat", False))
+        bins, self.energy, self.energy_last = _fbank_layout(fbank)
         self.dim = bins + int(self.energy)
         pos = (torch.arange(bins, dtype=torch.float64) + 0.5) / bins
         k = torch.arange(int(cfg["shape_terms"]) + 1, dtype=torch.float64)

@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "check_choice",
     "check_keys",
+    "check_value",
     "load_train_config",
     "normalize_train_config",
     "TRAIN_DEFAULTS",
@@ -132,8 +133,9 @@ _VALUES: dict[str, tuple[str, float | None, float | None]] = {
 }
 
 
-def _check_value(source: str, key: str, value: Any) -> None:
-    kind, lo, hi = _VALUES[key]
+def check_value(source: str, key: str, value: Any, kind: str, lo: float | None = None, hi: float | None = None) -> None:
+    """Raise :class:`ConfigError` (``<source>: <key> must be ...``) unless ``value`` is of ``kind``
+    (``bool``, ``int`` or ``number``: int or float, never bool) within the inclusive bounds."""
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
@@ -181,7 +183,7 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
         out["data"] = copy.deepcopy(dict(cfg["data"]))
     for key in _VALUES:
         section, name = key.split(".")
-        _check_value(source, key, out[section][name])
+        check_value(source, key, out[section][name], *_VALUES[key])
 
     from spkflow.wavaugment import augment_enabled, normalize_augment_config  # the augment section's owner
 

@@ -340,9 +340,19 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         ("train", "crop_min_frames", 400, r"need train\.crop_min_frames <= train\.crop_max_frames"),
         ("frontend", "vad", 1, r"frontend\.vad must be true or false"),
         ("train", "channel_perturb", {"gain": 3}, r"unknown key\(s\) train\.channel_perturb\.gain; accepted: "),
-        ("train", "channel_perturb", {"prob": 1.5}, r"train\.channel_perturb\.prob must be a number in \[0, 1\]"),
-        ("train", "channel_perturb", {"shape_db": -1}, r"train\.channel_perturb\.shape_db must be a number >= 0"),
-        ("train", "channel_perturb", {"shape_terms": 2.5}, r"train\.channel_perturb\.shape_terms must be an integer"),
+        (
+            "train",
+            "channel_perturb",
+            {"prob": 1.5},
+            r"train\.channel_perturb\.prob must be in \[0\.0, 1\.0\], got 1\.5",
+        ),
+        ("train", "channel_perturb", {"shape_db": -1}, r"train\.channel_perturb\.shape_db must be >= 0\.0, got -1"),
+        (
+            "train",
+            "channel_perturb",
+            {"shape_terms": 2.5},
+            r"train\.channel_perturb\.shape_terms must be an integer, got 2\.5",
+        ),
     ],
 )
 def test_config_mistakes_are_config_errors_at_load(
