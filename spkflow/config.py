@@ -156,6 +156,29 @@ def check_value(source: str, key: str, value: Any, kind: str, lo: float | None =
         raise ConfigError(f"{source}: {key} must be {bounds}, got {value!r}")
 
 
+def check_range(source: str, key: str, value: Any, lo: float | None = None, integer: bool = False) -> list[float]:
+    """``value`` as ``[low, high]`` (two numbers, ``low <= high``, both ``>= lo``; whole numbers when
+    ``integer``); raises :class:`ConfigError` naming ``source`` and ``key`` otherwise."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"{source}: {key} must be [low, high], got {value!r}")
+    for i, v in enumerate(value):
+        check_value(source, f"{key}[{i}]", v, "int" if integer else "number", lo)
+    if value[0] > value[1]:
+        raise ConfigError(f"{source}: {key} must be [low, high] with low <= high, got {value!r}")
+    return [int(v) for v in value] if integer else [float(v) for v in value]
+
+
+def check_factors(source: str, key: str, value: Any) -> list[float] | None:
+    """Speed factors: ``null`` or a non-empty list of numbers in [0.5, 2]; returns floats."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{source}: {key} must be null or a list of factors in [0.5, 2], got {value!r}")
+    for i, f in enumerate(value):
+        check_value(source, f"{key}[{i}]", f, "number", 0.5, 2.0)
+    return [float(f) for f in value]
+
+
 def _merge(section: str, given: Any, defaults: dict[str, Any], source: str) -> dict[str, Any]:
     if given is None:
         given = {}
@@ -200,13 +223,7 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
             f"{source}: need train.crop_min_frames <= train.crop_max_frames, "
             f"got {t['crop_min_frames']} and {t['crop_max_frames']}"
         )
-    sp = t["speed_perturb"]
-    if sp is not None and (
-        not isinstance(sp, list)
-        or not sp
-        or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0.5 <= f <= 2.0 for f in sp)
-    ):
-        raise ConfigError(f"{source}: train.speed_perturb must be null or a list of factors in [0.5, 2], got {sp!r}")
+    t["speed_perturb"] = check_factors(source, "train.speed_perturb", t["speed_perturb"])
     from spkflow.augment import normalize_channel_config  # the channel perturbation's owner
 
     t["channel_perturb"] = normalize_channel_config(t["channel_perturb"], "train.channel_perturb", source)

@@ -88,23 +88,6 @@ def _config_error(source: str, key: str, message: str) -> Exception:
     return ConfigError(f"{source}: augment.{key}: {message}")
 
 
-def _prob(value: Any, key: str, source: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise _config_error(source, key, f"must be a probability in [0, 1], got {value!r}")
-    return float(value)
-
-
-def _range(value: Any, key: str, source: str) -> list[float]:
-    ok = (
-        isinstance(value, (list, tuple))
-        and len(value) == 2
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-    )
-    if not ok or float(value[0]) > float(value[1]):
-        raise _config_error(source, key, f"must be [low, high] with low <= high, got {value!r}")
-    return [float(value[0]), float(value[1])]
-
-
 def _data_dir(value: Any, key: str, source: str) -> str:
     if not isinstance(value, str) or not value:
         raise _config_error(source, key, f"must be a data dir path, got {value!r}")
@@ -113,7 +96,11 @@ def _data_dir(value: Any, key: str, source: str) -> str:
 
 def normalize_augment_config(cfg: Mapping[str, Any] | None, source: str = "config") -> dict[str, Any]:
     """Check the ``augment:`` section and fill its defaults (see :data:`AUGMENT_DEFAULTS`)."""
-    from spkflow.config import check_keys
+    from spkflow.config import check_choice, check_factors, check_keys, check_range, check_value
+
+    def prob(key: str, value: Any) -> float:
+        check_value(source, f"augment.{key}", value, "number", 0.0, 1.0)
+        return float(value)
 
     cfg = {} if cfg is None else cfg
     check_keys("augment", cfg, AUGMENT_DEFAULTS, source)
@@ -124,23 +111,15 @@ def normalize_augment_config(cfg: Mapping[str, Any] | None, source: str = "confi
             continue
         check_keys(f"augment.{name}", given, defaults, source)
         out[name].update(copy.deepcopy(dict(given)))
-    sp = out["speed"]["factors"]
-    if sp is not None:
-        if (
-            not isinstance(sp, list)
-            or not sp
-            or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0.5 <= f <= 2.0 for f in sp)
-        ):
-            raise _config_error(source, "speed.factors", f"must be null or a list of factors in [0.5, 2], got {sp!r}")
-        out["speed"]["factors"] = [float(f) for f in sp]
+    out["speed"]["factors"] = check_factors(source, "augment.speed.factors", out["speed"]["factors"])
     rv = out["reverb"]
-    rv["prob"] = _prob(rv["prob"], "reverb.prob", source)
+    rv["prob"] = prob("reverb.prob", rv["prob"])
     if rv["data_dir"] is not None:
         rv["data_dir"] = _data_dir(rv["data_dir"], "reverb.data_dir", source)
     elif rv["prob"] > 0:
         raise _config_error(source, "reverb.data_dir", "reverb.prob > 0 needs an RIR data dir")
     nz = out["noise"]
-    nz["prob"] = _prob(nz["prob"], "noise.prob", source)
+    nz["prob"] = prob("noise.prob", nz["prob"])
     for sub in ("data_dirs", "snr", "num_sources"):
         if not isinstance(nz[sub], Mapping):
             raise _config_error(source, f"noise.{sub}", f"must be a mapping kind -> value, got {nz[sub]!r}")
@@ -157,21 +136,17 @@ def normalize_augment_config(cfg: Mapping[str, Any] | None, source: str = "confi
             if default is None:
                 raise _config_error(source, f"noise.snr.{kind}", "no default SNR range for this kind: give [low, high]")
             nz["snr"][kind] = list(default)
-        nz["snr"][kind] = _range(nz["snr"][kind], f"noise.snr.{kind}", source)
+        nz["snr"][kind] = check_range(source, f"augment.noise.snr.{kind}", nz["snr"][kind])
         num = nz["num_sources"].get(kind, [3, 7] if kind in _BABBLE_KINDS else [1, 1])
-        num = _range(num, f"noise.num_sources.{kind}", source)
-        if num[0] < 1 or num[0] != int(num[0]) or num[1] != int(num[1]):
-            raise _config_error(source, f"noise.num_sources.{kind}", f"must be whole numbers >= 1, got {num!r}")
-        nz["num_sources"][kind] = [int(num[0]), int(num[1])]
+        nz["num_sources"][kind] = check_range(source, f"augment.noise.num_sources.{kind}", num, 1, integer=True)
     if nz["prob"] > 0 and not nz["data_dirs"]:
         raise _config_error(source, "noise.data_dirs", "noise.prob > 0 needs at least one source data dir")
     bd = out["band"]
-    bd["prob"] = _prob(bd["prob"], "band.prob", source)
-    if bd["mode"] not in BAND_MODES:
-        raise _config_error(source, "band.mode", f"must be one of {', '.join(BAND_MODES)}, got {bd['mode']!r}")
+    bd["prob"] = prob("band.prob", bd["prob"])
+    check_choice(source, "augment.band.mode", bd["mode"], BAND_MODES)
     gn = out["gain"]
-    gn["prob"] = _prob(gn["prob"], "gain.prob", source)
-    gn["db"] = _range(gn["db"], "gain.db", source)
+    gn["prob"] = prob("gain.prob", gn["prob"])
+    gn["db"] = check_range(source, "augment.gain.db", gn["db"])
     return out
 
 

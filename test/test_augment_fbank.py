@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from spkflow.augment import FbankChannelPerturb, normalize_channel_config
-from spkflow.config import ConfigError
+from spkflow.config import ConfigError, normalize_train_config
 from spkflow.features import FbankOptions, compute_fbank
 
 
@@ -127,6 +127,18 @@ def test_channel_config_defaults_and_errors() -> None:
         normalize_channel_config({"gain_db": "4"}, source="conf/x.yaml")
     with pytest.raises(ConfigError, match="must be a mapping"):
         normalize_channel_config([4.0, 2.0])
+
+
+def test_fbank_speed_config_errors_name_the_factor() -> None:
+    base = {"model": {"name": "ecapa_tdnn"}, "loss": {"name": "ge2e"}}
+    cfg = normalize_train_config({**base, "train": {"speed_perturb": [0.9, 1, 1.1]}}, "conf/x.yaml")
+    assert cfg["train"]["speed_perturb"] == [0.9, 1.0, 1.1]
+    for bad, msg in (
+        ([0.9, 2.5], r"speed_perturb\[1\] must be in \[0\.5, 2\.0\], got 2\.5"),
+        ("0.9", "speed_perturb must be null or a list"),
+    ):
+        with pytest.raises(ConfigError, match=r"^conf/x\.yaml: train\." + msg):
+            normalize_train_config({**base, "train": {"speed_perturb": bad}}, "conf/x.yaml")
 
 
 def test_channel_stats_separates_one_session_speakers_from_many(tmp_path) -> None:

@@ -3,6 +3,7 @@ made here, real data dirs, real FLAC files, pyroomacoustics RIRs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -141,10 +142,17 @@ def test_config_defaults_and_errors(tmp_path):
         ({"reverb": {"prob": 0.3}}, "augment.reverb.data_dir"),
         ({"band": {"prob": 0.1, "mode": "radio"}}, "augment.band.mode"),
         ({"gain": {"db": [3]}}, "augment.gain.db"),
-        ({"speed": {"factors": [0.9, 3.0]}}, "augment.speed.factors"),
+        ({"speed": {"factors": [0.9, 3.0]}}, "augment.speed.factors[1] must be in [0.5, 2.0], got 3.0"),
+        ({"speed": {"factors": []}}, "augment.speed.factors must be null or a list"),
+        (
+            {"noise": {"data_dirs": {"babble": "b"}, "num_sources": {"babble": [0, 3]}}},
+            "num_sources.babble[0] must be >= 1",
+        ),
+        ({"noise": {"data_dirs": {"babble": "b"}, "num_sources": {"babble": [2, 3.5]}}}, "must be an integer, got 3.5"),
+        ({"gain": {"prob": True}}, "augment.gain.prob must be a number, got True"),
     ]
     for cfg, key in bad:
-        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        with pytest.raises(ConfigError, match=r"^conf/x\.yaml: .*" + re.escape(key)):
             normalize_augment_config(cfg, "conf/x.yaml")
     # through the training config: file name in the message, feats_type raw required
     path = tmp_path / "train.yaml"
