@@ -26,6 +26,12 @@ What it guarantees
   ``k = 1..shape_terms``, in dB of power (Kaldi's fbank is the natural log of power: 1 dB adds
   ``ln(10) / 10``).  An energy column gets the gain only.  Draws come from the global torch
   generator, like the speed factors, so a batch is reproducible and resume-safe.
+* A narrow channel (``band_prob``): a share of the batches (or of the crops) look as if recorded
+  at ``band_rate`` (8 kHz: telephone, FSDD) and read at the features' rate.  Its curve,
+  :func:`band_response`, is the power response of the resampler stage 2 itself uses, averaged
+  over each mel filter: it matches resampled 8 kHz white noise through Kaldi fbank to 0.3 (natural
+  log units) in every bin, stopband included (-14 to -16), where a fixed mask or cut-off would
+  not.  Drawn after the channel, so configs without it draw as before.
 
 Why channel perturbation: in corpora where each speaker was recorded in one session
 (speechocean762, DSPSpeech-20, FSDD), level and microphone colour are as constant per speaker as
@@ -55,7 +61,15 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CHANNEL_DEFAULTS", "FbankChannelPerturb", "FbankSpeedPerturb", "mel_centers", "normalize_channel_config"]
+__all__ = [
+    "BAND_PER",
+    "CHANNEL_DEFAULTS",
+    "FbankChannelPerturb",
+    "FbankSpeedPerturb",
+    "band_response",
+    "mel_centers",
+    "normalize_channel_config",
+]
 
 
 def _mel(f: np.ndarray) -> np.ndarray:
@@ -161,28 +175,58 @@ class FbankSpeedPerturb:
         return out, idx
 
 
-CHANNEL_DEFAULTS: dict[str, float | int] = {
+CHANNEL_DEFAULTS: dict[str, float | int | str] = {
     "prob": 1.0,  # share of crops that get a channel (the others are left as read)
     "gain_db": 4.0,  # standard deviation of the level change, dB
     "shape_db": 2.0,  # standard deviation of each cosine term of the equaliser curve, dB
     "shape_terms": 4,  # cosine terms of the curve (0: level only)
+    "band_prob": 0.0,  # share of batches (or crops, band_per) read through a band_rate channel
+    "band_rate": 8000,  # the narrow channel's sample rate (Hz): nothing above band_rate / 2
+    "band_per": "batch",  # batch: all crops of a batch or none | crop: each crop on its own
 }
+BAND_PER = ("batch", "crop")
+
+
+def band_response(fbank: Mapping[str, Any], rate: int) -> np.ndarray:
+    """``[num_mel_bins]`` log-power response (natural log, the features' units) of audio recorded
+    at ``rate`` and read at the features' sample rate: the power response of the resampler's own
+    low-pass (:func:`spkflow.audio.resample`, one pass) averaged over each Kaldi mel filter for a
+    flat spectrum.  Zero below ~0.45 ``rate``, the filter's stopband (-13 to -16) above ``rate / 2``."""
+    from scipy.signal import freqz
+
+    from spkflow.audio import _polyphase_filter
+    from spkflow.features import FbankOptions, _mel_matrix
+
+    opts = FbankOptions.from_dict(dict(fbank))
+    fs = int(opts.sample_frequency)
+    if not 0 < rate < fs:
+        raise ValueError(f"band rate must be in (0, {fs}) Hz for {fs} Hz features, got {rate}")
+    g = math.gcd(fs, int(rate))
+    up, down = int(rate) // g, fs // g
+    h = _polyphase_filter(up, down)  # designed at fs * up Hz, cut off at rate / 2
+    freqs = fs / opts.padded_window_size * np.arange(opts.padded_window_size // 2 + 1)
+    _, resp = freqz(h, worN=freqs, fs=fs * up)
+    power = np.abs(resp / resp[0]) ** 2
+    mel = _mel_matrix(opts)  # [fft bins, mel bins]
+    return np.log(np.maximum((mel * power[:, None]).sum(0) / mel.sum(0), 1e-30))
 
 
 def normalize_channel_config(value: Any, key: str = "train.channel_perturb", source: str = "config") -> dict | None:
     """``null`` (off) or a mapping of :data:`CHANNEL_DEFAULTS` keys; returns it with defaults filled
     in.  Raises :class:`spkflow.config.ConfigError` naming ``source`` and the dotted key."""
-    from spkflow.config import check_keys, check_value
+    from spkflow.config import check_choice, check_keys, check_value
 
     if value is None:
         return None
     check_keys(key, value, CHANNEL_DEFAULTS, source)
     out = dict(CHANNEL_DEFAULTS)
     out.update(value)
-    for name, hi in (("prob", 1.0), ("gain_db", None), ("shape_db", None)):
+    for name, hi in (("prob", 1.0), ("gain_db", None), ("shape_db", None), ("band_prob", 1.0)):
         check_value(source, f"{key}.{name}", out[name], "number", 0.0, hi)
         out[name] = float(out[name])
     check_value(source, f"{key}.shape_terms", out["shape_terms"], "int", 0)
+    check_value(source, f"{key}.band_rate", out["band_rate"], "int", 1000)
+    check_choice(source, f"{key}.band_per", out["band_per"], BAND_PER)
     return out
 
 
@@ -193,6 +237,7 @@ class FbankChannelPerturb:
 
     def __init__(self, cfg: Mapping[str, Any], fbank: Mapping[str, Any]) -> None:
         self.prob = float(cfg["prob"])
+        self.band_prob, self.band_per = float(cfg.get("band_prob", 0.0)), str(cfg.get("band_per", "batch"))
         self.sd_db = torch.tensor([float(cfg["gain_db"])] + [float(cfg["shape_db"])] * int(cfg["shape_terms"]))
         bins, self.energy, self.energy_last = _fbank_layout(fbank)
         self.dim = bins + int(self.energy)
@@ -203,6 +248,13 @@ class FbankChannelPerturb:
             level = torch.zeros(len(k), 1)
             level[0] = 1.0
             self.basis = torch.cat([self.basis, level] if self.energy_last else [level, self.basis], 1)
+        self.band = None
+        if self.band_prob > 0:  # the energy column keeps its value (speech energy lies below 4 kHz)
+            band = torch.from_numpy(band_response(fbank, int(cfg.get("band_rate", 8000)))).float()
+            if self.energy:
+                zero = torch.zeros(1)
+                band = torch.cat([band, zero] if self.energy_last else [zero, band])
+            self.band = band
 
     def curve(self, coef_db: torch.Tensor) -> torch.Tensor:
         """``[n, K+1]`` coefficients in dB (level first, then the cosine terms) -> ``[n, F]`` curves
@@ -210,9 +262,14 @@ class FbankChannelPerturb:
         return (coef_db.float() * (math.log(10.0) / 10.0)) @ self.basis
 
     def curves(self, n: int) -> torch.Tensor:
-        """``[n, F]`` random channel curves (zero for the crops the probability leaves out)."""
+        """``[n, F]`` random channel curves (zero for the crops the probability leaves out), plus
+        the narrow band's response for the crops (or the whole batch) drawn for it."""
         coef = torch.randn(n, len(self.sd_db)) * self.sd_db
-        return self.curve(coef * (torch.rand(n, 1) < self.prob))
+        out = self.curve(coef * (torch.rand(n, 1) < self.prob))
+        if self.band is not None:  # drawn after the channel: configs without a band draw as before
+            narrow = torch.rand(1 if self.band_per == "batch" else n, 1) < self.band_prob
+            out = out + narrow * self.band
+        return out
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.dim:

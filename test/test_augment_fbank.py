@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from spkflow.augment import FbankChannelPerturb, normalize_channel_config
+from spkflow.audio import resample
+from spkflow.augment import FbankChannelPerturb, band_response, mel_centers, normalize_channel_config
 from spkflow.config import ConfigError, normalize_train_config
 from spkflow.features import FbankOptions, compute_fbank
 
 
 def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
-    from spkflow.augment import FbankSpeedPerturb, mel_centers
+    from spkflow.augment import FbankSpeedPerturb
 
     fb = {"num_mel_bins": 40, "sample_frequency": 16000.0, "low_freq": 20.0, "high_freq": 0.0}
     c = mel_centers(40)
@@ -120,13 +121,67 @@ def test_channel_moves_an_energy_column_by_the_level_only(htk_compat: bool) -> N
     assert float(mel.max() - mel.min()) > 1.0  # the mel bins get the shape too
 
 
+def test_band_response_is_what_8khz_audio_read_at_16khz_looks_like() -> None:
+    """The narrow channel's curve against the real thing: white noise made at 8 kHz and resampled
+    to 16 kHz by spkflow.audio.resample (how stage 2 reads FSDD), through Kaldi fbank, minus white
+    noise made at 16 kHz; the passband level difference (a white signal spread over half the band)
+    is taken out, the shape must match bin by bin, the stopband included."""
+    rng = np.random.default_rng(0)
+    opts = FbankOptions(num_mel_bins=40, dither=0.0)
+    wide = compute_fbank((0.1 * rng.standard_normal(4 * 16000)).astype(np.float32), 16000, opts).mean(0)
+    narrow_audio = resample((0.1 * rng.standard_normal(4 * 8000)).astype(np.float32), 8000, 16000)
+    diff = compute_fbank(narrow_audio, 16000, opts).mean(0) - wide
+    diff -= np.median(diff[mel_centers(40) < 3500])
+    want = band_response({"num_mel_bins": 40}, 8000)
+    assert float(np.abs(diff - want).max()) < 0.3, np.round(diff - want, 2)
+    assert float(want[mel_centers(40) > 4700].max()) < -10 and float(np.abs(want[mel_centers(40) < 3000]).max()) < 0.01
+    with pytest.raises(ValueError, match="band rate"):
+        band_response({"num_mel_bins": 40}, 16000)
+
+
+@pytest.mark.parametrize("per", ["batch", "crop"])
+def test_band_is_drawn_per_batch_or_per_crop_after_the_channel(per: str) -> None:
+    fb = {"num_mel_bins": 40}
+    ch = FbankChannelPerturb(normalize_channel_config({"band_prob": 0.5, "band_per": per}), fb)
+    plain = FbankChannelPerturb(normalize_channel_config({}), fb)
+    narrow = torch.from_numpy(band_response(fb, 8000)).float()
+    counts = []
+    for seed in range(40):
+        torch.manual_seed(seed)
+        c = ch.curves(8)
+        torch.manual_seed(seed)
+        base = plain.curves(8)  # the channel draws are those of a config without a band
+        hit = (c - base - narrow).abs().amax(1) < 1e-5
+        assert bool(torch.all(hit | ((c - base).abs().amax(1) < 1e-6)))  # each crop: band or nothing else
+        counts.append(int(hit.sum()))
+    if per == "batch":
+        assert set(counts) == {0, 8}  # the whole batch or none of it
+    else:
+        assert len(set(counts)) > 3  # crops on their own
+    assert 0.3 < sum(counts) / (8 * 40) < 0.7
+
+
 def test_channel_config_defaults_and_errors() -> None:
     assert normalize_channel_config(None) is None
-    assert normalize_channel_config({}) == {"prob": 1.0, "gain_db": 4.0, "shape_db": 2.0, "shape_terms": 4}
+    assert normalize_channel_config({}) == {
+        "prob": 1.0,
+        "gain_db": 4.0,
+        "shape_db": 2.0,
+        "shape_terms": 4,
+        "band_prob": 0.0,
+        "band_rate": 8000,
+        "band_per": "batch",
+    }
     with pytest.raises(ConfigError, match=r"^conf/x\.yaml: train\.channel_perturb\.gain_db must be a number, got '4'"):
         normalize_channel_config({"gain_db": "4"}, source="conf/x.yaml")
     with pytest.raises(ConfigError, match="must be a mapping"):
         normalize_channel_config([4.0, 2.0])
+    with pytest.raises(
+        ConfigError, match=r"^conf/x\.yaml: train\.channel_perturb\.band_per must be batch \| crop, got 'utt'"
+    ):
+        normalize_channel_config({"band_per": "utt"}, source="conf/x.yaml")
+    with pytest.raises(ConfigError, match=r"band_prob must be in \[0\.0, 1\.0\], got 2"):
+        normalize_channel_config({"band_prob": 2})
 
 
 def test_fbank_speed_config_errors_name_the_factor() -> None:

@@ -194,13 +194,18 @@ def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path
 
 
 def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: Path) -> None:
-    """With the fbank-domain augmentations on (speed and channel draws come from the per-batch
-    seed), a run stopped twice and resumed ends at the weights of an uninterrupted one."""
+    """With the fbank-domain augmentations on (speed, channel and narrow-band draws come from the
+    per-batch seed), a run stopped twice and resumed ends at the weights of an uninterrupted one."""
     from spkflow.trainer import Trainer
 
     setup = {**setup, "config": json.loads(json.dumps(setup["config"]))}
     setup["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
-    setup["config"]["train"]["channel_perturb"] = {"gain_db": 4.0, "shape_db": 2.0}
+    setup["config"]["train"]["channel_perturb"] = {
+        "gain_db": 4.0,
+        "shape_db": 2.0,
+        "band_prob": 0.5,
+        "band_per": "crop",
+    }
     full = tmp_path / "full"
     Trainer(options(setup, full)).run()
     part = tmp_path / "part"
