@@ -227,3 +227,41 @@ def test_channel_stats_separates_one_session_speakers_from_many(tmp_path) -> Non
             assert st["level_within"] < 0.05 and abs(st["level_between"] - 3.0 * np.std(np.arange(6))) < 0.05
         else:
             assert st["level_within"] > 2.0 and st["level_between"] < st["level_within"]
+
+
+def test_narrowband_copy_reads_a_data_dir_through_an_8khz_channel(tmp_path) -> None:
+    """The recipe's local/narrowband_copy.py on a real FLAC data dir: every file copied, wav.scp
+    entries become ffmpeg pipes (the pinned imageio-ffmpeg) that spkflow.audio reads at 8 kHz,
+    with the 6 kHz tone gone and the 1 kHz tone kept; a pipe entry is chained, not replaced."""
+    import subprocess
+    import sys
+
+    import soundfile as sf
+
+    from spkflow.audio import read_audio
+
+    recipe = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1"
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    t = np.arange(16000) / 16000.0
+    sf.write(tmp_path / "a.flac", 0.3 * np.sin(2 * np.pi * 1000 * t) + 0.3 * np.sin(2 * np.pi * 6000 * t), 16000)
+    (src / "wav.scp").write_text(f"u1 {tmp_path / 'a.flac'}\nu2 cat {tmp_path / 'a.flac'} |\n")
+    (src / "utt2spk").write_text("u1 s1\nu2 s1\n")
+    (src / "trials").write_text("u1 u2 target\n")
+    subprocess.run([sys.executable, str(recipe / "local/narrowband_copy.py"), str(src), str(dst)], check=True)
+    assert sorted(p.name for p in dst.iterdir()) == ["trials", "utt2spk", "wav.scp"]
+    assert (dst / "trials").read_text() == "u1 u2 target\n"
+    for line in (dst / "wav.scp").read_text().splitlines():
+        utt, spec = line.split(maxsplit=1)
+        assert spec.endswith("-ar 8000 - |") and ("cat " in spec) == (utt == "u2")
+        x, sr = read_audio(spec, utt)
+        assert sr == 8000 and abs(len(x) - 8000) < 100
+        mag, freqs = np.abs(np.fft.rfft(x[1000:7000])), np.fft.rfftfreq(6000, 1 / 8000)
+        at_1k, at_2k = (float(mag[np.abs(freqs - f) < 30].max()) for f in (1000, 2000))
+        assert at_1k > 100 * at_2k  # 1 kHz kept; 6 kHz filtered out, not aliased to 2 kHz
+    missing = subprocess.run(
+        [sys.executable, str(recipe / "local/narrowband_copy.py"), str(tmp_path / "none"), str(dst)],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode != 0 and "none/wav.scp not found" in missing.stderr

@@ -7,7 +7,8 @@
 # writes a copy of the config with train.seed set to the seed, trains and evaluates it with
 # ./run.sh --stage 3 --batch_seed <seed> --tag <config>_seed<seed> (so the batch plan changes with
 # the seed too), and finally prints a Markdown table of EER / minDCF per test set with the mean
-# over seeds (exp/compare_losses.md).  A run whose metrics already exist is not repeated.
+# over seeds (exp/compare_losses.md).  A run whose metrics already exist is not repeated; a trained
+# run that lacks a test set (one added later) only gets stages 5-6 for the sets it lacks.
 # --suffix S makes the tags <config>S_seed<seed>: one config run with other run.sh options (e.g.
 # --num_spk 64 --num_utt 2) gets tags of its own.
 set -euo pipefail
@@ -42,12 +43,20 @@ for config in ${configs}; do
     for seed in ${seeds}; do
         tag=${name}_seed${seed}
         tags+=("${tag}")
-        done_all=true
+        missing=""
         for s in ${test_sets}; do
-            [ -s "exp/spk_${tag}/eval/${s}/metrics.json" ] || done_all=false
+            [ -s "exp/spk_${tag}/eval/${s}/metrics.json" ] || missing+="${missing:+ }${s}"
         done
-        if ${done_all}; then
+        if [ -z "${missing}" ]; then
             log "${tag}: metrics exist, skipped"
+            continue
+        fi
+        if [ -s "exp/spk_${tag}/model.pth" ] && [ -s "exp/spk_${tag}/wall_seconds" ]; then
+            # trained before a test set was added: embed and score the new sets only
+            log "${tag}: trained; scoring ${missing} (log: exp/compare_losses/${tag}.score.log)"
+            ./run.sh --stage 5 --stop_stage 6 --train_config "${confdir}/${tag}.yaml" --tag "${tag}" \
+                "${run_opts[@]}" --test_sets "${missing}" > "exp/compare_losses/${tag}.score.log" 2>&1 \
+                || { log "Error: scoring ${tag} failed, see exp/compare_losses/${tag}.score.log"; exit 1; }
             continue
         fi
         sed "s/^  seed: .*/  seed: ${seed}/" "${config}" > "${confdir}/${tag}.yaml"
