@@ -78,7 +78,9 @@ def test_stage1_on_mini_corpora(tmp_path: Path) -> None:
 
 
 def test_stage1_prepares_heldout_sets_on_request(tmp_path: Path) -> None:
-    """--librispeech true --fsdd true add data/libri and data/fsdd (with trials) as test sets."""
+    """--librispeech true --fsdd true add data/libri and data/fsdd (with trials) as test sets;
+    --dsp20_8k true adds data/dsp20_8k, DSPSpeech-20 read through 8 kHz ffmpeg pipes, which
+    stage 1's validation reads (durations) like any other set."""
     so762 = make_speechocean_mini(
         tmp_path / "so762", spk_train=("0001", "0005", "1027"), spk_test=("0003", "9601", "9602"), n_train=3, n_test=3
     )
@@ -89,11 +91,21 @@ def test_stage1_prepares_heldout_sets_on_request(tmp_path: Path) -> None:
     r = run_stage1(recipe, env, "--test_sets", "test dsp20 libri fsdd")
     assert r.returncode != 0 and "data/libri" in r.stdout + r.stderr  # not prepared unless asked for
     r = run_stage1(
-        recipe, env, "--test_sets", "test dsp20 libri fsdd", "--local_data_opts", "--librispeech true --fsdd true"
+        recipe,
+        env,
+        "--test_sets",
+        "test dsp20 libri fsdd dsp20_8k",
+        "--local_data_opts",
+        "--librispeech true --fsdd true --dsp20_8k true",
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "data/libri: 3 speakers, 8 utterances" in out and "data/fsdd: 3 speakers, 18 utterances" in out
+    assert "data/dsp20_8k: 2 speakers, 8 utterances" in out
+    data = recipe / "data"
+    assert (data / "dsp20_8k" / "trials").read_text() == (data / "dsp20" / "trials").read_text()
+    pipes = (data / "dsp20_8k" / "wav.scp").read_text().splitlines()
+    assert len(pipes) == 8 and all(line.endswith("-ar 8000 - |") for line in pipes)
     for name in ("libri", "fsdd"):
         trials = read_trials(recipe / "data" / name / "trials", DataDir(recipe / "data" / name).utt2spk())
         assert sum(t for *_, t in trials) > 0
