@@ -3,11 +3,11 @@
 #   data/train  speechocean762 official train split: 125 speakers x 12 utterances
 #   data/test   speechocean762 official test split: 125 other speakers x 4, with trials
 #   data/dsp20  DSPSpeech-20 (rounds 01-02): 33 speakers x 40, with trials (cross-corpus test)
+#   data/dsp20_8k  data/dsp20 read through an 8 kHz channel (local/narrowband_copy.py: ffmpeg
+#                  pipes), a development set in the telephone band (--dsp20_8k false: not made)
 # and, on request (--librispeech true, --fsdd true), two more held-out test sets:
 #   data/libri  LibriSpeech mini (English read speech), with trials
 #   data/fsdd   Free Spoken Digit Dataset (English digits, 8 kHz), with trials
-# and (--dsp20_8k true) a development set in the telephone band:
-#   data/dsp20_8k  data/dsp20 read through an 8 kHz channel (local/narrowband_copy.py: ffmpeg pipes)
 # Corpus locations come from db.sh (SPEECHOCEAN762, DSPSPEECH20, LIBRISPEECH, FSDD); each data dir is made by
 # the one corpus front end, python -m spkflow.bin.prepare_corpus (docs/corpora.md), which also validates it.
 set -euo pipefail
@@ -23,9 +23,9 @@ dsp20_rounds="01 02"     # DSPSpeech-20 rounds to use (the shared copy has 01-02
 download=true            # try to download a missing corpus (fails fast without network)
 librispeech=false        # also prepare data/libri (LIBRISPEECH in db.sh)
 fsdd=false               # also prepare data/fsdd (FSDD in db.sh)
-dsp20_8k=false           # also prepare data/dsp20_8k (DSPSpeech-20 at 8 kHz)
+dsp20_8k=true            # also prepare data/dsp20_8k (DSPSpeech-20 at 8 kHz)
 
-help_message="Usage: $0 [--nontarget-ratio 10] [--trials-seed 0] [--dsp20-rounds \"01 02\"] [--download true] [--librispeech false] [--fsdd false] [--dsp20_8k false]"
+help_message="Usage: $0 [--nontarget-ratio 10] [--trials-seed 0] [--dsp20-rounds \"01 02\"] [--download true] [--librispeech false] [--fsdd false] [--dsp20_8k true]"
 
 . utils/parse_options.sh
 if [ $# -ne 0 ]; then
