@@ -1,0 +1,1 @@
+../../spk1/local/narrowband_copy.py
