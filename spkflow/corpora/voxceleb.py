@@ -49,8 +49,15 @@ log = logging.getLogger(__name__)
 VOX1_TEST_SPEAKERS = frozenset(f"id{n}" for n in range(10270, 10310))
 #: set name -> official cleaned trial list file (in the VoxCeleb1 folder)
 TRIAL_LISTS = {"vox1_o": "veri_test2.txt", "vox1_e": "list_test_all2.txt", "vox1_h": "list_test_hard2.txt"}
-#: ffmpeg arguments of the wav.scp pipe: 16 kHz mono 16-bit WAV on stdout
-FFMPEG_ARGS = "-nostdin -v error -i {path} -f wav -acodec pcm_s16le -ac 1 -ar 16000 - |"
+#: ffmpeg arguments of a wav.scp pipe: mono 16-bit WAV at {rate} Hz on stdout
+FFMPEG_ARGS = "-nostdin -v error -i {path} -f wav -acodec pcm_s16le -ac 1 -ar {rate} - |"
+
+
+def ffmpeg_pipe(exe: str, path: str, rate: int = 16000) -> str:
+    """A wav.scp pipe entry: ``path`` (``-``: standard input) decoded by the ffmpeg binary ``exe``
+    to mono 16-bit WAV at ``rate`` Hz."""
+    return f"{shlex.quote(exe)} " + FFMPEG_ARGS.format(path=shlex.quote(str(path)), rate=int(rate))
+
 
 _SPK = re.compile(r"id\d+")
 _REL = re.compile(r"(?P<spk>id\d+)/(?P<video>[^/\s]+)/(?P<clip>[^/\s]+)\.(?:wav|flac|m4a)")
@@ -194,7 +201,7 @@ def collect_voxceleb2(corpus_dir: str | Path, part: str = "dev", ffmpeg: str | N
     for utt, (spk, path) in _scan(root, (".m4a", ".wav", ".flac")).items():
         if path.suffix.lower() == ".m4a":
             durations[utt] = m4a_duration(path)
-            wav = f"{shlex.quote(exe)} " + FFMPEG_ARGS.format(path=shlex.quote(str(path)))
+            wav = ffmpeg_pipe(exe, str(path))
         else:  # a copy already converted
             durations[utt] = sf.info(str(path)).duration
             wav = str(path)

@@ -10,7 +10,6 @@ FLAC read time, MP4 header duration time, disk per hour for wav / m4a / FLAC, sc
 VoxCeleb2 dev's 2,360 h.  Leaves WORK_DIR/d (a data dir of the m4a pipes) for make_fbank.sh.
 """
 
-import shlex
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import imageio_ffmpeg
 import soundfile as sf
 
 from spkflow.audio import AudioReader
-from spkflow.corpora.voxceleb import FFMPEG_ARGS, m4a_duration
+from spkflow.corpora.voxceleb import ffmpeg_pipe, m4a_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 exe = imageio_ffmpeg.get_ffmpeg_exe()
@@ -68,7 +67,7 @@ print(f"encode to m4a (test setup only): {time.perf_counter() - t:.2f} s")
 d = root / "d"
 d.mkdir(exist_ok=True)
 (d / "wav.scp").write_text(  # noqa: E501
-    "".join(f"u{p.stem} {shlex.quote(exe)} " + FFMPEG_ARGS.format(path=p) + "\n" for p in sorted(m4a.glob("*.m4a")))
+    "".join(f"u{p.stem} {ffmpeg_pipe(exe, str(p))}\n" for p in sorted(m4a.glob("*.m4a")))
 )
 
 

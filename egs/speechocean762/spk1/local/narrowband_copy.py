@@ -14,21 +14,19 @@ local/data.sh): a set the recipe may choose settings on, unlike the held-out FSD
 from __future__ import annotations
 
 import argparse
-import shlex
 import shutil
 import sys
 from pathlib import Path
 
-from spkflow.corpora.voxceleb import default_ffmpeg
+from spkflow.corpora.voxceleb import default_ffmpeg, ffmpeg_pipe
 from spkflow.datadir import read_kv, write_kv
 
 
 def narrow_entry(entry: str, ffmpeg: str, rate: int) -> str:
     """A wav.scp value (a path or a ``cmd |`` pipe) read through ffmpeg at ``rate`` Hz."""
-    tail = f"-f wav -acodec pcm_s16le -ac 1 -ar {rate} - |"
     if entry.rstrip().endswith("|"):
-        return f"{entry.rstrip()[:-1].rstrip()} | {shlex.quote(ffmpeg)} -nostdin -v error -i - {tail}"
-    return f"{shlex.quote(ffmpeg)} -nostdin -v error -i {shlex.quote(entry)} {tail}"
+        return f"{entry.rstrip()[:-1].rstrip()} | {ffmpeg_pipe(ffmpeg, '-', rate)}"
+    return ffmpeg_pipe(ffmpeg, entry, rate)
 
 
 def main(argv: list[str] | None = None) -> int:
