@@ -237,24 +237,26 @@ class FbankChannelPerturb:
 
     def __init__(self, cfg: Mapping[str, Any], fbank: Mapping[str, Any]) -> None:
         self.prob = float(cfg["prob"])
-        self.band_prob, self.band_per = float(cfg.get("band_prob", 0.0)), str(cfg.get("band_per", "batch"))
+        self.band_prob, self.band_per = float(cfg["band_prob"]), str(cfg["band_per"])
         self.sd_db = torch.tensor([float(cfg["gain_db"])] + [float(cfg["shape_db"])] * int(cfg["shape_terms"]))
         bins, self.energy, self.energy_last = _fbank_layout(fbank)
         self.dim = bins + int(self.energy)
         pos = (torch.arange(bins, dtype=torch.float64) + 0.5) / bins
         k = torch.arange(int(cfg["shape_terms"]) + 1, dtype=torch.float64)
         self.basis = torch.cos(math.pi * k[:, None] * pos[None, :]).float()  # [K+1, bins]; row 0 = level
-        if self.energy:  # the energy column moves with the level only
-            level = torch.zeros(len(k), 1)
-            level[0] = 1.0
-            self.basis = torch.cat([self.basis, level] if self.energy_last else [level, self.basis], 1)
+        level = torch.zeros(len(k), 1)
+        level[0] = 1.0
+        self.basis = self._with_energy(self.basis, level)  # the energy column moves with the level only
         self.band = None
         if self.band_prob > 0:  # the energy column keeps its value (speech energy lies below 4 kHz)
-            band = torch.from_numpy(band_response(fbank, int(cfg.get("band_rate", 8000)))).float()
-            if self.energy:
-                zero = torch.zeros(1)
-                band = torch.cat([band, zero] if self.energy_last else [zero, band])
-            self.band = band
+            band = torch.from_numpy(band_response(fbank, int(cfg["band_rate"]))).float()
+            self.band = self._with_energy(band, torch.zeros(1))
+
+    def _with_energy(self, mel: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
+        """``mel`` (mel bins last) with the energy column's values put where the features have it."""
+        if not self.energy:
+            return mel
+        return torch.cat([mel, energy] if self.energy_last else [energy, mel], -1)
 
     def curve(self, coef_db: torch.Tensor) -> torch.Tensor:
         """``[n, K+1]`` coefficients in dB (level first, then the cosine terms) -> ``[n, F]`` curves
