@@ -18,6 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from spkflow.atomic import atomic_write
 from spkflow.corpora.voxceleb import default_ffmpeg, ffmpeg_pipe
 from spkflow.datadir import read_kv, write_kv
 
@@ -38,9 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     if not (a.src / "wav.scp").is_file():
         sys.exit(f"narrowband_copy.py: {a.src / 'wav.scp'} not found")
     a.dst.mkdir(parents=True, exist_ok=True)
-    for f in sorted(a.src.iterdir()):
+    for f in sorted(a.src.iterdir()):  # each file appears whole or not at all (a killed copy is redone)
         if f.is_file() and f.name != "wav.scp":
-            shutil.copyfile(f, a.dst / f.name)
+            with open(f, "rb") as src, atomic_write(a.dst / f.name, "wb") as dst:
+                shutil.copyfileobj(src, dst)
     ffmpeg = default_ffmpeg()
     wav = read_kv(a.src / "wav.scp")
     write_kv(a.dst / "wav.scp", {utt: narrow_entry(entry, ffmpeg, a.rate) for utt, entry in wav.items()})
