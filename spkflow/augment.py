@@ -22,10 +22,11 @@ What it guarantees
   multiplies the power spectrum, so on log-mel frames its effect is a curve *added* to every
   frame (exact where the filter is flat across a mel band, which a smooth curve is).  The curve
   is ``gain + sum_k c_k cos(pi k (j + 0.5) / B)`` over the B mel bins ``j`` (bins are equally
-  spaced in mel), with ``gain ~ N(0, gain_db)`` and ``c_k ~ N(0, shape_db)`` for
-  ``k = 1..shape_terms``, in dB of power (Kaldi's fbank is the natural log of power: 1 dB adds
-  ``ln(10) / 10``).  An energy column gets the gain only.  Draws come from the global torch
-  generator, like the speed factors, so a batch is reproducible and resume-safe.
+  spaced in mel), with ``gain ~ N(0, gain_db)``, ``c_1 ~ N(0, tilt_db)`` (the spectral tilt;
+  ``shape_db`` unless set) and ``c_k ~ N(0, shape_db)`` for ``k = 2..shape_terms``, in dB of
+  power (Kaldi's fbank is the natural log of power: 1 dB adds ``ln(10) / 10``).  An energy
+  column gets the gain only.  Draws come from the global torch generator, like the speed
+  factors, so a batch is reproducible and resume-safe.
 * A narrow channel (``band_prob``): a share of the batches (or of the crops) look as if recorded
   at ``band_rate`` (8 kHz: telephone, FSDD) and read at the features' rate.  Its curve,
   :func:`band_response`, is the power response of the resampler stage 2 itself uses, averaged
@@ -180,9 +181,13 @@ CHANNEL_DEFAULTS: dict[str, float | int | str] = {
     "gain_db": 4.0,  # standard deviation of the level change, dB
     "shape_db": 2.0,  # standard deviation of each cosine term of the equaliser curve, dB
     "shape_terms": 4,  # cosine terms of the curve (0: level only)
+    "tilt_db": None,  # standard deviation of the first term (the spectral tilt), dB; null: shape_db
     "band_prob": 0.0,  # share of batches (or crops, band_per) read through a band_rate channel
     "band_rate": 8000,  # the narrow channel's sample rate (Hz): nothing above band_rate / 2
     "band_per": "batch",  # batch: all crops of a batch or none | crop: each crop on its own
+    "rolloff_prob": 0.0,  # share of crops whose highs roll off (a dull microphone, distance, a lossy codec)
+    "rolloff_hz": [2000.0, 6000.0],  # corner frequency, drawn log-uniformly (uniform in octaves)
+    "rolloff_db": [6.0, 24.0],  # slope above the corner, dB per octave, drawn uniformly
 }
 BAND_PER = ("batch", "crop")
 
@@ -214,7 +219,7 @@ def band_response(fbank: Mapping[str, Any], rate: int) -> np.ndarray:
 def normalize_channel_config(value: Any, key: str = "train.channel_perturb", source: str = "config") -> dict | None:
     """``null`` (off) or a mapping of :data:`CHANNEL_DEFAULTS` keys; returns it with defaults filled
     in.  Raises :class:`spkflow.config.ConfigError` naming ``source`` and the dotted key."""
-    from spkflow.config import check_choice, check_keys, check_value
+    from spkflow.config import check_choice, check_keys, check_range, check_value
 
     if value is None:
         return None
@@ -225,8 +230,16 @@ def normalize_channel_config(value: Any, key: str = "train.channel_perturb", sou
         check_value(source, f"{key}.{name}", out[name], "number", 0.0, hi)
         out[name] = float(out[name])
     check_value(source, f"{key}.shape_terms", out["shape_terms"], "int", 0)
+    if out["tilt_db"] is None:
+        out["tilt_db"] = out["shape_db"]
+    check_value(source, f"{key}.tilt_db", out["tilt_db"], "number", 0.0)
+    out["tilt_db"] = float(out["tilt_db"])
     check_value(source, f"{key}.band_rate", out["band_rate"], "int", 1000)
     check_choice(source, f"{key}.band_per", out["band_per"], BAND_PER)
+    check_value(source, f"{key}.rolloff_prob", out["rolloff_prob"], "number", 0.0, 1.0)
+    out["rolloff_prob"] = float(out["rolloff_prob"])
+    out["rolloff_hz"] = check_range(source, f"{key}.rolloff_hz", out["rolloff_hz"], 1.0)
+    out["rolloff_db"] = check_range(source, f"{key}.rolloff_db", out["rolloff_db"], 0.0)
     return out
 
 
@@ -238,7 +251,9 @@ class FbankChannelPerturb:
     def __init__(self, cfg: Mapping[str, Any], fbank: Mapping[str, Any]) -> None:
         self.prob = float(cfg["prob"])
         self.band_prob, self.band_per = float(cfg["band_prob"]), str(cfg["band_per"])
-        self.sd_db = torch.tensor([float(cfg["gain_db"])] + [float(cfg["shape_db"])] * int(cfg["shape_terms"]))
+        terms = int(cfg["shape_terms"])
+        sd = [float(cfg["gain_db"])] + [float(cfg["tilt_db"])] * min(terms, 1) + [float(cfg["shape_db"])] * (terms - 1)
+        self.sd_db = torch.tensor(sd)
         bins, self.energy, self.energy_last = _fbank_layout(fbank)
         self.dim = bins + int(self.energy)
         pos = (torch.arange(bins, dtype=torch.float64) + 0.5) / bins
@@ -251,6 +266,12 @@ class FbankChannelPerturb:
         if self.band_prob > 0:  # the energy column keeps its value (speech energy lies below 4 kHz)
             band = torch.from_numpy(band_response(fbank, int(cfg["band_rate"]))).float()
             self.band = self._with_energy(band, torch.zeros(1))
+        self.rolloff_prob = float(cfg["rolloff_prob"])
+        self.rolloff_hz, self.rolloff_db = (tuple(float(v) for v in cfg[k]) for k in ("rolloff_hz", "rolloff_db"))
+        centers = mel_centers(
+            bins, fbank.get("sample_frequency", 16000.0), fbank.get("low_freq", 20.0), fbank.get("high_freq", 0.0)
+        )
+        self.octaves = torch.from_numpy(np.log2(centers)).float()  # [bins]
 
     def _with_energy(self, mel: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
         """``mel`` (mel bins last) with the energy column's values put where the features have it."""
@@ -271,6 +292,13 @@ class FbankChannelPerturb:
         if self.band is not None:  # drawn after the channel: configs without a band draw as before
             narrow = torch.rand(1 if self.band_per == "batch" else n, 1) < self.band_prob
             out = out + narrow * self.band
+        if self.rolloff_prob > 0:  # drawn last, for the same reason
+            dull = torch.rand(n, 1) < self.rolloff_prob
+            lo, hi = (math.log2(f) for f in self.rolloff_hz)
+            corner = lo + (hi - lo) * torch.rand(n, 1)  # octaves
+            slope = self.rolloff_db[0] + (self.rolloff_db[1] - self.rolloff_db[0]) * torch.rand(n, 1)
+            db = -slope * (self.octaves[None, :] - corner).clamp(min=0.0)
+            out = out + dull * self._with_energy(db * (math.log(10.0) / 10.0), torch.zeros(n, 1))
         return out
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

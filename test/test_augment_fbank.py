@@ -111,6 +111,57 @@ def test_channel_draws_follow_the_config() -> None:
         _channel()(torch.zeros(2, 5, 41))
 
 
+def test_channel_tilt_has_its_own_spread() -> None:
+    """``tilt_db`` sets the spread of the first cosine term (low bins against high bins) alone;
+    unset, it is ``shape_db``, and the draws are those of a config without the key."""
+    pos = (torch.arange(40, dtype=torch.float64) + 0.5) / 40
+    basis = torch.cos(math.pi * torch.arange(4, dtype=torch.float64)[:, None] * pos[None, :]).T  # level, 3 terms
+    torch.manual_seed(2)
+    curves = _channel(gain_db=1.0, shape_db=1.0, shape_terms=3, tilt_db=5.0).curves(4000).double()
+    coef_db = torch.linalg.lstsq(basis, curves.T).solution.T / (math.log(10) / 10)
+    sd = coef_db.std(0)
+    assert abs(float(sd[1]) - 5.0) < 0.25  # the tilt
+    assert all(abs(float(s) - 1.0) < 0.06 for s in (sd[0], sd[2], sd[3]))  # level and the other terms
+    torch.manual_seed(3)
+    default = _channel(shape_db=2.0).curves(50)
+    torch.manual_seed(3)
+    torch.testing.assert_close(_channel(shape_db=2.0, tilt_db=2.0).curves(50), default)
+    assert normalize_channel_config({"shape_db": 2.5})["tilt_db"] == 2.5
+
+
+def test_rolloff_is_flat_below_its_corner_and_falls_by_its_slope_above() -> None:
+    """Each dull crop's curve is 0 below a corner frequency and falls by a fixed number of dB per
+    octave of mel-bin centre frequency above it; corners and slopes stay in their ranges; the
+    rest of the crops are untouched; an energy column keeps its value."""
+    cfg = {"gain_db": 0.0, "shape_terms": 0, "rolloff_prob": 0.5, "rolloff_hz": [1000, 4000], "rolloff_db": [6, 18]}
+    fb = {"num_mel_bins": 40, "use_energy": True}
+    ch = FbankChannelPerturb(normalize_channel_config(cfg), fb)
+    torch.manual_seed(4)
+    curves = ch.curves(400).double() / (math.log(10) / 10)  # dB
+    energy, db = curves[:, 0], curves[:, 1:]
+    assert float(energy.abs().max()) == 0.0
+    dull = db.abs().amax(1) > 0
+    assert 0.42 < float(dull.float().mean()) < 0.58
+    octaves = torch.from_numpy(np.log2(mel_centers(40))).double()
+    for row in db[dull]:
+        falling = row < 0
+        assert bool(falling[-1]) and not bool(falling[0])
+        assert bool((falling[1:] >= falling[:-1]).all())  # one corner: flat, then falling
+        i = int(falling.float().argmax())  # the first bin past the corner
+        slope = -float(row[-1] - row[i]) / float(octaves[-1] - octaves[i])
+        corner = float(octaves[i]) + float(row[i]) / slope
+        assert 6.0 - 1e-6 <= slope <= 18.0 + 1e-6
+        assert math.log2(1000) - 1e-6 <= corner <= math.log2(4000) + 1e-6
+        torch.testing.assert_close(row[i:], -slope * (octaves[i:] - corner), atol=1e-4, rtol=0)  # straight
+    torch.manual_seed(5)  # drawn after the channel and the band: those draw as without it
+    before = _channel(band_prob=0.3, band_per="crop").curves(50)
+    torch.manual_seed(5)
+    added = _channel(band_prob=0.3, band_per="crop", rolloff_prob=0.5).curves(50) - before
+    changed = added.abs().amax(1) > 0
+    assert 0 < int(changed.sum()) < 50
+    assert float(added.max()) <= 0.0 and float(added[:, 0].abs().max()) == 0.0
+
+
 @pytest.mark.parametrize("htk_compat", [False, True])
 def test_channel_moves_an_energy_column_by_the_level_only(htk_compat: bool) -> None:
     fb = {"num_mel_bins": 20, "use_energy": True, "htk_compat": htk_compat}
@@ -171,6 +222,10 @@ def test_channel_config_defaults_and_errors() -> None:
         "band_prob": 0.0,
         "band_rate": 8000,
         "band_per": "batch",
+        "tilt_db": 2.0,
+        "rolloff_prob": 0.0,
+        "rolloff_hz": [2000.0, 6000.0],
+        "rolloff_db": [6.0, 24.0],
     }
     with pytest.raises(ConfigError, match=r"^conf/x\.yaml: train\.channel_perturb\.gain_db must be a number, got '4'"):
         normalize_channel_config({"gain_db": "4"}, source="conf/x.yaml")
@@ -265,3 +320,4 @@ def test_narrowband_copy_reads_a_data_dir_through_an_8khz_channel(tmp_path) -> N
         text=True,
     )
     assert missing.returncode != 0 and "none/wav.scp not found" in missing.stderr
+

@@ -352,6 +352,13 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
             r"train\.channel_perturb\.prob must be in \[0\.0, 1\.0\], got 1\.5",
         ),
         ("train", "channel_perturb", {"shape_db": -1}, r"train\.channel_perturb\.shape_db must be >= 0\.0, got -1"),
+        ("train", "channel_perturb", {"tilt_db": "6 dB"}, r"train\.channel_perturb\.tilt_db must be a number"),
+        (
+            "train",
+            "channel_perturb",
+            {"rolloff_hz": [6000, 2000]},
+            r"train\.channel_perturb\.rolloff_hz must be \[low, high\] with low <= high, got \[6000, 2000\]",
+        ),
         (
             "train",
             "channel_perturb",
