@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -321,3 +322,38 @@ def test_narrowband_copy_reads_a_data_dir_through_an_8khz_channel(tmp_path) -> N
     )
     assert missing.returncode != 0 and "none/wav.scp not found" in missing.stderr
 
+
+def test_session_eer_splits_target_trials_by_session(tmp_path) -> None:
+    """local/session_eer.py on a scores file where only the trials across one speaker's two
+    sessions score low: the EER across sessions is higher than over all trials, and the misses
+    at the threshold name that session pair; a line of the wrong shape names file and line."""
+    import subprocess
+    import sys
+
+    recipe = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1"
+    utts = [f"{s}-{c}-{i}" for s, cs in (("a", "1 2"), ("b", "3 4")) for c in cs.split() for i in range(2)]
+    lines = []
+    rng = np.random.default_rng(0)
+    for i, x in enumerate(utts):
+        for y in utts[i + 1 :]:
+            same_spk, same_ses = x[0] == y[0], x[:3] == y[:3]
+            score = 0.9 if same_ses else (0.3 if same_spk and x[0] == "a" else (0.8 if same_spk else 0.5))
+            lines.append(f"{x} {y} {score + 0.01 * rng.standard_normal():.4f} {'target' if same_spk else 'nontarget'}")
+    (tmp_path / "scores").write_text("\n".join(lines) + "\n")
+    out = subprocess.run(
+        [sys.executable, str(recipe / "local/session_eer.py"), "--session", r"^(\w-\d)-", str(tmp_path / "scores")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    eer_all, eer_cross = (float(v) for v in re.search(r"EER ([\d.]+)%.*across sessions ([\d.]+)%", out).groups())
+    assert "(12 target trials)" in out and "(8 target trials)" in out  # 4 within sessions, 8 across
+    assert eer_cross > eer_all > 0
+    assert "a-1 ~ a-2 4" in out and "b-3 ~ b-4" not in out
+    (tmp_path / "bad").write_text("x y 0.5 target\nx z oops\n")
+    bad = subprocess.run(
+        [sys.executable, str(recipe / "local/session_eer.py"), "--session", "^(x)", str(tmp_path / "bad")],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and f"{tmp_path / 'bad'}:2:" in bad.stderr
