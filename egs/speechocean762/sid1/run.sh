@@ -8,7 +8,7 @@ set -euo pipefail
 test_sets="test dsp20"
 train_config=conf/train.yaml
 # the spk1 demo's batches and epochs (used only when the model is trained here)
-spk_opts="--num_spk 64 --num_utt 2 --num_epochs 56"
+spk_opts="--num_spk 64 --num_utt 2 --num_epochs 84"
 num_enrol=2          # speechocean762 test has 4 utterances per speaker: 2 enrol, 2 test
 open_folds=5         # each fold holds out 25 of 125 (speechocean762) / 6-7 of 33 (DSPSpeech-20) speakers
 
