@@ -60,9 +60,11 @@ jobs_report_failed() {
 # every exit: normal, error (set -e) and INT/TERM/HUP.
 jobs_lock() {
     _jobs_lock_dir=$1
-    "${python}" -m spkflow.bin.lock acquire --pid $$ --command "${jobs_command:-$0}" "${_jobs_lock_dir}" || exit 1
+    # armed before the lock exists (release only removes a lock naming $$): a signal that comes
+    # while the acquiring python runs is acted on when it returns, not swallowed, and releases
     trap '"${python}" -m spkflow.bin.lock release --pid $$ "${_jobs_lock_dir}" || true' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'exit 129' HUP
+    "${python}" -m spkflow.bin.lock acquire --pid $$ --command "${jobs_command:-$0}" "${_jobs_lock_dir}" || exit 1
 }
