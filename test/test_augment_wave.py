@@ -297,3 +297,37 @@ def test_results_md_lists_peer_rows_on_the_same_trials(tmp_path, monkeypatch):
     Path("data/test/trials2").write_text(Path("data/test/trials").read_text())
     evaluate_set("data/test/trials2", "exp/peer_other/x.scp", "exp/peer_other/eval/test", plots=False)
     assert "peer_other" not in Path(write_results_md("exp/spk_ours")).read_text()
+
+
+def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
+    """local/peer_resemblyzer.py's cohort for --score-norm/--score-center: the mean of each
+    speaker's utterance vectors (what stage 5's spk_xvector.scp holds), read back by
+    spkflow.scoring.read_cohort; a --peer-dir not named peer_* is refused (RESULTS.md would not
+    find it)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    import kaldiio
+
+    from spkflow.scoring import read_cohort
+
+    script = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1/local/peer_resemblyzer.py"
+    spec = importlib.util.spec_from_file_location("peer_resemblyzer", script)
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
+    rng = np.random.default_rng(0)
+    vecs = {f"s{i}-u{j}": rng.standard_normal(4).astype(np.float32) for i in range(3) for j in range(2 + i)}
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in sorted(vecs)))
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path}/x.ark,{tmp_path}/x.scp") as w:
+        for u in sorted(vecs):
+            w(u, vecs[u])
+    scp = peer.speaker_means(str(tmp_path / "data"), str(tmp_path / "x.scp"), str(tmp_path))
+    means = dict(kaldiio.load_scp(scp))
+    assert sorted(means) == ["s0", "s1", "s2"]
+    for spk, m in means.items():
+        np.testing.assert_allclose(m, np.mean([v for u, v in vecs.items() if u.startswith(spk + "-")], 0), rtol=1e-6)
+    assert read_cohort(scp).shape == (3, 4)
+    bad = subprocess.run([sys.executable, str(script), "--peer-dir", "exp/resemblyzer"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "must be named peer_*" in bad.stderr

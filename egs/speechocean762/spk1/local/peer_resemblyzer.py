@@ -5,6 +5,8 @@ of LibriSpeech + VoxCeleb 1/2), so that RESULTS.md shows it beside our model on 
 Run it with the comparison's own environment (``local/setup_resemblyzer.sh`` makes it):
 
     .venv_resemblyzer/bin/python local/peer_resemblyzer.py --sets "test dsp20" [--exp-dirs "exp/spk_*"]
+    .venv_resemblyzer/bin/python local/peer_resemblyzer.py --sets "test dsp20" --score-norm --score-center \
+        --peer-dir exp/peer_resemblyzer_norm    # with stage 6's score normalisation, training-set cohort
 
 For every set: Resemblyzer's own preprocessing (``preprocess_wav``: 16 kHz, volume normalised to
 -30 dBFS, long silences cut with webrtcvad) and ``embed_utterance`` (mean of 1.6 s partials, L2
@@ -14,6 +16,10 @@ normalised) on each utterance of ``data/<set>`` -> ``exp/peer_resemblyzer/embed/
 rows; the RESULTS.md of every ``--exp-dirs`` experiment is rewritten, which adds a
 "peer_resemblyzer" row under each set (spkflow.evaluation.write_results_md reads peer results
 from ``exp/peer_*``).  Audio is read with spkflow's AudioReader (any wav.scp entry).
+``--score-norm`` / ``--score-center`` score it with the backend of stage 6's options of the same
+names (AS-norm / centring against the training speakers, ``--cohort-set``): Resemblyzer's
+embeddings of that set, averaged per speaker like stage 5's ``spk_xvector.scp``.  Embeddings live
+in ``--embed-dir`` (shared by every ``--peer-dir``), so a second backend only scores.
 """
 
 from __future__ import annotations
@@ -58,12 +64,43 @@ def embed_set(data_dir: str, out_dir: str, encoder, preprocess) -> str:  # noqa:
     return scp
 
 
+def speaker_means(data_dir: str, xvector_scp: str, out_dir: str) -> str:
+    """Mean of the utterance embeddings of each speaker of ``data_dir`` (its ``utt2spk``), in sorted
+    speaker order -> ``out_dir/spk_xvector.{ark,scp}`` (atomic scp, reused when present)."""
+    import kaldiio
+
+    from spkflow.datadir import read_kv
+
+    scp = os.path.join(out_dir, "spk_xvector.scp")
+    if os.path.isfile(scp):
+        return scp
+    vecs = dict(kaldiio.load_scp(xvector_scp))
+    by_spk: dict[str, list[np.ndarray]] = {}
+    for utt, spk in read_kv(os.path.join(data_dir, "utt2spk")).items():
+        if utt in vecs:
+            by_spk.setdefault(spk, []).append(np.asarray(vecs[utt], dtype=np.float64))
+    ark, tmp = os.path.join(out_dir, "spk_xvector.ark"), scp + ".tmp"
+    with kaldiio.WriteHelper(f"ark,scp:{ark},{tmp}") as writer:
+        for spk in sorted(by_spk):
+            writer(spk, np.mean(by_spk[spk], axis=0).astype(np.float32))
+    os.replace(tmp, scp)
+    return scp
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="test dsp20", help="data/<set> with trials, space separated")
-    p.add_argument("--peer-dir", default=f"exp/{TAG}", help="where embeddings, eval and RESULTS.md go")
+    p.add_argument("--peer-dir", default=f"exp/{TAG}", help="where eval and RESULTS.md go (named peer_*)")
     p.add_argument("--exp-dirs", default="exp/spk_*", help="glob of experiments whose RESULTS.md gains the peer rows")
+    p.add_argument("--embed-dir", default=f"exp/{TAG}/embed", help="Resemblyzer's embeddings, one dir per set")
+    p.add_argument("--score-norm", action="store_true", help="AS-norm against the cohort speakers (stage 6's option)")
+    p.add_argument("--score-center", action="store_true", help="subtract the cohort speakers' mean (stage 6's option)")
+    p.add_argument("--cohort-set", default="train", help="data/<set> whose speakers are the cohort")
+    p.add_argument("--cohort-size", type=int, default=200, help="top cohort scores used by AS-norm (stage 6's)")
     args = p.parse_args(argv)
+    tag = os.path.basename(os.path.normpath(args.peer_dir))
+    if not tag.startswith("peer_"):
+        p.error(f"--peer-dir must be named peer_* (RESULTS.md finds peers by that name), got {args.peer_dir!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
     try:
         from resemblyzer import VoiceEncoder, preprocess_wav
@@ -73,14 +110,23 @@ def main(argv: list[str] | None = None) -> int:
     from spkflow.evaluation import evaluate_set, write_results_md
 
     encoder = VoiceEncoder(device="cpu", verbose=False)
+    backend: dict[str, object] = {}
+    if args.score_norm or args.score_center:
+        cohort_data = os.path.join("data", args.cohort_set)
+        out = os.path.join(args.embed_dir, args.cohort_set)
+        cohort = speaker_means(cohort_data, embed_set(cohort_data, out, encoder, preprocess_wav), out)
+        if args.score_norm:
+            backend.update(cohort_scp=cohort, cohort_size=args.cohort_size)
+        if args.score_center:
+            backend["mean_scp"] = cohort
     for s in args.sets.split():
         data = os.path.join("data", s)
         trials = os.path.join(data, "trials")
         if not os.path.isfile(trials):
             log.error("%s not found (run stage 1)", trials)
             return 1
-        scp = embed_set(data, os.path.join(args.peer_dir, "embed", s), encoder, preprocess_wav)
-        m = evaluate_set(trials, scp, os.path.join(args.peer_dir, "eval", s), model_tag=TAG, set_name=s)
+        scp = embed_set(data, os.path.join(args.embed_dir, s), encoder, preprocess_wav)
+        m = evaluate_set(trials, scp, os.path.join(args.peer_dir, "eval", s), model_tag=tag, set_name=s, **backend)
         log.info(
             "%s: Resemblyzer EER %.2f%% minDCF(0.01) %.4f minDCF(0.05) %.4f",
             s,
