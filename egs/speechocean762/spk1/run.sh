@@ -13,6 +13,12 @@ train_config=conf/train.yaml
 num_spk=64
 num_utt=2
 num_epochs=84
+# Scores: AS-norm against the top 50 of the 125 training speakers, after subtracting their mean
+# embedding (stage 5 then embeds the training set too); chosen the same way (docs/augmentation.md,
+# "Backend").  --score_norm false --score_center false gives plain cosine scores.
+score_norm=true
+score_center=true
+cohort_size=50
 
 ./spk.sh \
     --train_set "${train_set}" \
@@ -21,5 +27,8 @@ num_epochs=84
     --num_spk "${num_spk}" \
     --num_utt "${num_utt}" \
     --num_epochs "${num_epochs}" \
+    --score_norm "${score_norm}" \
+    --score_center "${score_center}" \
+    --cohort_size "${cohort_size}" \
     --nj 2 \
     "$@"
