@@ -33,6 +33,10 @@ What it guarantees
   over each mel filter: it matches resampled 8 kHz white noise through Kaldi fbank to 0.3 (natural
   log units) in every bin, stopband included (-14 to -16), where a fixed mask or cut-off would
   not.  Drawn after the channel, so configs without it draw as before.
+* A high-frequency roll-off (``rolloff_prob``): a share of the crops is flat up to a corner
+  frequency (log-uniform in ``rolloff_hz``) and falls by a slope (uniform in ``rolloff_db``, dB
+  per octave of mel-bin centre frequency) above it: a dull microphone, distance, a lossy codec
+  (audiomentations' ``LowPassFilter`` on waveforms).  Drawn after the band, for the same reason.
 
 Why channel perturbation: in corpora where each speaker was recorded in one session
 (speechocean762, DSPSpeech-20, FSDD), level and microphone colour are as constant per speaker as
@@ -176,7 +180,7 @@ class FbankSpeedPerturb:
         return out, idx
 
 
-CHANNEL_DEFAULTS: dict[str, float | int | str] = {
+CHANNEL_DEFAULTS: dict[str, float | int | str | list[float] | None] = {
     "prob": 1.0,  # share of crops that get a channel (the others are left as read)
     "gain_db": 4.0,  # standard deviation of the level change, dB
     "shape_db": 2.0,  # standard deviation of each cosine term of the equaliser curve, dB
