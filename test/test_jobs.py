@@ -161,7 +161,15 @@ def _script(tmp_path: Path, body: str) -> Path:
 def test_shell_helper_releases_the_lock_on_every_exit(tmp_path, body, how):
     out = tmp_path / "out"
     script = _script(tmp_path, body)
-    p = subprocess.Popen(["bash", str(script), str(out)], env=env(), stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        ["bash", str(script), str(out)],
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        # SIGINT as a terminal gives it: a test run started in the background (nohup ... &) ignores
+        # SIGINT, children inherit that, and bash cannot trap a signal ignored at its start
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         assert wait_for(lambda: read_holder(out) is not None or p.poll() is not None)
         if how.startswith("sig"):
