@@ -41,6 +41,7 @@ __all__ = [
     "Trials",
     "ScoreResult",
     "read_trials",
+    "read_scores",
     "check_both_labels",
     "read_embeddings",
     "read_cohort",
@@ -121,18 +122,35 @@ class ScoreResult:
 
 def read_trials(path: str | os.PathLike[str]) -> Trials:
     """Parse ``utt1 utt2 target|nontarget`` lines (a blank line is an error too)."""
+    return _read_labelled(path, with_score=False)[0]
+
+
+def read_scores(path: str | os.PathLike[str]) -> tuple[Trials, np.ndarray]:
+    """Parse a scores file as :func:`write_scores` (stage 6) writes it, ``utt1 utt2 score
+    target|nontarget`` lines: its trials and the float64 scores, checked like :func:`read_trials`."""
+    return _read_labelled(path, with_score=True)
+
+
+def _read_labelled(path: str | os.PathLike[str], *, with_score: bool) -> tuple[Trials, np.ndarray]:
     path = os.fspath(path)
+    form = "utt1 utt2 score target|nontarget" if with_score else "utt1 utt2 target|nontarget"
     enroll: list[str] = []
     test: list[str] = []
     target: list[bool] = []
+    scores: list[float] = []
     with _utf8_text(path) as f:
         for n, line in enumerate(f, start=1):
             fields = line.split()
-            if len(fields) != 3:
-                raise InputError(path, n, f"expected 'utt1 utt2 target|nontarget', got {line.rstrip()!r}")
-            label = LABELS.get(fields[2])
+            if len(fields) != 3 + with_score:
+                raise InputError(path, n, f"expected '{form}', got {line.rstrip()!r}")
+            label = LABELS.get(fields[-1])
             if label is None:
-                raise InputError(path, n, f"label must be 'target' or 'nontarget', got {fields[2]!r}")
+                raise InputError(path, n, f"label must be 'target' or 'nontarget', got {fields[-1]!r}")
+            if with_score:
+                try:
+                    scores.append(float(fields[2]))
+                except ValueError:
+                    raise InputError(path, n, f"score must be a number, got {fields[2]!r}") from None
             enroll.append(fields[0])
             test.append(fields[1])
             target.append(label)
@@ -140,7 +158,7 @@ def read_trials(path: str | os.PathLike[str]) -> Trials:
         raise InputError(path, None, "no trials")
     trials = Trials(enroll, test, np.array(target, dtype=bool), np.arange(1, len(enroll) + 1), path)
     check_both_labels(trials)
-    return trials
+    return trials, np.array(scores, dtype=np.float64)
 
 
 def check_both_labels(trials: Trials, why: str = "") -> None:

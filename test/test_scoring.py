@@ -15,7 +15,16 @@ import pytest
 
 from spkflow.errors import InputError
 from spkflow.metrics import compute_eer, compute_metrics
-from spkflow.scoring import Trials, asnorm_stats, read_embeddings, read_mean, read_trials, score_trials
+from spkflow.scoring import (
+    Trials,
+    asnorm_stats,
+    read_embeddings,
+    read_mean,
+    read_scores,
+    read_trials,
+    score_trials,
+    write_scores,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -130,6 +139,25 @@ def test_malformed_trials_line(tmp_path, line, msg):
     with pytest.raises(InputError, match=msg) as err:
         read_trials(path)
     assert err.value.line == 2 and err.value.path == str(path)
+
+
+def test_read_scores_reads_what_write_scores_wrote(tmp_path):
+    """Stage 6's scores file read back: the same trials, the scores to their 6 written decimals;
+    a bad line is located like a bad trials line."""
+    emb = speaker_set(0, 3, 3)
+    trials_file = tmp_path / "trials"
+    all_trials(sorted(emb), trials_file)
+    res = score_trials(read_trials(trials_file), read_embeddings(write_vectors(tmp_path / "xvector", emb)))
+    write_scores(tmp_path / "scores", res)
+    trials, scores = read_scores(tmp_path / "scores")
+    assert trials.enroll == res.trials.enroll and trials.test == res.trials.test
+    assert trials.target.tolist() == res.trials.target.tolist()
+    np.testing.assert_allclose(scores, res.scores, rtol=0, atol=5e-7)
+    for line, msg in (("a b target\n", "expected 'utt1 utt2 score"), ("a b high target\n", "score must be a number")):
+        (tmp_path / "bad").write_text("x-1 y-1 0.5 nontarget\n" + line)
+        with pytest.raises(InputError, match=msg) as err:
+            read_scores(tmp_path / "bad")
+        assert err.value.line == 2 and err.value.path == str(tmp_path / "bad")
 
 
 @pytest.mark.parametrize("label", ["target", "nontarget"])

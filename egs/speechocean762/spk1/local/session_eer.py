@@ -21,21 +21,9 @@ from collections import Counter
 
 import numpy as np
 
+from spkflow.errors import InputError
 from spkflow.metrics import compute_eer
-
-
-def read_scores(path: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
-    enroll, test, scores, target = [], [], [], []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if len(parts) != 4 or parts[3] not in ("target", "nontarget"):
-                sys.exit(f"session_eer.py: {path}:{n}: expected 'enroll test score target|nontarget', got {line!r}")
-            enroll.append(parts[0])
-            test.append(parts[1])
-            scores.append(float(parts[2]))
-            target.append(parts[3] == "target")
-    return enroll, test, np.asarray(scores), np.asarray(target)
+from spkflow.scoring import read_scores
 
 
 def session_of(pattern: re.Pattern[str], utt: str, path: str) -> str:
@@ -52,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     pattern = re.compile(a.session)
     for path in a.scores:
-        enroll, test, s, tgt = read_scores(path)
-        ses_e = [session_of(pattern, u, path) for u in enroll]
-        ses_t = [session_of(pattern, u, path) for u in test]
+        try:
+            trials, s = read_scores(path)
+        except InputError as err:
+            sys.exit(f"session_eer.py: {err}")
+        tgt = trials.target
+        ses_e = [session_of(pattern, u, path) for u in trials.enroll]
+        ses_t = [session_of(pattern, u, path) for u in trials.test]
         cross = np.array([x != y for x, y in zip(ses_e, ses_t, strict=True)])
         eer = compute_eer(s, tgt)[0]
         keep = cross | ~tgt
