@@ -96,6 +96,16 @@ def mel_centers(
     return _inv_mel(lo + (np.arange(num_mel_bins) + 1) * delta)
 
 
+def _fbank_centers(fbank: Mapping[str, Any]) -> np.ndarray:
+    """:func:`mel_centers` of a ``frontend.fbank`` dict (Kaldi's defaults for absent keys)."""
+    return mel_centers(
+        _fbank_layout(fbank)[0],
+        fbank.get("sample_frequency", 16000.0),
+        fbank.get("low_freq", 20.0),
+        fbank.get("high_freq", 0.0),
+    )
+
+
 def _fbank_layout(fbank: Mapping[str, Any]) -> tuple[int, bool, bool]:
     """(mel bins, energy column?, energy column last?) of a ``frontend.fbank`` dict."""
     return (
@@ -119,9 +129,7 @@ class FbankSpeedPerturb:
         self.max_factor = max(self.factors)
         bins, self.energy, self.energy_last = _fbank_layout(fbank)
         self.dim = bins + int(self.energy)
-        c = mel_centers(
-            bins, fbank.get("sample_frequency", 16000.0), fbank.get("low_freq", 20.0), fbank.get("high_freq", 0.0)
-        )
+        c = _fbank_centers(fbank)
         mc = _mel(c)
         self._freq: list[torch.Tensor] = []
         for f in self.factors:
@@ -261,7 +269,7 @@ class FbankChannelPerturb:
         bins, self.energy, self.energy_last = _fbank_layout(fbank)
         self.dim = bins + int(self.energy)
         pos = (torch.arange(bins, dtype=torch.float64) + 0.5) / bins
-        k = torch.arange(int(cfg["shape_terms"]) + 1, dtype=torch.float64)
+        k = torch.arange(terms + 1, dtype=torch.float64)
         self.basis = torch.cos(math.pi * k[:, None] * pos[None, :]).float()  # [K+1, bins]; row 0 = level
         level = torch.zeros(len(k), 1)
         level[0] = 1.0
@@ -271,11 +279,9 @@ class FbankChannelPerturb:
             band = torch.from_numpy(band_response(fbank, int(cfg["band_rate"]))).float()
             self.band = self._with_energy(band, torch.zeros(1))
         self.rolloff_prob = float(cfg["rolloff_prob"])
-        self.rolloff_hz, self.rolloff_db = (tuple(float(v) for v in cfg[k]) for k in ("rolloff_hz", "rolloff_db"))
-        centers = mel_centers(
-            bins, fbank.get("sample_frequency", 16000.0), fbank.get("low_freq", 20.0), fbank.get("high_freq", 0.0)
-        )
-        self.octaves = torch.from_numpy(np.log2(centers)).float()  # [bins]
+        self.rolloff_oct = tuple(math.log2(float(f)) for f in cfg["rolloff_hz"])  # corner range, octaves
+        self.rolloff_db = tuple(float(v) for v in cfg["rolloff_db"])
+        self.octaves = torch.from_numpy(np.log2(_fbank_centers(fbank))).float()  # [bins]
 
     def _with_energy(self, mel: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
         """``mel`` (mel bins last) with the energy column's values put where the features have it."""
@@ -298,8 +304,8 @@ class FbankChannelPerturb:
             out = out + narrow * self.band
         if self.rolloff_prob > 0:  # drawn last, for the same reason
             dull = torch.rand(n, 1) < self.rolloff_prob
-            lo, hi = (math.log2(f) for f in self.rolloff_hz)
-            corner = lo + (hi - lo) * torch.rand(n, 1)  # octaves
+            lo, hi = self.rolloff_oct
+            corner = lo + (hi - lo) * torch.rand(n, 1)
             slope = self.rolloff_db[0] + (self.rolloff_db[1] - self.rolloff_db[0]) * torch.rand(n, 1)
             db = -slope * (self.octaves[None, :] - corner).clamp(min=0.0)
             out = out + dull * self._with_energy(db * (math.log(10.0) / 10.0), torch.zeros(n, 1))
