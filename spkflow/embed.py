@@ -67,7 +67,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,7 @@ __all__ = [
     "MergeError",
     "MergeReport",
     "merge_embeddings",
+    "speaker_means",
     "read_vectors",
     "write_vectors",
     "align_scp",
@@ -426,6 +427,25 @@ def _read_bad(job_dir: str) -> dict[str, str]:
     return out
 
 
+def speaker_means(
+    spk2utt: Mapping[str, Sequence[str]], by_utt: Mapping[str, np.ndarray], spk_mean: str = "raw"
+) -> tuple[list[tuple[str, np.ndarray]], list[str]]:
+    """``spk_xvector`` entries in ``spk2utt`` order: the float32 mean of each speaker's vectors
+    in ``by_utt`` (``l2``: of the L2-normalised vectors), computed in float64; and the speakers
+    none of whose utterances has a vector."""
+    means, empty = [], []
+    for spk, members in spk2utt.items():
+        vs = [by_utt[u] for u in members if u in by_utt]
+        if not vs:
+            empty.append(spk)
+            continue
+        m = np.stack(vs).astype(np.float64)
+        if spk_mean == "l2":
+            m = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+        means.append((spk, m.mean(axis=0).astype(np.float32)))
+    return means, empty
+
+
 def merge_embeddings(
     data_dir: str | os.PathLike[str],
     job_dir: str | os.PathLike[str],
@@ -485,16 +505,7 @@ def merge_embeddings(
         if not np.all(np.isfinite(v)):
             raise MergeError(f"{have[u]}: embedding of '{u}' has NaN or infinite values")
     by_utt = dict(zip(present, vecs, strict=True))
-    means, empty = [], []
-    for spk, members in spk2utt.items():
-        vs = [by_utt[u] for u in members if u in by_utt]
-        if not vs:
-            empty.append(spk)
-            continue
-        m = np.stack(vs).astype(np.float64)
-        if spk_mean == "l2":
-            m = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
-        means.append((spk, m.mean(axis=0).astype(np.float32)))
+    means, empty = speaker_means(spk2utt, by_utt, spk_mean)
     # all files appear together (xvector.scp last) or none does, a full disk included
     with StagedOutputs(out_dir, MERGED_FILES) as staged:
         _stage_vectors(staged, "spk_xvector", means)

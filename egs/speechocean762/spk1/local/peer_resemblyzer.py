@@ -65,25 +65,19 @@ def embed_set(data_dir: str, out_dir: str, encoder, preprocess) -> str:  # noqa:
 
 
 def speaker_means(data_dir: str, xvector_scp: str, out_dir: str) -> str:
-    """Mean of the utterance embeddings of each speaker of ``data_dir`` (its ``utt2spk``), in sorted
-    speaker order -> ``out_dir/spk_xvector.{ark,scp}`` (atomic scp, reused when present)."""
+    """Stage 5's ``spk_xvector.{ark,scp}`` for these embeddings: the mean of each speaker's
+    utterance vectors (``spkflow.embed.speaker_means``, ``spk2utt`` order) -> ``out_dir``, written
+    atomically; reused when present."""
     import kaldiio
 
-    from spkflow.datadir import read_kv
+    from spkflow.embed import data_dir_keys, write_vectors
+    from spkflow.embed import speaker_means as means_of
 
     scp = os.path.join(out_dir, "spk_xvector.scp")
     if os.path.isfile(scp):
         return scp
-    vecs = dict(kaldiio.load_scp(xvector_scp))
-    by_spk: dict[str, list[np.ndarray]] = {}
-    for utt, spk in read_kv(os.path.join(data_dir, "utt2spk")).items():
-        if utt in vecs:
-            by_spk.setdefault(spk, []).append(np.asarray(vecs[utt], dtype=np.float64))
-    ark, tmp = os.path.join(out_dir, "spk_xvector.ark"), scp + ".tmp"
-    with kaldiio.WriteHelper(f"ark,scp:{ark},{tmp}") as writer:
-        for spk in sorted(by_spk):
-            writer(spk, np.mean(by_spk[spk], axis=0).astype(np.float32))
-    os.replace(tmp, scp)
+    means, _ = means_of(data_dir_keys(data_dir)[1], dict(kaldiio.load_scp(xvector_scp)))
+    write_vectors(os.path.join(out_dir, "spk_xvector.ark"), scp, means)
     return scp
 
 
