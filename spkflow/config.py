@@ -93,6 +93,7 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "amp_dtype": "float16",  # with amp: float16 (with a GradScaler) | bfloat16 (no scaler needed)
         "select": "average",  # model.pth: best | last | average (mean of the last `average_last`)
         "average_last": 3,
+        "valid_every": 1,  # validate after every N-th epoch and after the last (monitoring only)
         "valid_batch_size": 32,  # utterances per forward in validation
         "valid_max_frames": 3000,  # longer validation utterances are cut (memory bound)
         "log_every": 10,  # steps between log lines
@@ -126,6 +127,7 @@ _VALUES: dict[str, tuple[str, float | None, float | None]] = {
     "train.seed": ("int", 0, None),
     "train.amp": ("bool", None, None),
     "train.average_last": ("int", 1, None),
+    "train.valid_every": ("int", 1, None),
     "train.valid_batch_size": ("int", 1, None),
     "train.valid_max_frames": ("int", 1, None),
     "train.log_every": ("int", 1, None),

@@ -19,8 +19,9 @@ What it guarantees (the reasoning behind it: docs/training.md):
   names the epoch, the batch list line and its first utterances; nothing is written, the last
   good checkpoint stays.
 * **Signals**: SIGINT/SIGTERM checkpoint, and ``spkflow.bin.train`` exits 128 + signal number.
-* **Validation** each epoch on rank 0 with stage 5's input and stage 6's scoring
-  (:mod:`spkflow.validation`); **model selection** by ``train.select`` (average of the last
+* **Validation** on rank 0 after every ``train.valid_every``-th epoch and the last, with stage 5's
+  input and stage 6's scoring (:mod:`spkflow.validation`); it draws no random numbers, so how often
+  it runs never changes the weights; **model selection** by ``train.select`` (average of the last
   ``average_last`` epochs, best validation EER, or last) into ``model.pth``, a plain state dict.
 * **Outputs** in ``out_dir``: ``config.yaml`` (complete, with stage 2's fbank/VAD options in
   ``frontend``, so stage 5 rebuilds the input), ``checkpoint.pth``, ``epoch<E>.pth``,
@@ -610,9 +611,10 @@ class Trainer:
         forget_partial(run.history, epoch)
         if self.is_main:
             save_checkpoint(self.out / f"epoch{epoch}.pth", run.objective.model.state_dict())
-            if run.validator is not None:
+            tcfg = run.cfg["train"]
+            due = epoch % int(tcfg["valid_every"]) == 0 or epoch == self.opts.num_epochs
+            if run.validator is not None and due:
                 tv = time.time()
-                tcfg = run.cfg["train"]
                 row["valid_eer"] = run.validator.eer(
                     run.objective.model, run.device, int(tcfg["valid_batch_size"]), int(tcfg["valid_max_frames"])
                 )

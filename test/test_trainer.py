@@ -193,6 +193,27 @@ def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path
     assert json.loads((out / "history.json").read_text())["epochs"] == [1, 2]
 
 
+def test_valid_every_skips_validation_without_changing_the_weights(setup: dict[str, Any], tmp_path: Path) -> None:
+    """``train.valid_every: 2`` validates epoch 2 (and always the last) only; validation draws no
+    random numbers, so the weights are those of a run validating every epoch, bit for bit."""
+    from spkflow.trainer import Trainer
+
+    runs = {}
+    for every in (1, 2, 5):
+        cfg = json.loads(json.dumps(setup["config"]))
+        cfg["train"]["valid_every"] = every
+        out = tmp_path / f"every{every}"
+        history = Trainer(options(setup, out, config=cfg)).run()
+        runs[every] = (history, torch.load(out / "model.pth", weights_only=True))
+    assert all("valid_eer" in r for r in runs[1][0])
+    for every in (2, 5):  # epoch 1 not validated; epoch 2 is (2 % 2 == 0, and it is the last)
+        history, state = runs[every]
+        assert ["valid_eer" in r for r in history] == [False, True]
+        assert history[1]["valid_eer"] == runs[1][0][1]["valid_eer"]
+        for k, v in state.items():
+            assert torch.equal(v, runs[1][1][k]), k
+
+
 def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: Path) -> None:
     """With the fbank-domain augmentations on (speed, channel and narrow-band draws come from the
     per-batch seed), a run stopped twice and resumed ends at the weights of an uninterrupted one."""
@@ -342,6 +363,7 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         ("train", "amp", "yes", r"train\.amp must be true or false, got 'yes'"),
         ("train", "amp_dtype", "half", r"train\.amp_dtype must be float16 \| bfloat16, got 'half'"),
         ("train", "select", "first", r"train\.select must be best \| last \| average"),
+        ("train", "valid_every", 0, r"train\.valid_every must be >= 1, got 0"),
         ("train", "crop_min_frames", 400, r"need train\.crop_min_frames <= train\.crop_max_frames"),
         ("frontend", "vad", 1, r"frontend\.vad must be true or false"),
         ("train", "channel_perturb", {"gain": 3}, r"unknown key\(s\) train\.channel_perturb\.gain; accepted: "),
