@@ -8,8 +8,9 @@ train_set=train
 test_sets="test dsp20 dsp20_8k"
 train_config=conf/train.yaml
 # 64 speakers x 2 utterances per batch: 11 batches per epoch over the 125 training speakers
-# (12 utterances each); 84 epochs = 924 steps, about 9 minutes on a 2-core CPU.  Chosen on
-# the three development sets above, two seeds each (README, docs/augmentation.md).
+# (12 utterances each); 84 epochs = 924 steps, 9-11 minutes for the whole demo on the 2-core
+# VMs measured (README).  Chosen on the three development sets above, two seeds each (README,
+# docs/augmentation.md).
 num_spk=64
 num_utt=2
 num_epochs=84
