@@ -76,6 +76,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "name": "adam",  # adam | adamw | sgd
         "lr": 0.001,
         "weight_decay": 0.0,
+        "decay_1d": True,  # false: biases, norm scales and the loss's scalars (any parameter of < 2
+        # dimensions) are not decayed, only weight matrices and kernels (timm's and nanoGPT's habit)
         "momentum": 0.9,  # sgd only
     },
     "scheduler": {
@@ -117,6 +119,7 @@ _VALUES: dict[str, tuple[str, float | None, float | None]] = {
     "frontend.mean_norm": ("bool", None, None),
     "optim.lr": ("number", 0.0, None),
     "optim.weight_decay": ("number", 0.0, None),
+    "optim.decay_1d": ("bool", None, None),
     "optim.momentum": ("number", 0.0, 1.0),
     "scheduler.warmup_steps": ("int", 0, None),
     "scheduler.final_lr_ratio": ("number", 0.0, 1.0),

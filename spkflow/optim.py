@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
+__all__ = ["build_optimizer", "build_scheduler", "lr_factor", "param_groups"]
 
 
 def lr_factor(cfg: Mapping[str, Any], total_steps: int, steps_per_epoch: int) -> Callable[[int], float]:
@@ -38,14 +38,28 @@ def lr_factor(cfg: Mapping[str, Any], total_steps: int, steps_per_epoch: int) ->
     return f
 
 
+def param_groups(params: list[nn.Parameter], weight_decay: float, decay_1d: bool = True) -> list[dict[str, Any]]:
+    """One group decayed by ``weight_decay``; with ``decay_1d`` false, a second, undecayed group
+    holds the parameters of fewer than 2 dimensions (biases, norm scales, GE2E's w and b), in
+    their given order."""
+    if decay_1d:
+        return [{"params": list(params), "weight_decay": weight_decay}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
 def build_optimizer(cfg: Mapping[str, Any], params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    """Adam, AdamW or SGD (with momentum) from the ``optim`` section."""
+    """Adam, AdamW or SGD (with momentum) from the ``optim`` section; ``decay_1d: false`` keeps
+    the weight decay off the parameters of fewer than 2 dimensions (:func:`param_groups`)."""
     name, lr, wd = cfg["name"], float(cfg["lr"]), float(cfg["weight_decay"])
+    groups = param_groups(params, wd, bool(cfg.get("decay_1d", True)))
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+        return torch.optim.Adam(groups, lr=lr, weight_decay=wd)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
-    return torch.optim.SGD(params, lr=lr, weight_decay=wd, momentum=float(cfg["momentum"]))
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=wd)
+    return torch.optim.SGD(groups, lr=lr, weight_decay=wd, momentum=float(cfg["momentum"]))
 
 
 def build_scheduler(
