@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GE2E vs GE2E-XS vs AAM-softmax on the same data, model and schedule, over several seeds.
 #
-#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train_ge2e.yaml ..."] [--suffix S] [run.sh options]
+#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train_ge2e.yaml ..."] [--suffix S]
+#                           [--dev_sets "test dsp20 dsp20_8k"] [run.sh options]
 #
 # Needs stages 1-2 (./run.sh --stop_stage 2, or the demo itself).  For each config and seed it
 # writes a copy of the config with train.seed set to the seed, trains and evaluates it with
@@ -11,6 +12,8 @@
 # run that lacks a test set (one added later) only gets stages 5-6 for the sets it lacks.
 # --suffix S makes the tags <config>S_seed<seed>: one config run with other run.sh options (e.g.
 # --num_spk 64 --num_utt 2) gets tags of its own.
+# --dev_sets adds a column with the mean EER over those test sets (each of them must be among
+# --test_sets): the development mean by which docs/augmentation.md chooses the demo's settings.
 set -euo pipefail
 
 log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${0##*/}) $*"; }
@@ -19,6 +22,7 @@ seeds="0 1"
 configs="conf/train_ge2e.yaml conf/train_ge2e_xs.yaml conf/train_aam.yaml"
 test_sets="test dsp20"
 suffix=""
+dev_sets=""
 run_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -26,10 +30,17 @@ while [ $# -gt 0 ]; do
         --configs) configs=$2; shift 2 ;;
         --test_sets) test_sets=$2; run_opts+=("$1" "$2"); shift 2 ;;
         --suffix) suffix=$2; shift 2 ;;
+        --dev_sets) dev_sets=$2; shift 2 ;;
         *) run_opts+=("$1"); shift ;;
     esac
 done
 
+for s in ${dev_sets}; do
+    if [[ " ${test_sets} " != *" ${s} "* ]]; then
+        log "Error: --dev_sets holds ${s}, which is not among --test_sets (${test_sets})"
+        exit 1
+    fi
+done
 . ./path.sh
 confdir=exp/compare_losses/conf
 mkdir -p "${confdir}"
@@ -70,17 +81,18 @@ for config in ${configs}; do
     done
 done
 
-python - "${test_sets}" "${tags[@]}" <<'EOF' | tee exp/compare_losses.md
+python - "${test_sets}" "${dev_sets}" "${tags[@]}" <<'EOF' | tee exp/compare_losses.md
 import json, statistics, sys
 from pathlib import Path
 
 import yaml
 
-sets, tags = sys.argv[1].split(), sys.argv[2:]
+sets, dev, tags = sys.argv[1].split(), sys.argv[2].split(), sys.argv[3:]
 groups = {}
 for tag in tags:
     groups.setdefault(tag.rsplit("_seed", 1)[0], []).append(tag)
-head = "| config | loss | seed | " + " | ".join(f"{s} EER % | {s} minDCF0.01" for s in sets) + " | wall (stages 3-6) |"
+dev_head = f" development mean EER % ({', '.join(dev)}) |" if dev else ""
+head = "| config | loss | seed | " + " | ".join(f"{s} EER % | {s} minDCF0.01" for s in sets) + " |" + dev_head + " wall (stages 3-6) |"
 print(head)
 print("|" + "---|" * (head.count("|") - 1))
 for name, runs in groups.items():
@@ -95,8 +107,10 @@ for name, runs in groups.items():
             cells.append(f"{m['eer']:.2f} | {m['min_dcf_p0.01']:.3f}")
         wall = exp / "wall_seconds"
         wall = f"{int(wall.read_text()) / 60:.1f} min" if wall.exists() else "-"
-        print(f"| {name} | {loss} | {tag.rsplit('_seed', 1)[1]} | " + " | ".join(cells) + f" | {wall} |")
+        dev_cell = f" {statistics.mean(eers[s][-1] for s in dev):.2f} |" if dev else ""
+        print(f"| {name} | {loss} | {tag.rsplit('_seed', 1)[1]} | " + " | ".join(cells) + " |" + dev_cell + f" {wall} |")
     if len(runs) > 1:
         means = [c for s in sets for c in (f"{statistics.mean(eers[s]):.2f}", "")]
-        print(f"| {name} | | mean | " + " | ".join(means) + " | |")
+        dev_cell = f" **{statistics.mean(statistics.mean(eers[s]) for s in dev):.2f}** |" if dev else ""
+        print(f"| {name} | | mean | " + " | ".join(means) + " |" + dev_cell + " |")
 EOF
