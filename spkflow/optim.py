@@ -54,7 +54,7 @@ def build_optimizer(cfg: Mapping[str, Any], params: list[nn.Parameter]) -> torch
     """Adam, AdamW or SGD (with momentum) from the ``optim`` section; ``decay_1d: false`` keeps
     the weight decay off the parameters of fewer than 2 dimensions (:func:`param_groups`)."""
     name, lr, wd = cfg["name"], float(cfg["lr"]), float(cfg["weight_decay"])
-    groups = param_groups(params, wd, bool(cfg.get("decay_1d", True)))
+    groups = param_groups(params, wd, bool(cfg["decay_1d"]))
     if name == "adam":
         return torch.optim.Adam(groups, lr=lr, weight_decay=wd)
     if name == "adamw":
