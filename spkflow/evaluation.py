@@ -1,6 +1,7 @@
 """Stage 6 outputs: score one evaluation set and write its files; summarise an experiment.
 
-:func:`evaluate_set` turns ``trials`` + ``xvector.scp`` (+ an optional AS-norm cohort) into
+:func:`evaluate_set` turns ``trials`` + ``xvector.scp`` (+ an optional AS-norm cohort and a
+fitted linear backend, :mod:`spkflow.backend`) into
 ``<outdir>/scores`` (``utt1 utt2 score target|nontarget``), ``metrics.json``, ``det.png`` and
 ``score_hist.png``.  :func:`write_results_md` (re)writes ``<exp>/RESULTS.md`` from every
 ``<exp>/eval/<set>/metrics.json``.  Guarantees:
@@ -15,7 +16,8 @@
   an :class:`~spkflow.errors.InputError` naming the trials file, before anything is written;
 * ``metrics.json`` always has ``eer`` (percent), ``eer_threshold``, ``min_dcf_p0.01``,
   ``min_dcf_p0.05`` (+ ``_threshold``), ``n_target``, ``n_nontarget``, ``n_skipped``,
-  ``score_norm``; with AS-norm also ``raw``, the same figures for plain cosine scores;
+  ``score_norm`` and ``backend``; with AS-norm also ``raw``, the same figures for plain cosine
+  scores (in the backend's space when there is one);
 * RESULTS.md is regenerated from the JSON files rather than appended to, so re-running a
   set replaces its row instead of duplicating it.
 
@@ -36,7 +38,10 @@ import shutil
 import tempfile
 from typing import Any
 
+import numpy as np
+
 from spkflow.atomic import write_text_atomic
+from spkflow.backend import Backend
 from spkflow.errors import InputError
 from spkflow.metrics import compute_metrics, det_curve
 from spkflow.scoring import read_cohort, read_embeddings, read_mean, read_trials, score_trials, write_scores
@@ -62,6 +67,7 @@ def evaluate_set(
     cohort_scp: str | None = None,
     cohort_size: int = 200,
     mean_scp: str | None = None,
+    backend_path: str | None = None,
     skip_missing: bool = False,
     model_tag: str = "",
     set_name: str | None = None,
@@ -69,15 +75,30 @@ def evaluate_set(
 ) -> dict[str, Any]:
     """Score one set and write ``scores``, ``metrics.json`` and the plots to ``outdir``;
     returns the metrics dict (what ``metrics.json`` holds).  ``cohort_scp`` enables AS-norm,
-    ``mean_scp`` centring (the mean of its vectors is subtracted before cosine scoring)."""
+    ``mean_scp`` centring (the mean of its vectors is subtracted before cosine scoring),
+    ``backend_path`` a fitted :class:`spkflow.backend.Backend` (``.npz``) applied to the trial
+    and cohort embeddings first (it centres on its training mean: not combined with ``mean_scp``)."""
     from spkflow.plots import plot_det, plot_score_hist
 
     set_name = set_name or os.path.basename(os.path.normpath(outdir))
+    if backend_path and mean_scp:
+        raise ValueError(
+            f"{backend_path}: a backend subtracts its own training mean; do not centre on {mean_scp} as well"
+        )
     remove_outputs(outdir)
     trials = read_trials(trials_path)
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
     cohort = read_cohort(cohort_scp) if cohort_scp else None
     mean = read_mean(mean_scp) if mean_scp else None
+    backend_name = "cosine"
+    if backend_path:
+        backend = Backend.load(backend_path)
+        backend_name = backend.name
+        keys = list(emb)
+        if keys:
+            emb = dict(zip(keys, _transform(backend, np.stack([emb[k] for k in keys]), xvector_scp), strict=True))
+        if cohort is not None:
+            cohort = _transform(backend, cohort, cohort_scp or "")
     result = score_trials(
         trials,
         emb,
@@ -99,6 +120,8 @@ def evaluate_set(
             "xvector_scp": xvector_scp,
             "cohort_scp": cohort_scp or "",
             "mean_scp": mean_scp or "",
+            "backend": backend_name,
+            "backend_path": backend_path or "",
             "date": _now(),
         }
     )
@@ -110,6 +133,9 @@ def evaluate_set(
     if mean_scp:
         curves = {f"{k}, centred": v for k, v in curves.items()}
         label += ", centred"
+    if backend_name != "cosine":
+        curves = {f"{backend_name.upper()}, {k}": v for k, v in curves.items()}
+        label = f"{backend_name.upper()}, {label}"
     curves[label] = det_curve(result.scores, result.labels)
 
     os.makedirs(outdir, exist_ok=True)
@@ -134,6 +160,15 @@ def evaluate_set(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return metrics
+
+
+def _transform(backend: Backend, x: np.ndarray, source: str) -> np.ndarray:
+    """``backend.transform(x)``; embeddings of another dimension than the backend's are an
+    :class:`InputError` naming their file."""
+    try:
+        return backend.transform(x)
+    except ValueError as err:
+        raise InputError(source, None, str(err)) from None
 
 
 def remove_outputs(outdir: str) -> None:
@@ -211,7 +246,8 @@ def write_results_md(exp_dir: str) -> str:
         "Written by stage 6 of `spk.sh` from `eval/<set>/metrics.json`. EER in percent; minDCF",
         "normalised, c_miss = c_fa = 1. Cosine scoring of L2-normalised embeddings; AS-norm rows",
         "use the top-K cohort speakers of the training set; 'centred': the training speakers'",
-        "mean embedding is subtracted first.",
+        "mean embedding is subtracted first; 'WCCN' / 'LDA': the embeddings (trials and cohort) go",
+        "through that backend, fitted on the training set's utterance embeddings, first.",
         "",
     ]
     header = (
@@ -237,12 +273,13 @@ def write_results_md(exp_dir: str) -> str:
             header,
         ]
         centred = ", centred" if m.get("mean_scp") else ""
+        back = f"{m['backend'].upper()}, " if m.get("backend", "cosine") != "cosine" else ""
         if m.get("score_norm", "none") != "none" and isinstance(m.get("raw"), dict):
             raw = dict(m["raw"], n_skipped=m.get("n_skipped", 0))
-            lines.append(_row(raw, row_tag, model, loss, f"cosine{centred}"))
-            lines.append(_row(m, row_tag, model, loss, f"AS-norm (top {m.get('cohort_size', '?')}){centred}"))
+            lines.append(_row(raw, row_tag, model, loss, f"{back}cosine{centred}"))
+            lines.append(_row(m, row_tag, model, loss, f"{back}AS-norm (top {m.get('cohort_size', '?')}){centred}"))
         else:
-            lines.append(_row(m, row_tag, model, loss, f"cosine{centred}"))
+            lines.append(_row(m, row_tag, model, loss, f"{back}cosine{centred}"))
         lines += _peer_rows(exp_dir, set_name, m.get("trials"))
         lines.append("")
     out = os.path.join(exp_dir, "RESULTS.md")

@@ -32,16 +32,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spkflow.atomic import atomic_write, write_text_atomic
+from spkflow.atomic import write_text_atomic
+from spkflow.backend import Backend, fit_backend, l2_rows
 from spkflow.errors import InputError
 
 __all__ = [
-    "BACKENDS",
-    "Backend",
     "Split",
     "closed_set",
     "enrol",
-    "fit_backend",
     "make_split",
     "open_set",
     "read_split",
@@ -49,8 +47,6 @@ __all__ = [
     "top_k_accuracy",
     "write_split",
 ]
-
-BACKENDS = ("cosine", "lda")
 
 
 # ----------------------------------------------------------------------------- split
@@ -161,65 +157,7 @@ def read_split(splitdir: str | os.PathLike[str]) -> Split:
     return Split(enrol, test, fold, dropped)
 
 
-# ----------------------------------------------------------------------------- backends
-
-
-def _l2(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-@dataclass(frozen=True)
-class Backend:
-    """``transform(x) = l2((l2(x) - mean) @ proj)``; cosine: mean 0, proj = identity."""
-
-    name: str
-    mean: np.ndarray
-    proj: np.ndarray
-
-    def transform(self, x: np.ndarray) -> np.ndarray:
-        return _l2((_l2(np.asarray(x, dtype=np.float64)) - self.mean) @ self.proj)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        with atomic_write(path, "wb") as f:
-            np.savez(f, name=np.array(self.name), mean=self.mean, proj=self.proj)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Backend:
-        with np.load(path) as z:
-            return cls(str(z["name"]), z["mean"], z["proj"])
-
-
-def fit_backend(name: str, x: np.ndarray, labels: Sequence[str], lda_dim: int = 0, reg: float = 0.1) -> Backend:
-    """``cosine`` (identity) or ``lda``: linear discriminant analysis on the L2-normalised
-    enrolment embeddings ``x`` [N, D] with speaker ``labels``; the within-class covariance is
-    shrunk towards ``reg * mean eigenvalue * I`` (K enrolment utterances per speaker leave it
-    rank-deficient), the projection keeps ``lda_dim`` (default min(D, S - 1)) directions."""
-    x = _l2(np.asarray(x, dtype=np.float64))
-    d = x.shape[1]
-    if name == "cosine":
-        return Backend("cosine", np.zeros(d), np.eye(d))
-    if name != "lda":
-        raise ValueError(f"unknown backend {name!r} (one of {', '.join(BACKENDS)})")
-    classes = sorted(set(labels))
-    y = np.array([classes.index(s) for s in labels])
-    counts = np.bincount(y, minlength=len(classes))
-    if len(classes) < 2 or counts.max() < 2:
-        raise ValueError(
-            "the lda backend needs >= 2 speakers and >= 2 enrolment utterances per speaker (num_enrol >= 2)"
-        )
-    mu = x.mean(axis=0)
-    means = np.stack([x[y == c].mean(axis=0) for c in range(len(classes))])
-    within = x - means[y]
-    sw = within.T @ within / len(x)
-    sw += reg * max(np.trace(sw) / d, 1e-8) * np.eye(d)
-    sb = (means - mu).T @ ((means - mu) * counts[:, None]) / len(x)
-    # generalised eigenproblem sb v = l sw v through sw = L L^T
-    chol = np.linalg.cholesky(sw)
-    inv = np.linalg.inv(chol)
-    evals, evecs = np.linalg.eigh(inv @ sb @ inv.T)
-    keep = lda_dim or min(d, len(classes) - 1)
-    proj = inv.T @ evecs[:, np.argsort(evals)[::-1][:keep]]
-    return Backend("lda", mu, proj)
+# ----------------------------------------------------------------------------- speaker models
 
 
 def enrol(
@@ -232,7 +170,7 @@ def enrol(
     renormalised. Returns (speakers, [S, D'])."""
     spks = list(enrol_utts)
     models = np.stack([backend.transform(gather(emb, enrol_utts[s], where)).mean(axis=0) for s in spks])
-    return spks, _l2(models)
+    return spks, l2_rows(models)
 
 
 def gather(emb: Mapping[str, np.ndarray], utts: Iterable[str], where: str) -> np.ndarray:

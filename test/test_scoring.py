@@ -18,6 +18,7 @@ from spkflow.metrics import compute_eer, compute_metrics
 from spkflow.scoring import (
     Trials,
     asnorm_stats,
+    read_cohort,
     read_embeddings,
     read_mean,
     read_scores,
@@ -492,6 +493,47 @@ def test_stage6_in_spk_sh(tmp_path):
     proc = subprocess.run(args + ["--score_skip_missing", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((exp / "eval" / "test" / "metrics.json").read_text())["n_skipped"] == 1
+    # a WCCN backend fitted on the training set's utterance embeddings by stage 6 itself
+    train = speaker_set(13, 30, 4, prefix="tr", nuisance=2.0)
+    write_vectors(exp / "embed" / "train" / "xvector", train)
+    (rec / "data" / "train").mkdir(parents=True)
+    (rec / "data" / "train" / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in sorted(train)))
+    wccn = args + [
+        "--score_backend",
+        "wccn",
+        "--score_norm",
+        "true",
+        "--cohort_size",
+        "8",
+        "--score_skip_missing",
+        "true",
+    ]
+    proc = subprocess.run(wccn + ["--score_center", "false"], cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from spkflow.backend import Backend, fit_backend
+
+    backend = Backend.load(exp / "backend" / "wccn.npz")
+    want = fit_backend(
+        "wccn", np.stack([train[u] for u in sorted(train)]).astype(np.float32), [u.split("-")[0] for u in sorted(train)]
+    )
+    assert np.allclose(backend.proj, want.proj, atol=1e-5)
+    m = json.loads((exp / "eval" / "dsp20" / "metrics.json").read_text())
+    assert m["backend"] == "wccn" and m["backend_path"].endswith("backend/wccn.npz") and m["mean_scp"] == ""
+    emb = read_embeddings(exp / "embed" / "dsp20" / "xvector.scp")
+    cohort = backend.transform(read_cohort(exp / "embed" / "train" / "spk_xvector.scp"))
+    ref = score_trials(
+        read_trials(rec / "data" / "dsp20" / "trials"),
+        {u: backend.transform(v[None])[0] for u, v in emb.items()},
+        cohort=cohort,
+        cohort_size=8,
+    )
+    assert m["eer"] == pytest.approx(compute_eer(ref.scores, ref.labels)[0], abs=1e-6)
+    assert "WCCN, AS-norm (top 8)" in (exp / "RESULTS.md").read_text()
+    # the backend centres on its own mean: asking for centring too is refused before anything runs
+    proc = subprocess.run(wccn + ["--score_center", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 2 and "set --score_center false" in proc.stdout
+    proc = subprocess.run(args + ["--score_backend", "plda"], cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 2 and "--score_backend must be cosine, wccn or lda, got 'plda'" in proc.stdout
     # score_norm without training-set embeddings: a clear error
     (exp / "embed" / "train" / "spk_xvector.scp").unlink()
     proc = subprocess.run(args + ["--score_norm", "true"], cwd=rec, env=_env(), capture_output=True, text=True)

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from spkflow.backend import fit_backend
 from spkflow.errors import InputError
 from spkflow.sid import (
     closed_set,
     enrol,
-    fit_backend,
     make_split,
     open_set,
     read_split,
@@ -113,7 +113,7 @@ def test_lda_backend_projects_out_a_within_speaker_nuisance():
     # cosine is swamped by the nuisance; LDA's within-class whitening recovers most of it, and
     # keeping the 8 discriminant directions (the identity subspace) nearly all (1.0 without nuisance)
     assert top1["cosine", 0] <= 0.2 and top1["lda", 0] >= 0.75 and top1["lda", 8] >= 0.9, top1
-    with pytest.raises(ValueError, match="num_enrol >= 2"):
+    with pytest.raises(ValueError, match="a speaker with >= 2 utterances"):
         fit_backend("lda", np.stack([emb[u] for u in utts[::4]]), labels[::4])
 
 
@@ -295,7 +295,7 @@ def test_sid_recipe_stages_5_to_8_on_real_audio(tmp_path, corpus, monkeypatch):
 
     # bad options are refused before any work
     p = sh(["run.sh", "--stage", "6", "--backend", "plda"], recipe, check=False)
-    assert p.returncode == 2 and "--backend must be cosine or lda" in p.stdout
+    assert p.returncode == 2 and "--backend must be cosine, wccn or lda" in p.stdout
     p = sh(["run.sh", "--stage", "6", "--spk_model_dir", tmp_path / "nowhere"], recipe, check=False)
     assert p.returncode == 1 and "config.yaml not found" in p.stdout
 

@@ -22,6 +22,7 @@ jobs_command="$0 $*"   # names this run as the holder of <out-dir>'s lock
 cohort_scp=       # cohort embeddings (e.g. <exp>/embed/<train_set>/spk_xvector.scp): enables AS-norm
 cohort_size=200   # top-K cohort entries for AS-norm
 mean_scp=         # embeddings whose mean is subtracted before scoring (centring), e.g. the cohort
+backend=          # fitted linear backend (.npz, python -m spkflow.bin.fit_backend) applied to the embeddings first
 skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
 model_tag=        # experiment tag recorded in metrics.json
 set_name=         # name of the evaluation set (default: basename of <out-dir>)
@@ -33,6 +34,7 @@ Usage: $0 [options] <trials> <xvector.scp> <out-dir>
   --cohort-scp FILE     cohort embeddings for AS-norm (default: none, plain cosine)
   --cohort-size K       top-K cohort entries (default: ${cohort_size})
   --mean-scp FILE       subtract the mean of these embeddings before scoring (default: none)
+  --backend FILE        WCCN/LDA backend (.npz) applied to trial and cohort embeddings first (not with --mean-scp)
   --skip-missing BOOL   skip trials whose utterance has no embedding (default: ${skip_missing})
   --model-tag TAG       experiment tag for metrics.json
   --set-name NAME       set name (default: basename of <out-dir>)
@@ -52,20 +54,21 @@ jobs_lock "${outdir}"   # before anything there is removed: no other run scores 
 # No complete-looking result of an earlier run, whatever fails below (spkflow.bin.score removes
 # them too, but it may not get to start).
 rm -f "${outdir}/metrics.json" "${outdir}/scores" "${outdir}/det.png" "${outdir}/score_hist.png"
-for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"}; do
+for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"} ${backend:+"${backend}"}; do
     [ -f "${f}" ] || { log "Error: ${f} not found"; exit 1; }
 done
 
 opts=()
 [ -n "${cohort_scp}" ] && opts+=(--cohort-scp "${cohort_scp}" --cohort-size "${cohort_size}")
 [ -n "${mean_scp}" ] && opts+=(--mean-scp "${mean_scp}")
+[ -n "${backend}" ] && opts+=(--backend "${backend}")
 opts+=(--skip-missing "${skip_missing}")
 [ -n "${model_tag}" ] && opts+=(--model-tag "${model_tag}")
 [ -n "${set_name}" ] && opts+=(--set-name "${set_name}")
 [ -n "${results_md}" ] && opts+=(--results-md "${results_md}")
 
 mkdir -p "${outdir}/log"
-log "Scoring ${trials} with ${xvector_scp}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})} -> ${outdir} (log: ${outdir}/log/score.log)"
+log "Scoring ${trials} with ${xvector_scp}${backend:+ (backend ${backend})}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})} -> ${outdir} (log: ${outdir}/log/score.log)"
 if ! "${python}" -m spkflow.bin.score --trials "${trials}" --xvector-scp "${xvector_scp}" \
         --outdir "${outdir}" "${opts[@]}" > "${outdir}/log/score.log" 2>&1; then
     tail -n 5 "${outdir}/log/score.log" >&2

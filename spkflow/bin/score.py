@@ -3,7 +3,7 @@
     python -m spkflow.bin.score --trials data/test/trials \\
         --xvector-scp exp/spk_x/embed/test/xvector.scp --outdir exp/spk_x/eval/test \\
         [--cohort-scp exp/spk_x/embed/train/spk_xvector.scp --cohort-size 200] \\
-        [--mean-scp exp/spk_x/embed/train/spk_xvector.scp] \\
+        [--mean-scp exp/spk_x/embed/train/spk_xvector.scp | --backend exp/spk_x/backend/wccn.npz] \\
         [--skip-missing] [--model-tag spk_x] [--results-md exp/spk_x]
 
 Argument parsing only; the work is :func:`spkflow.evaluation.evaluate_set`.  On failure (exit 1,
@@ -39,6 +39,13 @@ def get_parser() -> argparse.ArgumentParser:
         default=None,
         help="scp whose mean vector is subtracted from all embeddings before scoring (centring)",
     )
+    p.add_argument(
+        "--backend",
+        default=None,
+        metavar="NPZ",
+        help="a fitted linear backend (python -m spkflow.bin.fit_backend) applied to the trial and cohort "
+        "embeddings first; it centres on its own training mean, so not with --mean-scp",
+    )
     add_bool_option(
         p,
         "--skip-missing",
@@ -71,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             cohort_scp=args.cohort_scp,
             cohort_size=args.cohort_size,
             mean_scp=args.mean_scp,
+            backend_path=args.backend,
             skip_missing=args.skip_missing,
             model_tag=args.model_tag,
             set_name=args.set_name,

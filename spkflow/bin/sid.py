@@ -3,7 +3,7 @@
     python -m spkflow.bin.sid split --spk2utt data/test/spk2utt --num-enrol 2 --seed 0 --folds 5 \\
         --outdir exp/spk_x/sid/test
     python -m spkflow.bin.sid enrol --xvector-scp exp/spk_x/embed/test/xvector.scp \\
-        --sid-dir exp/spk_x/sid/test [--backend cosine|lda]
+        --sid-dir exp/spk_x/sid/test [--backend cosine|wccn|lda]
     python -m spkflow.bin.sid closed --xvector-scp ... --sid-dir exp/spk_x/sid/test
     python -m spkflow.bin.sid open --xvector-scp ... --sid-dir exp/spk_x/sid/test [--far 0.01]
     python -m spkflow.bin.sid results --sid-root exp/spk_x/sid
@@ -23,6 +23,7 @@ import os
 import sys
 from typing import Any
 
+from spkflow.backend import BACKENDS
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean, int_at_least
 
@@ -63,7 +64,8 @@ def _enrol(args: argparse.Namespace) -> None:
     import numpy as np
 
     from spkflow.atomic import atomic_write, write_text_atomic
-    from spkflow.sid import enrol, fit_backend, gather
+    from spkflow.backend import fit_backend
+    from spkflow.sid import enrol, gather
 
     emb, split = _load(args)
     utts = [u for s in split.enrol for u in split.enrol[s]]
@@ -94,9 +96,10 @@ def _closed(args: argparse.Namespace) -> None:
     import numpy as np
 
     from spkflow.atomic import write_text_atomic
+    from spkflow.backend import Backend
     from spkflow.errors import InputError
     from spkflow.plots import plot_confusion
-    from spkflow.sid import Backend, closed_set, confusion
+    from spkflow.sid import closed_set, confusion
 
     spk_scp, backend_npz = os.path.join(args.sid_dir, "spk_model.scp"), os.path.join(args.sid_dir, "backend.npz")
     for path in (spk_scp, backend_npz):
@@ -228,7 +231,7 @@ def get_parser() -> argparse.ArgumentParser:
         c.add_argument("--xvector-scp", required=True, help="stage-5 utterance embeddings of the set")
         c.add_argument("--sid-dir", required=True, help="the split's directory (outputs go there too)")
         if name != "closed":
-            c.add_argument("--backend", choices=("cosine", "lda"), default="cosine")
+            c.add_argument("--backend", choices=BACKENDS, default="cosine")
             c.add_argument("--lda-dim", type=int_at_least(0), default=0, help="0: min(D, speakers - 1)")
         if name == "open":
             c.add_argument("--far", type=float, default=0.01, help="false-alarm rate the threshold is set for")

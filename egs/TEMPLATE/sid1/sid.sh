@@ -39,7 +39,7 @@ embed_opts=           # more options for scripts/spk/extract_embeddings.sh (with
 num_enrol=2           # K: enrolment utterances per speaker (speaker model = mean of their embeddings)
 split_seed=0          # seed of the enrolment/test split and of the open-set folds
 open_folds=5          # open set: fold f never enrols 1/open_folds of the speakers (the impostors)
-backend=cosine        # cosine | lda (LDA fitted on the enrolment embeddings, then cosine)
+backend=cosine        # cosine | wccn | lda (WCCN or LDA fitted on the enrolment embeddings, then cosine)
 lda_dim=0             # LDA dimension (0: min(embedding dim, speakers - 1))
 far=0.01              # false-alarm rate the open-set threshold is set for
 
@@ -49,7 +49,7 @@ Usage: $0 [options]
   --nj, --expdir
   --spk_model_dir DIR      reuse a spk1 model dir (skips stages 2-4)
   --train_set, --test_sets, --train_config, --tag, --spk_opts, --embed_opts
-  --num_enrol K, --split_seed, --open_folds, --backend cosine|lda, --lda_dim, --far
+  --num_enrol K, --split_seed, --open_folds, --backend cosine|wccn|lda, --lda_dim, --far
 EOM
 )
 
@@ -65,7 +65,7 @@ fi
 . ./path.sh
 . ./cmd.sh
 
-case "${backend}" in cosine|lda) ;; *) log "Error: --backend must be cosine or lda, got '${backend}'"; exit 2 ;; esac
+case "${backend}" in cosine|wccn|lda) ;; *) log "Error: --backend must be cosine, wccn or lda, got '${backend}'"; exit 2 ;; esac
 if [ -n "${spk_model_dir}" ]; then
     for _f in config.yaml model.pth; do
         [ -f "${spk_model_dir}/${_f}" ] || { log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir)"; exit 1; }

@@ -60,6 +60,8 @@ embed_opts=           # more options for scripts/spk/extract_embeddings.sh (e.g.
 score_norm=false      # adaptive s-norm with a cohort from the training set
 cohort_size=200       # cohort speakers for score normalisation
 score_center=false   # subtract the training speakers' mean embedding before scoring
+score_backend=cosine  # cosine | wccn | lda: a linear backend fitted on the training set's utterance embeddings
+backend_reg=0.1       # its within-class covariance shrinkage (spkflow.backend)
 score_skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
 
 help_message=$(cat <<EOM
@@ -71,7 +73,7 @@ Usage: $0 [options]
   --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
   --train_config, --tag, --resume, --train_threads
   --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
-  --score_norm, --cohort_size, --score_center, --score_skip_missing
+  --score_norm, --cohort_size, --score_center, --score_backend cosine|wccn|lda, --backend_reg, --score_skip_missing
 EOM
 )
 
@@ -99,10 +101,15 @@ spk_exp=${expdir}/spk_${tag}
 [ -z "${valid_set}" ] && valid_set=${test_sets%% *}
 [ -z "${embed_sets}" ] && embed_sets=$(echo "${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
 ${extract_train} && embed_sets="${train_set} ${embed_sets}"
-# Score normalisation and centring both use the training speakers' embeddings: stage 5 then
-# embeds the training set and stage 6 reads its spk_xvector.scp (one test for both stages).
+# Score normalisation, centring and a backend use the training set's embeddings: stage 5 then
+# embeds the training set and stage 6 reads its spk_xvector.scp / xvector.scp (one test for both stages).
+case "${score_backend}" in cosine|wccn|lda) ;; *) log "Error: --score_backend must be cosine, wccn or lda, got '${score_backend}'"; exit 2 ;; esac
+if [ "${score_backend}" != cosine ] && ${score_center}; then
+    log "Error: --score_backend ${score_backend} centres on the training mean itself: set --score_center false"
+    exit 2
+fi
 train_cohort=false
-if ${score_norm} || ${score_center}; then train_cohort=true; fi
+if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ]; then train_cohort=true; fi
 
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1: data preparation (local/data.sh) into data/{${train_set},${test_sets// /,}}"
@@ -256,11 +263,24 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     _score_opts=(--model-tag "spk_${tag}" --skip-missing "${score_skip_missing}" --results-md "${spk_exp}")
     _cohort=${spk_exp}/embed/${train_set}/spk_xvector.scp
     if ${train_cohort} && [ ! -f "${_cohort}" ]; then
-        log "Error: score_norm/score_center need the training speakers' embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
+        log "Error: score_norm/score_center/score_backend need the training speakers' embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
         exit 1
     fi
     ${score_norm} && _score_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
     ${score_center} && _score_opts+=(--mean-scp "${_cohort}")
+    if [ "${score_backend}" != cosine ]; then
+        _backend=${spk_exp}/backend/${score_backend}.npz
+        mkdir -p "${spk_exp}/backend/log"
+        log "Fitting the ${score_backend} backend on ${spk_exp}/embed/${train_set}/xvector.scp -> ${_backend}"
+        if ! python -m spkflow.bin.fit_backend --backend "${score_backend}" --reg "${backend_reg}" \
+                --xvector-scp "${spk_exp}/embed/${train_set}/xvector.scp" --utt2spk "data/${train_set}/utt2spk" \
+                --out "${_backend}" > "${spk_exp}/backend/log/fit_${score_backend}.log" 2>&1; then
+            tail -n 3 "${spk_exp}/backend/log/fit_${score_backend}.log" >&2
+            log "Error: fitting the backend failed, see ${spk_exp}/backend/log/fit_${score_backend}.log"
+            exit 1
+        fi
+        _score_opts+=(--backend "${_backend}")
+    fi
     for dset in ${test_sets}; do
         for _f in "data/${dset}/trials" "${spk_exp}/embed/${dset}/xvector.scp"; do
             [ -f "${_f}" ] || { log "Error: ${_f} not found (stage 1 writes trials, stage 5 embeddings)"; exit 1; }
