@@ -329,5 +329,12 @@ def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
     for spk, m in means.items():
         np.testing.assert_allclose(m, np.mean([v for u, v in vecs.items() if u.startswith(spk + "-")], 0), rtol=1e-6)
     assert read_cohort(scp).shape == (3, 4)
+    # --backend wccn: stage 6's backend fitted on the same utterance vectors and utt2spk
+    from spkflow.backend import Backend, fit_backend
+
+    path = peer.fit_peer_backend("wccn", str(tmp_path / "data"), str(tmp_path / "x.scp"), str(tmp_path / "peer_x"))
+    got = Backend.load(path)
+    want = fit_backend("wccn", np.stack([vecs[u] for u in sorted(vecs)]), [u.split("-")[0] for u in sorted(vecs)])
+    assert path.endswith("peer_x/backend/wccn.npz") and np.allclose(got.proj, want.proj, atol=1e-6)
     bad = subprocess.run([sys.executable, str(script), "--peer-dir", "exp/resemblyzer"], capture_output=True, text=True)
     assert bad.returncode == 2 and "must be named peer_*" in bad.stderr

@@ -16,9 +16,10 @@ normalised) on each utterance of ``data/<set>`` -> ``exp/peer_resemblyzer/embed/
 rows; the RESULTS.md of every ``--exp-dirs`` experiment is rewritten, which adds a
 "peer_resemblyzer" row under each set (spkflow.evaluation.write_results_md reads peer results
 from ``exp/peer_*``).  Audio is read with spkflow's AudioReader (any wav.scp entry).
-``--score-norm`` / ``--score-center`` score it with the backend of stage 6's options of the same
-names (AS-norm / centring against the training speakers, ``--cohort-set``): Resemblyzer's
-embeddings of that set, averaged per speaker like stage 5's ``spk_xvector.scp``.  Embeddings live
+``--score-norm`` / ``--score-center`` / ``--backend`` score it with the backend of stage 6's options
+of the same names (AS-norm / centring against the training speakers, ``--cohort-set``; a WCCN or
+LDA backend fitted on that set's utterance embeddings): Resemblyzer's embeddings of that set,
+averaged per speaker like stage 5's ``spk_xvector.scp``.  Embeddings live
 in ``--embed-dir`` (shared by every ``--peer-dir``), so a second backend only scores.
 """
 
@@ -64,6 +65,21 @@ def embed_set(data_dir: str, out_dir: str, encoder, preprocess) -> str:  # noqa:
     return scp
 
 
+def fit_peer_backend(name: str, data_dir: str, xvector_scp: str, peer_dir: str) -> str:
+    """Stage 6's backend for these embeddings: ``name`` fitted on ``xvector_scp`` with
+    ``data_dir/utt2spk`` (``spkflow.backend``) -> ``peer_dir/backend/<name>.npz``."""
+    from spkflow.backend import fit_backend_on
+    from spkflow.datadir import read_kv
+    from spkflow.scoring import read_embeddings
+
+    utt2spk = os.path.join(data_dir, "utt2spk")
+    path = os.path.join(peer_dir, "backend", f"{name}.npz")
+    fit_backend_on(
+        name, read_embeddings(xvector_scp), read_kv(utt2spk), emb_source=xvector_scp, utt2spk_source=utt2spk
+    ).save(path)
+    return path
+
+
 def speaker_means(data_dir: str, xvector_scp: str, out_dir: str) -> str:
     """Stage 5's ``spk_xvector.{ark,scp}`` for these embeddings: the mean of each speaker's
     utterance vectors (``spkflow.embed.speaker_means``, ``spk2utt`` order) -> ``out_dir``, written
@@ -91,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--score-center", action="store_true", help="subtract the cohort speakers' mean (stage 6's option)")
     p.add_argument("--cohort-set", default="train", help="data/<set> whose speakers are the cohort")
     p.add_argument("--cohort-size", type=int, default=200, help="top cohort scores used by AS-norm (stage 6's)")
+    p.add_argument(
+        "--backend",
+        choices=("cosine", "wccn", "lda"),
+        default="cosine",
+        help="a linear backend fitted on the cohort set's utterance embeddings (stage 6's --score_backend)",
+    )
     args = p.parse_args(argv)
     tag = os.path.basename(os.path.normpath(args.peer_dir))
     if not tag.startswith("peer_"):
@@ -105,14 +127,17 @@ def main(argv: list[str] | None = None) -> int:
 
     encoder = VoiceEncoder(device="cpu", verbose=False)
     backend: dict[str, object] = {}
-    if args.score_norm or args.score_center:
+    if args.score_norm or args.score_center or args.backend != "cosine":
         cohort_data = os.path.join("data", args.cohort_set)
         out = os.path.join(args.embed_dir, args.cohort_set)
-        cohort = speaker_means(cohort_data, embed_set(cohort_data, out, encoder, preprocess_wav), out)
+        utt_scp = embed_set(cohort_data, out, encoder, preprocess_wav)
+        cohort = speaker_means(cohort_data, utt_scp, out)
         if args.score_norm:
             backend.update(cohort_scp=cohort, cohort_size=args.cohort_size)
         if args.score_center:
             backend["mean_scp"] = cohort
+        if args.backend != "cosine":
+            backend["backend_path"] = fit_peer_backend(args.backend, cohort_data, utt_scp, args.peer_dir)
     for s in args.sets.split():
         data = os.path.join("data", s)
         trials = os.path.join(data, "trials")
