@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from conftest import ROOT
-from spkflow.bin.argtypes import add_bool_option
+from spkflow.bin.argtypes import add_bool_option, float_at_least
 
 # store_true/store_false flags still allowed, and why
 EXCEPTIONS = {
@@ -67,3 +67,17 @@ def test_commands_take_true_false(path) -> None:
         assert found, f"{path.name} has no store_true flag left: drop it from EXCEPTIONS"
     else:
         assert found == [], f"{path.name}: use spkflow.bin.argtypes.add_bool_option (--opt true|false)"
+
+
+def test_float_at_least_refuses_values_below_the_bound_nan_and_words() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--reg", type=float_at_least(0.0), default=0.1)
+    assert p.parse_args(["--reg", "0"]).reg == 0.0 and p.parse_args(["--reg", "2.5"]).reg == 2.5
+    for bad in ("-0.1", "nan", "abc"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--reg", bad])
+    parse = float_at_least(0.0)
+    with pytest.raises(argparse.ArgumentTypeError, match="must be >= 0, got -1"):
+        parse("-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid number 'abc'"):
+        parse("abc")

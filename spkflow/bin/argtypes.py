@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-__all__ = ["add_bool_option", "boolean", "int_at_least", "str2bool"]
+__all__ = ["add_bool_option", "boolean", "float_at_least", "int_at_least", "str2bool"]
 
 
 def boolean(text: str) -> bool:
@@ -65,6 +65,21 @@ def int_at_least(lo: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
         if v < lo:
             raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+
+    return parse
+
+
+def float_at_least(lo: float) -> Callable[[str], float]:
+    """A float type that refuses values below ``lo`` (and NaN)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+        if not v >= lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo:g}, got {text}")
         return v
 
     return parse

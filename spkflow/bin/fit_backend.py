@@ -17,14 +17,7 @@ import sys
 
 from spkflow.backend import BACKENDS
 from spkflow.bin import setup_logging
-from spkflow.bin.argtypes import int_at_least
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+from spkflow.bin.argtypes import float_at_least, int_at_least
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -35,7 +28,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the backend file (.npz) to write")
     p.add_argument(
         "--reg",
-        type=_non_negative,
+        type=float_at_least(0.0),
         default=0.1,
         help="shrinkage of the within-class covariance (x its mean eigenvalue)",
     )

@@ -98,6 +98,8 @@ def speaker_means(data_dir: str, xvector_scp: str, out_dir: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from spkflow.backend import BACKENDS
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="test dsp20", help="data/<set> with trials, space separated")
     p.add_argument("--peer-dir", default=f"exp/{TAG}", help="where eval and RESULTS.md go (named peer_*)")
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cohort-size", type=int, default=200, help="top cohort scores used by AS-norm (stage 6's)")
     p.add_argument(
         "--backend",
-        choices=("cosine", "wccn", "lda"),
+        choices=BACKENDS,
         default="cosine",
         help="a linear backend fitted on the cohort set's utterance embeddings (stage 6's --score_backend)",
     )
