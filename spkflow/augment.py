@@ -37,6 +37,14 @@ What it guarantees
   frequency (log-uniform in ``rolloff_hz``) and falls by a slope (uniform in ``rolloff_db``, dB
   per octave of mel-bin centre frequency) above it: a dull microphone, distance, a lossy codec
   (audiomentations' ``LowPassFilter`` on waveforms).  Drawn after the band, for the same reason.
+* A room (``reverb_prob``): a share of the crops gets a reverberant tail, :func:`reverberate`, on
+  the power of the frames before the curve is added: an exponentially decaying tail (reverberation
+  time uniform in ``reverb_rt60``) at a direct-to-reverberant ratio uniform in ``reverb_drr_db``,
+  the statistical room model behind simulated RIRs, applied frame by frame in the power domain
+  instead of by convolving waveforms with an RIR and recomputing fbank.  Within a mel band a
+  reverberant tail longer than a frame adds power from the past frames, which is what this models;
+  reflections shorter than a frame colour the spectrum, which the curve models.  The energy column
+  (total power) is reverberated like a band.  Drawn last.
 
 Why channel perturbation: in corpora where each speaker was recorded in one session
 (speechocean762, DSPSpeech-20, FSDD), level and microphone colour are as constant per speaker as
@@ -74,6 +82,7 @@ __all__ = [
     "band_response",
     "mel_centers",
     "normalize_channel_config",
+    "reverberate",
 ]
 
 
@@ -200,6 +209,9 @@ CHANNEL_DEFAULTS: dict[str, float | int | str | list[float] | None] = {
     "rolloff_prob": 0.0,  # share of crops whose highs roll off (a dull microphone, distance, a lossy codec)
     "rolloff_hz": [2000.0, 6000.0],  # corner frequency, drawn log-uniformly (uniform in octaves)
     "rolloff_db": [6.0, 24.0],  # slope above the corner, dB per octave, drawn uniformly
+    "reverb_prob": 0.0,  # share of crops heard in a room (an exponentially decaying reverberant tail)
+    "reverb_rt60": [0.2, 0.8],  # the room's reverberation time (s, 60 dB of decay), drawn uniformly
+    "reverb_drr_db": [0.0, 15.0],  # direct-to-reverberant energy ratio, dB, drawn uniformly
 }
 BAND_PER = ("batch", "crop")
 
@@ -252,6 +264,10 @@ def normalize_channel_config(value: Any, key: str = "train.channel_perturb", sou
     out["rolloff_prob"] = float(out["rolloff_prob"])
     out["rolloff_hz"] = check_range(source, f"{key}.rolloff_hz", out["rolloff_hz"], 1.0)
     out["rolloff_db"] = check_range(source, f"{key}.rolloff_db", out["rolloff_db"], 0.0)
+    check_value(source, f"{key}.reverb_prob", out["reverb_prob"], "number", 0.0, 1.0)
+    out["reverb_prob"] = float(out["reverb_prob"])
+    out["reverb_rt60"] = check_range(source, f"{key}.reverb_rt60", out["reverb_rt60"], 0.01)
+    out["reverb_drr_db"] = check_range(source, f"{key}.reverb_drr_db", out["reverb_drr_db"])
     return out
 
 
@@ -282,6 +298,10 @@ class FbankChannelPerturb:
         self.rolloff_oct = tuple(math.log2(float(f)) for f in cfg["rolloff_hz"])  # corner range, octaves
         self.rolloff_db = tuple(float(v) for v in cfg["rolloff_db"])
         self.octaves = torch.from_numpy(np.log2(_fbank_centers(fbank))).float()  # [bins]
+        self.reverb_prob = float(cfg["reverb_prob"])
+        self.reverb_rt60 = tuple(float(v) for v in cfg["reverb_rt60"])
+        self.reverb_drr_db = tuple(float(v) for v in cfg["reverb_drr_db"])
+        self.frame_shift = float(fbank.get("frame_shift", 10.0)) / 1000.0  # s
 
     def _with_energy(self, mel: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
         """``mel`` (mel bins last) with the energy column's values put where the features have it."""
@@ -311,7 +331,48 @@ class FbankChannelPerturb:
             out = out + dull * self._with_energy(db * (math.log(10.0) / 10.0), torch.zeros(n, 1))
         return out
 
+    def rooms(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per crop: the reverberant tail's decay per frame ``a`` (power) and its energy ``r``
+        relative to the direct sound, both ``[n]``; ``r = 0`` for the crops left dry."""
+        wet = torch.rand(n) < self.reverb_prob
+        lo, hi = self.reverb_rt60
+        rt60 = lo + (hi - lo) * torch.rand(n)
+        lo, hi = self.reverb_drr_db
+        drr = lo + (hi - lo) * torch.rand(n)
+        decay = 10.0 ** (-6.0 * self.frame_shift / rt60)  # 60 dB of power over rt60 seconds
+        return decay, wet * 10.0 ** (-drr / 10.0)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.dim:
             raise ValueError(f"channel perturbation set up for {self.dim}-dim features, got {x.shape[-1]}")
-        return x + self.curves(x.shape[0]).to(x.device, x.dtype)[:, None, :]
+        curves = self.curves(x.shape[0])
+        if self.reverb_prob > 0:  # drawn after the curves, so configs without it draw as before
+            decay, ratio = self.rooms(x.shape[0])
+            x = reverberate(x, decay, ratio)
+        return x + curves.to(x.device, x.dtype)[:, None, :]
+
+
+def reverberate(x: torch.Tensor, decay: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """Log-power frames ``x [B, T, F]`` heard in a room: each crop's power plus an exponentially
+    decaying tail of its past frames (Polack's statistical room model: ``ratio[b]`` of the direct
+    energy, falling by ``decay[b]`` per frame), renormalised to the crop's dry energy.
+
+    The tail of frame ``t`` is ``s[t] = decay * s[t-1] + ratio * (1 - decay) * P[t]``; before the
+    crop the signal is taken as stationary at the crop's mean power (``s[-1] = ratio * mean``), so
+    its first frames are as reverberant as the rest.  Exact for an energy envelope that is smooth
+    across a mel band and a frame; crops with ``ratio == 0`` are returned unchanged."""
+    wet = (ratio > 0).nonzero(as_tuple=True)[0]
+    if wet.numel() == 0:
+        return x
+    p = x[wet].double().exp()  # [b, T, F] power
+    a = decay[wet].to(p)[:, None]
+    g = (ratio[wet].to(p) * (1.0 - decay[wet].to(p)))[:, None]
+    tail = ratio[wet].to(p)[:, None] * p.mean(1)
+    out = torch.empty_like(p)
+    for t in range(p.shape[1]):
+        tail = a * tail + g * p[:, t]
+        out[:, t] = p[:, t] + tail
+    out = out / (1.0 + ratio[wet].to(p))[:, None, None]  # the level is the gain's business
+    y = x.clone()
+    y[wet] = out.log().to(x.dtype)
+    return y

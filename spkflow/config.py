@@ -104,8 +104,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "speed_perturb": None,  # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch, on the
         # fbank crops (spkflow/augment.py); perturbed speakers are new voices
         "channel_perturb": None,  # e.g. {} (the defaults) or {gain_db: 4, shape_db: 2, shape_terms: 4,
-        # tilt_db: 2, prob: 1, band_prob: 0}: a random level + equaliser curve per crop, on the fbank
-        # crops (spkflow/augment.py)
+        # tilt_db: 2, prob: 1, band_prob: 0, reverb_prob: 0}: a random level + equaliser curve (and
+        # room) per crop, on the fbank crops (spkflow/augment.py)
         "init_from": None,  # a trained model to start from (fine-tuning): a stage-4 dir (model.pth
         # + its checkpoint.pth's classifier, which must fit this run's speakers) or a model.pth
     },

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from spkflow.audio import resample
-from spkflow.augment import FbankChannelPerturb, band_response, mel_centers, normalize_channel_config
+from spkflow.augment import FbankChannelPerturb, band_response, mel_centers, normalize_channel_config, reverberate
 from spkflow.config import ConfigError, normalize_train_config
 from spkflow.features import FbankOptions, compute_fbank
 
@@ -163,6 +163,80 @@ def test_rolloff_is_flat_below_its_corner_and_falls_by_its_slope_above() -> None
     assert float(added.max()) <= 0.0 and float(added[:, 0].abs().max()) == 0.0
 
 
+def _room_wave(wave: np.ndarray, rt60: float, drr_db: float, rng: np.random.Generator) -> np.ndarray:
+    """``wave`` convolved with a simulated room impulse response: the direct sound plus Gaussian
+    noise under an exponential energy envelope (60 dB of decay in ``rt60`` s) whose energy is
+    ``drr_db`` below the direct sound's."""
+    t = np.arange(1, int(16000 * rt60 * 1.5)) / 16000.0
+    tail = rng.standard_normal(len(t)) * 10.0 ** (-3.0 * t / rt60)  # amplitude: -60 dB of power at rt60
+    tail *= math.sqrt(10.0 ** (-drr_db / 10.0) / float(np.sum(tail**2)))
+    return np.convolve(wave, np.concatenate([[1.0], tail]))[: len(wave)]
+
+
+@pytest.mark.parametrize(("rt60", "drr_db"), [(0.3, 10.0), (0.5, 5.0), (0.8, 0.0)])
+def test_reverberate_is_what_a_room_does_to_fbank(rt60: float, drr_db: float) -> None:
+    """Speech-like audio (a gliding harmonic voice in syllables, pauses between them) convolved with
+    a simulated RIR, through Kaldi fbank, against the room applied to the dry fbank: the model's
+    frames are at least three times as close to the real reverberant frames as the dry ones are, the
+    pauses filled with the tail included."""
+    rng = np.random.default_rng(1)
+    t = np.arange(3 * 16000) / 16000.0
+    f0 = 140.0 + 30.0 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / 16000.0
+    voice = sum(np.sin(k * phase) / k for k in range(1, 25))
+    syllables = np.clip(np.sin(2 * np.pi * 2.5 * t), 0.0, None) ** 2
+    dry = 0.1 * voice * syllables + 1e-4 * rng.standard_normal(len(t))
+    opts = FbankOptions(num_mel_bins=40, dither=0.0)
+    a = compute_fbank(dry.astype(np.float32), 16000, opts)
+    b = compute_fbank(_room_wave(dry, rt60, drr_db, rng).astype(np.float32), 16000, opts)
+    decay = torch.tensor([10.0 ** (-6.0 * 0.01 / rt60)])
+    ratio = torch.tensor([10.0 ** (-drr_db / 10.0)])
+    model = reverberate(torch.from_numpy(a)[None], decay, ratio)[0].numpy() + math.log1p(float(ratio))
+    late = slice(int(100 * rt60), None)  # the real room's first frames have no past; the model assumes one
+    err_dry, err_model = (float(np.abs(x[late] - b[late]).mean()) for x in (a, model))
+    assert err_model < 0.3 * err_dry, (err_model, err_dry)
+
+
+def test_reverberate_keeps_the_energy_and_leaves_dry_crops_alone() -> None:
+    """A stationary crop keeps its level and spectrum (the tail is renormalised away); a burst
+    gains a tail that decays by the room's rate per frame; ``ratio == 0`` leaves a crop as it is."""
+    x = torch.full((3, 60, 4), 2.0, dtype=torch.float64)
+    x[1, :10] = 5.0  # a burst, then quiet
+    x[1, 10:] = -5.0
+    decay = torch.tensor([0.8, 0.8, 0.8])
+    y = reverberate(x, decay, torch.tensor([0.5, 0.5, 0.0]))
+    torch.testing.assert_close(y[0], x[0])  # stationary: as it was
+    torch.testing.assert_close(y[2], x[2])  # dry
+    after = y[1, 12:30, 0].exp() - math.exp(-5.0) / 1.5  # the tail's own power after the burst
+    torch.testing.assert_close(after[1:] / after[:-1], torch.full((17,), 0.8, dtype=torch.float64), atol=1e-3, rtol=0)
+    assert float(y[1, 9, 0]) < 5.0  # the loud frames lose the tail's share of their energy
+
+
+def test_rooms_are_drawn_after_the_curves_within_their_ranges() -> None:
+    """A config with a room draws the curves a config without one draws; the share of wet crops
+    follows ``reverb_prob``; their decay and ratio lie in the configured ranges."""
+    cfg = {"band_prob": 0.2, "band_per": "crop", "reverb_prob": 0.4, "reverb_rt60": [0.3, 0.6], "reverb_drr_db": [3, 9]}
+    ch = _channel(**cfg)
+    torch.manual_seed(3)
+    base = _channel(band_prob=0.2, band_per="crop").curves(500)
+    torch.manual_seed(3)
+    torch.testing.assert_close(ch.curves(500), base)
+    decay, ratio = ch.rooms(500)
+    wet = ratio > 0
+    assert 0.33 < float(wet.float().mean()) < 0.47
+    rt60 = -6.0 * 0.01 / torch.log10(decay)
+    assert 0.3 - 1e-4 <= float(rt60.min()) and float(rt60.max()) <= 0.6 + 1e-4
+    drr = -10.0 * torch.log10(ratio[wet])
+    assert 3.0 - 1e-4 <= float(drr.min()) and float(drr.max()) <= 9.0 + 1e-4
+    x = torch.randn(500, 30, 40) + 8.0
+    torch.manual_seed(3)
+    y = ch(x)
+    torch.manual_seed(3)
+    dry = _channel(band_prob=0.2, band_per="crop")(x)
+    changed = (y - dry).abs().amax((1, 2)) > 1e-5
+    torch.testing.assert_close(changed, wet)  # the wet crops and only they differ
+
+
 @pytest.mark.parametrize("htk_compat", [False, True])
 def test_channel_moves_an_energy_column_by_the_level_only(htk_compat: bool) -> None:
     fb = {"num_mel_bins": 20, "use_energy": True, "htk_compat": htk_compat}
@@ -227,6 +301,9 @@ def test_channel_config_defaults_and_errors() -> None:
         "rolloff_prob": 0.0,
         "rolloff_hz": [2000.0, 6000.0],
         "rolloff_db": [6.0, 24.0],
+        "reverb_prob": 0.0,
+        "reverb_rt60": [0.2, 0.8],
+        "reverb_drr_db": [0.0, 15.0],
     }
     with pytest.raises(ConfigError, match=r"^conf/x\.yaml: train\.channel_perturb\.gain_db must be a number, got '4'"):
         normalize_channel_config({"gain_db": "4"}, source="conf/x.yaml")
@@ -238,6 +315,10 @@ def test_channel_config_defaults_and_errors() -> None:
         normalize_channel_config({"band_per": "utt"}, source="conf/x.yaml")
     with pytest.raises(ConfigError, match=r"band_prob must be in \[0\.0, 1\.0\], got 2"):
         normalize_channel_config({"band_prob": 2})
+    with pytest.raises(ConfigError, match=r"reverb_rt60 must be \[low, high\] with low <= high"):
+        normalize_channel_config({"reverb_rt60": [0.8, 0.2]})
+    with pytest.raises(ConfigError, match=r"reverb_rt60\[0\] must be"):
+        normalize_channel_config({"reverb_rt60": [0.0, 0.5]})
 
 
 def test_fbank_speed_config_errors_name_the_factor() -> None:
