@@ -37,6 +37,12 @@ What it guarantees
   frequency (log-uniform in ``rolloff_hz``) and falls by a slope (uniform in ``rolloff_db``, dB
   per octave of mel-bin centre frequency) above it: a dull microphone, distance, a lossy codec
   (audiomentations' ``LowPassFilter`` on waveforms).  Drawn after the band, for the same reason.
+* A strong equaliser (``eq_prob``): a share of the crops gets a second curve on top of the
+  channel's, ``eq_terms`` cosine terms of sd ``eq_db`` and no level: peaks and dips of 20 dB and
+  more across the band, as audiomentations' ``SevenBandParametricEQ`` (seven bands of +-12 dB)
+  gives a waveform.  The channel curve models the spread of one-session corpora; this one a
+  recording made with another microphone in another room, on a few crops only.  Drawn after the
+  roll-off, for the same reason.
 * A room (``reverb_prob``): a share of the crops gets a reverberant tail, :func:`reverberate`, on
   the power of the frames before the curve is added: an exponentially decaying tail (reverberation
   time uniform in ``reverb_rt60``) at a direct-to-reverberant ratio uniform in ``reverb_drr_db``,
@@ -209,6 +215,9 @@ CHANNEL_DEFAULTS: dict[str, float | int | str | list[float] | None] = {
     "rolloff_prob": 0.0,  # share of crops whose highs roll off (a dull microphone, distance, a lossy codec)
     "rolloff_hz": [2000.0, 6000.0],  # corner frequency, drawn log-uniformly (uniform in octaves)
     "rolloff_db": [6.0, 24.0],  # slope above the corner, dB per octave, drawn uniformly
+    "eq_prob": 0.0,  # share of crops through a second, strong equaliser (a very different microphone)
+    "eq_db": 3.0,  # standard deviation of each of its cosine terms, dB (no level term)
+    "eq_terms": 8,  # its cosine terms: wavier than the channel curve's
     "reverb_prob": 0.0,  # share of crops heard in a room (an exponentially decaying reverberant tail)
     "reverb_rt60": [0.2, 0.8],  # the room's reverberation time (s, 60 dB of decay), drawn uniformly
     "reverb_drr_db": [0.0, 15.0],  # direct-to-reverberant energy ratio, dB, drawn uniformly
@@ -264,6 +273,10 @@ def normalize_channel_config(value: Any, key: str = "train.channel_perturb", sou
     out["rolloff_prob"] = float(out["rolloff_prob"])
     out["rolloff_hz"] = check_range(source, f"{key}.rolloff_hz", out["rolloff_hz"], 1.0)
     out["rolloff_db"] = check_range(source, f"{key}.rolloff_db", out["rolloff_db"], 0.0)
+    for name, hi in (("eq_prob", 1.0), ("eq_db", None)):
+        check_value(source, f"{key}.{name}", out[name], "number", 0.0, hi)
+        out[name] = float(out[name])
+    check_value(source, f"{key}.eq_terms", out["eq_terms"], "int", 1)
     check_value(source, f"{key}.reverb_prob", out["reverb_prob"], "number", 0.0, 1.0)
     out["reverb_prob"] = float(out["reverb_prob"])
     out["reverb_rt60"] = check_range(source, f"{key}.reverb_rt60", out["reverb_rt60"], 0.01)
@@ -298,6 +311,10 @@ class FbankChannelPerturb:
         self.rolloff_oct = tuple(math.log2(float(f)) for f in cfg["rolloff_hz"])  # corner range, octaves
         self.rolloff_db = tuple(float(v) for v in cfg["rolloff_db"])
         self.octaves = torch.from_numpy(np.log2(_fbank_centers(fbank))).float()  # [bins]
+        self.eq_prob, self.eq_db = float(cfg["eq_prob"]), float(cfg["eq_db"])
+        k = torch.arange(1, int(cfg["eq_terms"]) + 1, dtype=torch.float64)
+        eq = torch.cos(math.pi * k[:, None] * pos[None, :]).float()  # [terms, bins], no level row
+        self.eq_basis = self._with_energy(eq, torch.zeros(len(k), 1))  # the energy column keeps its value
         self.reverb_prob = float(cfg["reverb_prob"])
         self.reverb_rt60 = tuple(float(v) for v in cfg["reverb_rt60"])
         self.reverb_drr_db = tuple(float(v) for v in cfg["reverb_drr_db"])
@@ -329,6 +346,10 @@ class FbankChannelPerturb:
             slope = self.rolloff_db[0] + (self.rolloff_db[1] - self.rolloff_db[0]) * torch.rand(n, 1)
             db = -slope * (self.octaves[None, :] - corner).clamp(min=0.0)
             out = out + dull * self._with_energy(db * (math.log(10.0) / 10.0), torch.zeros(n, 1))
+        if self.eq_prob > 0:  # drawn after the roll-off, for the same reason
+            strong = torch.rand(n, 1) < self.eq_prob
+            coef = torch.randn(n, self.eq_basis.shape[0]) * self.eq_db
+            out = out + strong * ((coef * (math.log(10.0) / 10.0)) @ self.eq_basis)
         return out
 
     def rooms(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -212,6 +212,29 @@ def test_reverberate_keeps_the_energy_and_leaves_dry_crops_alone() -> None:
     assert float(y[1, 9, 0]) < 5.0  # the loud frames lose the tail's share of their energy
 
 
+def test_strong_equaliser_is_a_zero_mean_wavy_curve_on_a_share_of_the_crops() -> None:
+    """``eq_prob`` adds, after every other curve is drawn, a curve of ``eq_terms`` cosines of sd
+    ``eq_db`` to that share of the crops: no level (mean over the bins 0), the energy column left
+    alone, its spread what the config says, the other crops as without it."""
+    fb = {"num_mel_bins": 40, "use_energy": True}
+    base_cfg = {"band_prob": 0.2, "band_per": "crop", "rolloff_prob": 0.3}
+    ch = FbankChannelPerturb(normalize_channel_config({**base_cfg, "eq_prob": 0.25, "eq_db": 3.0, "eq_terms": 6}), fb)
+    torch.manual_seed(7)
+    base = FbankChannelPerturb(normalize_channel_config(base_cfg), fb).curves(2000)
+    torch.manual_seed(7)
+    added = (ch.curves(2000) - base).double() / (math.log(10) / 10)  # dB
+    strong = added.abs().amax(1) > 1e-4
+    assert 0.22 < float(strong.float().mean()) < 0.28
+    assert float(added[:, 0].abs().max()) < 1e-4  # the energy column
+    eq = added[strong, 1:]
+    assert float(eq.mean(1).abs().max()) < 1e-3  # cosine terms over the bins: no level
+    pos = (torch.arange(40, dtype=torch.float64) + 0.5) / 40
+    basis = torch.cos(math.pi * torch.arange(1, 7, dtype=torch.float64)[:, None] * pos[None, :])
+    coef = torch.linalg.lstsq(basis.T, eq.T).solution.T  # back to the six coefficients
+    torch.testing.assert_close(coef @ basis, eq, atol=1e-3, rtol=0)  # nothing but six cosines
+    assert 2.7 < float(coef.std()) < 3.3
+
+
 def test_rooms_are_drawn_after_the_curves_within_their_ranges() -> None:
     """A config with a room draws the curves a config without one draws; the share of wet crops
     follows ``reverb_prob``; their decay and ratio lie in the configured ranges."""
@@ -301,6 +324,9 @@ def test_channel_config_defaults_and_errors() -> None:
         "rolloff_prob": 0.0,
         "rolloff_hz": [2000.0, 6000.0],
         "rolloff_db": [6.0, 24.0],
+        "eq_prob": 0.0,
+        "eq_db": 3.0,
+        "eq_terms": 8,
         "reverb_prob": 0.0,
         "reverb_rt60": [0.2, 0.8],
         "reverb_drr_db": [0.0, 15.0],
