@@ -392,6 +392,51 @@ def test_channel_stats_separates_one_session_speakers_from_many(tmp_path) -> Non
             assert st["level_within"] > 2.0 and st["level_between"] < st["level_within"]
 
 
+def test_channel_stats_session_pairs_recover_the_equaliser_between_sessions(tmp_path) -> None:
+    """--session: two sessions of one speaker recorded through a known level and equaliser curve
+    give back that level and that curve's peak-to-peak in dB; sessions of different speakers are
+    not paired; --config's spread of two crops' curves grows with the config's shape_db."""
+    import importlib.util
+
+    import kaldiio
+
+    path = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1/local/channel_stats.py"
+    spec = importlib.util.spec_from_file_location("channel_stats", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(0)
+    db = np.log(10) / 10
+    curve = 6.0 * np.cos(np.pi * 3 * (np.arange(10) + 0.5) / 10)  # 12 dB peak to peak
+    feats, utt2spk = {}, []
+    for spk in ("a", "b"):
+        voice = rng.standard_normal(10)
+        for chapter, shift in (("1", 0.0), ("2", 4.0)):
+            for u in range(3):
+                utt = f"{spk}-{chapter}-{u}"
+                x = voice + 0.01 * rng.standard_normal((30, 10)) + db * (shift + (curve if chapter == "2" else 0))
+                feats[utt] = x.astype(np.float32)
+                utt2spk.append(f"{utt} {spk}\n")
+    d = tmp_path / "fbank" / "multi"
+    d.mkdir(parents=True)
+    kaldiio.save_ark(str(d / "feats.ark"), feats, scp=str(d / "feats.scp"))
+    (d / "utt2spk").write_text("".join(utt2spk))
+    pairs = mod.session_pairs(d, d / "utt2spk", re.compile(r"^([^-]+-[^-]+)-"))
+    assert [(a, b) for a, b, _, _ in pairs] == [("a-1", "a-2"), ("b-1", "b-2")]
+    for _, _, level, p2p in pairs:
+        assert abs(level + 4.0) < 0.1 and abs(p2p - float(np.ptp(curve))) < 0.2
+    cfgs = []
+    for shape in (1.0, 2.0):
+        cfg = tmp_path / f"shape{shape}.yaml"
+        cfg.write_text(
+            "model: {name: ecapa_tdnn}\nloss: {name: ge2e_xs}\n"
+            f"train: {{channel_perturb: {{gain_db: 4.0, shape_db: {shape}, band_prob: 0.5}}}}\n"
+        )
+        cfgs.append(mod.curve_spread(cfg))
+    (sd1, med1, p90_1), (sd2, med2, p90_2) = cfgs
+    assert abs(sd1 - 4.0 * np.sqrt(2)) < 0.3 and abs(sd2 - sd1) < 1e-9  # the level of two crops: sqrt(2) x 4 dB
+    assert 1.8 < med2 / med1 < 2.2 and med1 < p90_1  # the band is left out: shape scales with shape_db
+
+
 def test_narrowband_copy_reads_a_data_dir_through_an_8khz_channel(tmp_path) -> None:
     """The recipe's local/narrowband_copy.py on a real FLAC data dir: every file copied, wav.scp
     entries become ffmpeg pipes (the pinned imageio-ffmpeg) that spkflow.audio reads at 8 kHz,
