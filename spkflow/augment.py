@@ -380,8 +380,11 @@ def reverberate(x: torch.Tensor, decay: torch.Tensor, ratio: torch.Tensor) -> to
 
     The tail of frame ``t`` is ``s[t] = decay * s[t-1] + ratio * (1 - decay) * P[t]``; before the
     crop the signal is taken as stationary at the crop's mean power (``s[-1] = ratio * mean``), so
-    its first frames are as reverberant as the rest.  Exact for an energy envelope that is smooth
-    across a mel band and a frame; crops with ``ratio == 0`` are returned unchanged."""
+    its first frames are as reverberant as the rest.  One decay for every band (a real room's
+    highs die faster), no early reflections (those colour the spectrum: the curve's business); it
+    holds where the room's energy envelope is smooth across a mel band and a frame
+    (``test_augment_fbank.py`` compares it with fbank of reverberated audio).  Crops with
+    ``ratio == 0`` are returned unchanged."""
     wet = (ratio > 0).nonzero(as_tuple=True)[0]
     if wet.numel() == 0:
         return x
