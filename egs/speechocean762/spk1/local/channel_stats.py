@@ -16,8 +16,8 @@ model that relies on it fails there.  docs/augmentation.md ("Channel") has the f
 With ``--session`` (a regex whose first group is the recording session of an utterance id, as in
 local/session_eer.py) it prints instead, for every two sessions of one speaker, how their mean
 voiced log-mel spectra differ: the level (dB) and the peak-to-peak of the rest (dB), the
-equaliser curve that would map one session onto the other.  ``--config`` adds what the training
-config's channel curves make of two crops (level and equaliser terms only: no band, no roll-off).
+equaliser curve that would map one session onto the other.  ``--config`` (with or without it)
+adds what a training config's channel curves make of two crops (level and equaliser terms only: no band, no roll-off).
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def session_pairs(feats_dir: Path, utt2spk: Path, session: re.Pattern[str]) -> l
         if m is None:
             raise SystemExit(f"channel_stats.py: {feats_dir}/feats.scp: utterance {utt!r} does not match --session")
         name = m.group(1) if m.groups() else m.group(0)
+        if utt not in spk_of:
+            raise SystemExit(f"channel_stats.py: {utt2spk}: no speaker for utterance {utt!r}")
         means[name].append(select_voiced(np.asarray(x, dtype=np.float64), vads.get(utt)).mean(axis=0))
         spk_of_session[name] = spk_of[utt].strip()
     out = []
@@ -119,20 +121,20 @@ def main() -> None:
             feats, utt2spk = Path(args.dumpdir) / "fbank" / name, Path(args.datadir) / name / "utt2spk"
             for a, b, level, p2p in session_pairs(feats, utt2spk, pattern):
                 print(f"| {name} | {a} ~ {b} | {level:+.1f} | {p2p:.1f} |")
-        if args.config:
-            sd, median, p90 = curve_spread(args.config)
+    else:
+        print("| set | speakers | level sd within / between speakers | tilt sd within / between |")
+        print("|---|---|---|---|")
+        for name in args.sets.split():
+            s = channel_stats(Path(args.dumpdir) / "fbank" / name, Path(args.datadir) / name / "utt2spk")
             print(
-                f"{args.config}: two crops' channels differ by {sd:.1f} dB (sd) in level, "
-                f"{median:.1f} dB peak-to-peak in shape (median; 90th percentile {p90:.1f})"
+                f"| {name} | {s['speakers']} | {s['level_within']:.2f} / {s['level_between']:.2f} "
+                f"| {s['tilt_within']:.2f} / {s['tilt_between']:.2f} |"
             )
-        return
-    print("| set | speakers | level sd within / between speakers | tilt sd within / between |")
-    print("|---|---|---|---|")
-    for name in args.sets.split():
-        s = channel_stats(Path(args.dumpdir) / "fbank" / name, Path(args.datadir) / name / "utt2spk")
+    if args.config:
+        sd, median, p90 = curve_spread(args.config)
         print(
-            f"| {name} | {s['speakers']} | {s['level_within']:.2f} / {s['level_between']:.2f} "
-            f"| {s['tilt_within']:.2f} / {s['tilt_between']:.2f} |"
+            f"{args.config}: two crops' channels differ by {sd:.1f} dB (sd) in level, "
+            f"{median:.1f} dB peak-to-peak in shape (median; 90th percentile {p90:.1f})"
         )
 
 
