@@ -389,14 +389,14 @@ def reverberate(x: torch.Tensor, decay: torch.Tensor, ratio: torch.Tensor) -> to
     if wet.numel() == 0:
         return x
     p = x[wet].double().exp()  # [b, T, F] power
-    a = decay[wet].to(p)[:, None]
-    g = (ratio[wet].to(p) * (1.0 - decay[wet].to(p)))[:, None]
-    tail = ratio[wet].to(p)[:, None] * p.mean(1)
+    a, r = decay[wet].to(p)[:, None], ratio[wet].to(p)[:, None]  # [b, 1]
+    g = r * (1.0 - a)
+    tail = r * p.mean(1)
     out = torch.empty_like(p)
     for t in range(p.shape[1]):
         tail = a * tail + g * p[:, t]
         out[:, t] = p[:, t] + tail
-    out = out / (1.0 + ratio[wet].to(p))[:, None, None]  # the level is the gain's business
+    out = out / (1.0 + r)[:, :, None]  # the level is the gain's business
     y = x.clone()
     y[wet] = out.log().to(x.dtype)
     return y
