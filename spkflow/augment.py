@@ -352,6 +352,24 @@ class FbankChannelPerturb:
             out = out + strong * ((coef * (math.log(10.0) / 10.0)) @ self.eq_basis)
         return out
 
+    def curve_moments(self, n: int = 65536, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Per-dimension mean and variance ``[F]`` (float64) of the additive curves over ``n``
+        draws (level, equaliser, band, roll-off; the room is not additive and is left out), drawn
+        inside a forked RNG so the caller's random stream is untouched.  Features ``x`` and
+        curves ``c`` are independent, so ``x + c`` has mean ``E[x] + E[c]`` and variance
+        ``Var[x] + Var[c]``: what ``train.input_stats_augmented`` adds to the input statistics.
+        One crop's curve has the same distribution whether the band is drawn per crop or per
+        batch, so the draws here take it per crop (one batch of ``n`` would be all band or none)."""
+        per = self.band_per
+        try:
+            self.band_per = "crop"
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                c = self.curves(n).double()
+        finally:
+            self.band_per = per
+        return c.mean(0).numpy(), c.var(0).numpy()
+
     def rooms(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Per crop: the reverberant tail's decay per frame ``a`` (power) and its energy ``r``
         relative to the direct sound, both ``[n]``; ``r = 0`` for the crops left dry."""

@@ -101,6 +101,7 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "log_every": 10,  # steps between log lines
         "num_workers": 0,  # DataLoader workers for the training loader (0 = in process)
         "input_stats_utts": 500,  # utterances used to estimate the global mean/std of the input
+        "input_stats_augmented": False,  # add the channel perturbation's curve mean/variance to them
         "speed_perturb": None,  # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch, on the
         # fbank crops (spkflow/augment.py); perturbed speakers are new voices
         "channel_perturb": None,  # e.g. {} (the defaults) or {gain_db: 4, shape_db: 2, shape_terms: 4,
@@ -136,6 +137,7 @@ _VALUES: dict[str, tuple[str, float | None, float | None]] = {
     "train.log_every": ("int", 1, None),
     "train.num_workers": ("int", 0, None),
     "train.input_stats_utts": ("int", 1, None),
+    "train.input_stats_augmented": ("bool", None, None),
 }
 
 

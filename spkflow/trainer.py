@@ -340,6 +340,12 @@ class Trainer:
             if run.objective.model.input_norm == "global":
                 fe, n = run.cfg["frontend"], int(run.cfg["train"]["input_stats_utts"])
                 mean, std = input_stats(self.opts.train_feats, fe, n)  # the same on every rank
+                if run.cfg["train"]["input_stats_augmented"] and run.channel is not None:
+                    shift, var = run.channel.curve_moments()  # the statistics of what the model is fed
+                    wider = np.sqrt(np.square(std) + var)
+                    ratio = wider / std
+                    log.info("input statistics with the channel curves: std x %.2f-%.2f", ratio.min(), ratio.max())
+                    mean, std = mean + shift, wider
                 run.objective.model.set_input_stats(torch.from_numpy(mean).float(), torch.from_numpy(std).float())
             run.objective.to(run.device)
 

@@ -112,6 +112,29 @@ def test_channel_draws_follow_the_config() -> None:
         _channel()(torch.zeros(2, 5, 41))
 
 
+def test_curve_moments_are_those_of_the_draws_and_leave_the_rng_alone() -> None:
+    """The mean and variance of the additive curves, against what the config implies: the level
+    and the cosine terms are zero-mean Gaussians (variance sum_k sd_k^2 basis_k^2), the band is a
+    Bernoulli(p) copy of its response (mean p r, variance p (1 - p) r^2).  The caller's random
+    stream is the same after the call as without it."""
+    fb = {"num_mel_bins": 40}
+    cfg = {"gain_db": 4.0, "shape_db": 1.0, "shape_terms": 4, "band_prob": 0.2}  # the band per batch (default)
+    ch = FbankChannelPerturb(normalize_channel_config(cfg), fb)
+    torch.manual_seed(7)
+    mean, var = ch.curve_moments()
+    after = torch.rand(3)
+    torch.manual_seed(7)
+    torch.testing.assert_close(after, torch.rand(3))  # untouched
+    band = band_response(fb, 8000).astype(np.float64)
+    unit = math.log(10) / 10
+    sd = np.array([4.0, 1.0, 1.0, 1.0, 1.0]) * unit  # level, tilt (defaults to shape_db), 3 shapes
+    gauss = (sd[:, None] ** 2 * ch.basis.double().numpy() ** 2).sum(0)
+    np.testing.assert_allclose(mean, 0.2 * band, atol=0.02)
+    np.testing.assert_allclose(var, gauss + 0.2 * 0.8 * band**2, rtol=0.04, atol=0.02)
+    assert var[-1] > 20 * var[0]  # the band's bins vary most: what widens their input std
+    np.testing.assert_allclose(ch.curve_moments()[0], mean)  # a fixed seed: the same moments each time
+
+
 def test_channel_tilt_has_its_own_spread() -> None:
     """``tilt_db`` sets the spread of the first cosine term (low bins against high bins) alone;
     unset, it is ``shape_db``, and the draws are those of a config without the key."""

@@ -251,6 +251,35 @@ def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: 
     torch.testing.assert_close(cb["loss"]["w_raw"], ca["loss"]["w_raw"])
 
 
+def test_input_stats_can_include_the_channel_curves(setup: dict[str, Any], tmp_path: Path) -> None:
+    """``train.input_stats_augmented``: the model's input mean and variance are those of the
+    features plus the channel curves' (independent: means and variances add); off, the features'
+    alone, as before."""
+    from spkflow.augment import FbankChannelPerturb, normalize_channel_config
+    from spkflow.trainer import Trainer
+
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg["train"]["channel_perturb"] = {"gain_db": 4.0, "shape_db": 2.0, "band_prob": 0.3}
+    states = {}
+    for flag in (False, True):
+        cfg["train"]["input_stats_augmented"] = flag
+        out = tmp_path / str(flag)
+        Trainer(options({**setup, "config": cfg}, out, max_steps=1)).run()
+        states[flag] = torch.load(out / "checkpoint.pth", weights_only=True)["model"]
+    fb = yaml.safe_load((tmp_path / "True" / "config.yaml").read_text())["frontend"][
+        "fbank"
+    ]  # completed by the trainer
+    shift, var = FbankChannelPerturb(normalize_channel_config(cfg["train"]["channel_perturb"]), fb).curve_moments()
+    plain, wide = states[False], states[True]
+    torch.testing.assert_close(
+        wide["input_mean"].double(), plain["input_mean"].double() + torch.from_numpy(shift), atol=1e-4, rtol=0
+    )
+    want = torch.sqrt(plain["input_std"].double() ** 2 + torch.from_numpy(var))
+    torch.testing.assert_close(wide["input_std"].double(), want, atol=1e-4, rtol=1e-5)
+    wider = wide["input_std"] / plain["input_std"]
+    assert float(wider[-1]) > float(wider[0]) > 1.0  # every bin wider, the band's most
+
+
 @pytest.mark.parametrize("flag", [["--resume", "false"], ["--no-resume"]])
 def test_no_resume_starts_over(setup: dict[str, Any], tmp_path: Path, flag: list[str]) -> None:
     """With a mid-epoch checkpoint present, ``--resume false`` (and the older ``--no-resume``)
