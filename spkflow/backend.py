@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -58,6 +58,14 @@ class Backend:
         if x.shape[-1] != self.proj.shape[0]:
             raise ValueError(f"{self.name} backend expects {self.proj.shape[0]}-dim embeddings, got {x.shape[-1]}")
         return l2_rows((l2_rows(x) - self.mean) @ self.proj)
+
+    def centred_on(self, mean: np.ndarray) -> Backend:
+        """The same projection centred on another mean (of L2-normalised embeddings), e.g. the
+        evaluation set's own (unlabelled in-domain centring, ``spkflow.evaluation``)."""
+        mean = np.asarray(mean, dtype=np.float64).reshape(-1)
+        if mean.shape != self.mean.shape:
+            raise ValueError(f"{self.name} backend has a {self.mean.shape[0]}-dim mean, got {mean.shape[0]}")
+        return replace(self, mean=mean)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         with atomic_write(path, "wb") as f:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from spkflow.atomic import write_text_atomic
-from spkflow.backend import Backend
+from spkflow.backend import Backend, l2_rows
 from spkflow.errors import InputError
 from spkflow.metrics import compute_metrics, det_curve
 from spkflow.scoring import read_cohort, read_embeddings, read_mean, read_trials, score_trials, write_scores
@@ -53,6 +53,22 @@ log = logging.getLogger(__name__)
 P_TARGETS = (0.01, 0.05)
 #: What :func:`evaluate_set` writes to its ``outdir``, in the order stale copies are removed.
 OUTPUTS = ("metrics.json", "scores", "det.png", "score_hist.png")
+
+
+def _set_vectors(emb: dict[str, np.ndarray], source: str) -> np.ndarray:
+    """The scored utterances' embeddings as ``[N, D]`` (``eval_mean``); an empty set, a
+    non-finite vector or mixed dimensions are an :class:`InputError` naming ``source``."""
+    vecs = [np.asarray(v, dtype=np.float64).reshape(-1) for v in emb.values()]
+    if not vecs:
+        raise InputError(source, None, "no embedding of a trial utterance to take the set's mean from")
+    for key, v in zip(emb, vecs, strict=True):
+        if v.shape != vecs[0].shape or not np.all(np.isfinite(v)):
+            raise InputError(source, None, f"embedding of {key!r} is non-finite or of another dimension")
+    return np.stack(vecs)
+
+
+def _centred_label(mean_scp: str | None, eval_mean: bool) -> str:
+    return ", centred on the set" if eval_mean else (", centred" if mean_scp else "")
 
 
 def _now() -> str:
@@ -68,6 +84,7 @@ def evaluate_set(
     cohort_size: int = 200,
     mean_scp: str | None = None,
     backend_path: str | None = None,
+    eval_mean: bool = False,
     skip_missing: bool = False,
     model_tag: str = "",
     set_name: str | None = None,
@@ -77,7 +94,11 @@ def evaluate_set(
     returns the metrics dict (what ``metrics.json`` holds).  ``cohort_scp`` enables AS-norm,
     ``mean_scp`` centring (the mean of its vectors is subtracted before cosine scoring),
     ``backend_path`` a fitted :class:`spkflow.backend.Backend` (``.npz``) applied to the trial
-    and cohort embeddings first (it centres on its training mean: not combined with ``mean_scp``)."""
+    and cohort embeddings first (it centres on its training mean: not combined with ``mean_scp``).
+    ``eval_mean`` centres on the scored set's own mean instead, taken over the embeddings of the
+    utterances its trials name (no labels used): the backend's mean is replaced by that of their
+    L2-normalised vectors, or without a backend their raw mean is subtracted as ``mean_scp``'s
+    would be (not combined with ``mean_scp``)."""
     from spkflow.plots import plot_det, plot_score_hist
 
     set_name = set_name or os.path.basename(os.path.normpath(outdir))
@@ -85,15 +106,22 @@ def evaluate_set(
         raise ValueError(
             f"{backend_path}: a backend subtracts its own training mean; do not centre on {mean_scp} as well"
         )
+    if eval_mean and mean_scp:
+        raise ValueError(f"{mean_scp}: centre on the training mean or on the set's own (eval_mean), not both")
     remove_outputs(outdir)
     trials = read_trials(trials_path)
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
     cohort = read_cohort(cohort_scp) if cohort_scp else None
     mean = read_mean(mean_scp) if mean_scp else None
+    own = _set_vectors(emb, xvector_scp) if eval_mean else None
+    if own is not None and not backend_path:
+        mean = own.mean(axis=0)  # raw, as mean_scp's
     backend_name = "cosine"
     if backend_path:
         backend = Backend.load(backend_path)
         backend_name = backend.name
+        if own is not None:  # the backend's mean lives among L2-normalised vectors
+            backend = backend.centred_on(l2_rows(own).mean(axis=0))
         keys = list(emb)
         if keys:
             emb = dict(zip(keys, _transform(backend, np.stack([emb[k] for k in keys]), xvector_scp), strict=True))
@@ -120,6 +148,7 @@ def evaluate_set(
             "xvector_scp": xvector_scp,
             "cohort_scp": cohort_scp or "",
             "mean_scp": mean_scp or "",
+            "eval_mean": bool(eval_mean),
             "backend": backend_name,
             "backend_path": backend_path or "",
             "date": _now(),
@@ -130,9 +159,10 @@ def evaluate_set(
         metrics["raw"] = compute_metrics(result.raw_scores, result.labels, P_TARGETS)
         curves["cosine"] = det_curve(result.raw_scores, result.labels)
     label = "cosine" if result.score_norm == "none" else f"AS-norm (top {result.cohort_size})"
-    if mean_scp:
-        curves = {f"{k}, centred": v for k, v in curves.items()}
-        label += ", centred"
+    centred = _centred_label(mean_scp, eval_mean)
+    if centred:
+        curves = {f"{k}{centred}": v for k, v in curves.items()}
+        label += centred
     if backend_name != "cosine":
         curves = {f"{backend_name.upper()}, {k}": v for k, v in curves.items()}
         label = f"{backend_name.upper()}, {label}"
@@ -247,7 +277,8 @@ def write_results_md(exp_dir: str) -> str:
         "normalised, c_miss = c_fa = 1. Cosine scoring of L2-normalised embeddings; AS-norm rows",
         "use the top-K cohort speakers of the training set; 'centred': the training speakers'",
         "mean embedding is subtracted first; 'WCCN' / 'LDA': the embeddings (trials and cohort) go",
-        "through that backend, fitted on the training set's utterance embeddings, first.",
+        "through that backend, fitted on the training set's utterance embeddings, first; 'centred on",
+        "the set': the mean of the set's own embeddings (no labels) instead of the training mean.",
         "",
     ]
     header = (
@@ -272,7 +303,7 @@ def write_results_md(exp_dir: str) -> str:
             "",
             header,
         ]
-        centred = ", centred" if m.get("mean_scp") else ""
+        centred = _centred_label(m.get("mean_scp"), m.get("eval_mean", False))
         back = f"{m['backend'].upper()}, " if m.get("backend", "cosine") != "cosine" else ""
         if m.get("score_norm", "none") != "none" and isinstance(m.get("raw"), dict):
             raw = dict(m["raw"], n_skipped=m.get("n_skipped", 0))

@@ -338,3 +338,6 @@ def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
     assert path.endswith("peer_x/backend/wccn.npz") and np.allclose(got.proj, want.proj, atol=1e-6)
     bad = subprocess.run([sys.executable, str(script), "--peer-dir", "exp/resemblyzer"], capture_output=True, text=True)
     assert bad.returncode == 2 and "must be named peer_*" in bad.stderr
+    both = [sys.executable, str(script), "--eval-mean", "--score-center"]
+    bad = subprocess.run(both, capture_output=True, text=True)
+    assert bad.returncode == 2 and "not both" in bad.stderr

@@ -23,6 +23,7 @@ cohort_scp=       # cohort embeddings (e.g. <exp>/embed/<train_set>/spk_xvector.
 cohort_size=200   # top-K cohort entries for AS-norm
 mean_scp=         # embeddings whose mean is subtracted before scoring (centring), e.g. the cohort
 backend=          # fitted linear backend (.npz, python -m spkflow.bin.fit_backend) applied to the embeddings first
+eval_mean=false   # centre on this set's own mean (its trial utterances, no labels) instead of the training mean
 skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
 model_tag=        # experiment tag recorded in metrics.json
 set_name=         # name of the evaluation set (default: basename of <out-dir>)
@@ -35,6 +36,7 @@ Usage: $0 [options] <trials> <xvector.scp> <out-dir>
   --cohort-size K       top-K cohort entries (default: ${cohort_size})
   --mean-scp FILE       subtract the mean of these embeddings before scoring (default: none)
   --backend FILE        WCCN/LDA backend (.npz) applied to trial and cohort embeddings first (not with --mean-scp)
+  --eval-mean BOOL      centre on this set's own mean instead of the training mean (default: ${eval_mean}; not with --mean-scp)
   --skip-missing BOOL   skip trials whose utterance has no embedding (default: ${skip_missing})
   --model-tag TAG       experiment tag for metrics.json
   --set-name NAME       set name (default: basename of <out-dir>)
@@ -62,13 +64,16 @@ opts=()
 [ -n "${cohort_scp}" ] && opts+=(--cohort-scp "${cohort_scp}" --cohort-size "${cohort_size}")
 [ -n "${mean_scp}" ] && opts+=(--mean-scp "${mean_scp}")
 [ -n "${backend}" ] && opts+=(--backend "${backend}")
+opts+=(--eval-mean "${eval_mean}")
 opts+=(--skip-missing "${skip_missing}")
 [ -n "${model_tag}" ] && opts+=(--model-tag "${model_tag}")
 [ -n "${set_name}" ] && opts+=(--set-name "${set_name}")
 [ -n "${results_md}" ] && opts+=(--results-md "${results_md}")
 
+own_mean=
+[ "${eval_mean}" = true ] && own_mean=" (centred on the set)"
 mkdir -p "${outdir}/log"
-log "Scoring ${trials} with ${xvector_scp}${backend:+ (backend ${backend})}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})} -> ${outdir} (log: ${outdir}/log/score.log)"
+log "Scoring ${trials} with ${xvector_scp}${backend:+ (backend ${backend})}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})}${own_mean} -> ${outdir} (log: ${outdir}/log/score.log)"
 if ! "${python}" -m spkflow.bin.score --trials "${trials}" --xvector-scp "${xvector_scp}" \
         --outdir "${outdir}" "${opts[@]}" > "${outdir}/log/score.log" 2>&1; then
     tail -n 5 "${outdir}/log/score.log" >&2

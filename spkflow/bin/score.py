@@ -4,6 +4,7 @@
         --xvector-scp exp/spk_x/embed/test/xvector.scp --outdir exp/spk_x/eval/test \\
         [--cohort-scp exp/spk_x/embed/train/spk_xvector.scp --cohort-size 200] \\
         [--mean-scp exp/spk_x/embed/train/spk_xvector.scp | --backend exp/spk_x/backend/wccn.npz] \\
+        [--eval-mean true] \\
         [--skip-missing] [--model-tag spk_x] [--results-md exp/spk_x]
 
 Argument parsing only; the work is :func:`spkflow.evaluation.evaluate_set`.  On failure (exit 1,
@@ -48,6 +49,13 @@ def get_parser() -> argparse.ArgumentParser:
     )
     add_bool_option(
         p,
+        "--eval-mean",
+        default=False,
+        help="centre on the mean of this set's own embeddings (those its trials name; no labels used) instead "
+        "of the training mean: it replaces the backend's mean, or without one is subtracted (not with --mean-scp)",
+    )
+    add_bool_option(
+        p,
         "--skip-missing",
         default=False,
         bare=True,  # a bare --skip-missing means true (older callers; score.sh passes true|false)
@@ -79,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             cohort_size=args.cohort_size,
             mean_scp=args.mean_scp,
             backend_path=args.backend,
+            eval_mean=args.eval_mean,
             skip_missing=args.skip_missing,
             model_tag=args.model_tag,
             set_name=args.set_name,

@@ -60,6 +60,8 @@ embed_opts=           # more options for scripts/spk/extract_embeddings.sh (e.g.
 score_norm=false      # adaptive s-norm with a cohort from the training set
 cohort_size=200       # cohort speakers for score normalisation
 score_center=false   # subtract the training speakers' mean embedding before scoring
+score_eval_mean=false  # centre on each test set's own mean instead (no labels used; with a backend it replaces
+                       # the backend's training mean): unlabelled in-domain centring, as Kaldi's SRE16 recipe does
 score_backend=cosine  # cosine | wccn | lda: a linear backend fitted on the training set's utterance embeddings
 backend_reg=0.1       # its within-class covariance shrinkage (spkflow.backend)
 score_skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
@@ -73,7 +75,8 @@ Usage: $0 [options]
   --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
   --train_config, --tag, --resume, --train_threads
   --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
-  --score_norm, --cohort_size, --score_center, --score_backend cosine|wccn|lda, --backend_reg, --score_skip_missing
+  --score_norm, --cohort_size, --score_center, --score_eval_mean, --score_backend cosine|wccn|lda, --backend_reg,
+  --score_skip_missing
 EOM
 )
 
@@ -106,6 +109,10 @@ ${extract_train} && embed_sets="${train_set} ${embed_sets}"
 case "${score_backend}" in cosine|wccn|lda) ;; *) log "Error: --score_backend must be cosine, wccn or lda, got '${score_backend}'"; exit 2 ;; esac
 if [ "${score_backend}" != cosine ] && ${score_center}; then
     log "Error: --score_backend ${score_backend} centres on the training mean itself: set --score_center false"
+    exit 2
+fi
+if ${score_center} && ${score_eval_mean}; then
+    log "Error: --score_center true and --score_eval_mean true: centre on the training mean or on each set's own, not both"
     exit 2
 fi
 train_cohort=false
@@ -268,6 +275,7 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     fi
     ${score_norm} && _score_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
     ${score_center} && _score_opts+=(--mean-scp "${_cohort}")
+    _score_opts+=(--eval-mean "${score_eval_mean}")
     if [ "${score_backend}" != cosine ]; then
         _backend=${spk_exp}/backend/${score_backend}.npz
         mkdir -p "${spk_exp}/backend/log"

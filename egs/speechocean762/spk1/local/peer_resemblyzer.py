@@ -19,7 +19,8 @@ from ``exp/peer_*``).  Audio is read with spkflow's AudioReader (any wav.scp ent
 ``--score-norm`` / ``--score-center`` / ``--backend`` score it with the backend of stage 6's options
 of the same names (AS-norm / centring against the training speakers, ``--cohort-set``; a WCCN or
 LDA backend fitted on that set's utterance embeddings): Resemblyzer's embeddings of that set,
-averaged per speaker like stage 5's ``spk_xvector.scp``.  Embeddings live
+averaged per speaker like stage 5's ``spk_xvector.scp``.  ``--eval-mean`` centres on each set's
+own mean instead (stage 6's ``--score_eval_mean true``; no labels).  Embeddings live
 in ``--embed-dir`` (shared by every ``--peer-dir``), so a second backend only scores.
 """
 
@@ -107,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--embed-dir", default=f"exp/{TAG}/embed", help="Resemblyzer's embeddings, one dir per set")
     p.add_argument("--score-norm", action="store_true", help="AS-norm against the cohort speakers (stage 6's option)")
     p.add_argument("--score-center", action="store_true", help="subtract the cohort speakers' mean (stage 6's option)")
+    p.add_argument(
+        "--eval-mean",
+        action="store_true",
+        help="centre on each set's own mean embedding (stage 6's --score_eval_mean true), not with --score-center",
+    )
     p.add_argument("--cohort-set", default="train", help="data/<set> whose speakers are the cohort")
     p.add_argument("--cohort-size", type=int, default=200, help="top cohort scores used by AS-norm (stage 6's)")
     p.add_argument(
@@ -119,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     tag = os.path.basename(os.path.normpath(args.peer_dir))
     if not tag.startswith("peer_"):
         p.error(f"--peer-dir must be named peer_* (RESULTS.md finds peers by that name), got {args.peer_dir!r}")
+    if args.eval_mean and args.score_center:
+        p.error("--eval-mean and --score-center: centre on the set's own mean or the training speakers', not both")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s")
     try:
         from resemblyzer import VoiceEncoder, preprocess_wav
@@ -140,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             backend["mean_scp"] = cohort
         if args.backend != "cosine":
             backend["backend_path"] = fit_peer_backend(args.backend, cohort_data, utt_scp, args.peer_dir)
+    backend["eval_mean"] = args.eval_mean
     for s in args.sets.split():
         data = os.path.join("data", s)
         trials = os.path.join(data, "trials")
