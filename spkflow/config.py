@@ -235,6 +235,8 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     from spkflow.augment import normalize_channel_config  # the channel perturbation's owner
 
     t["channel_perturb"] = normalize_channel_config(t["channel_perturb"], "train.channel_perturb", source)
+    if t["input_stats_augmented"] and t["channel_perturb"] is None:
+        raise ConfigError(f"{source}: train.input_stats_augmented needs train.channel_perturb (the curves it adds)")
     if t["init_from"] is not None and not (isinstance(t["init_from"], str) and t["init_from"]):
         raise ConfigError(f"{source}: train.init_from must be null or a path, got {t['init_from']!r}")
     check_choice(source, "train.select", t["select"], ("best", "last", "average"))

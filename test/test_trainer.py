@@ -395,6 +395,7 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         ("train", "valid_every", 0, r"train\.valid_every must be >= 1, got 0"),
         ("train", "crop_min_frames", 400, r"need train\.crop_min_frames <= train\.crop_max_frames"),
         ("frontend", "vad", 1, r"frontend\.vad must be true or false"),
+        ("train", "input_stats_augmented", True, r"train\.input_stats_augmented needs train\.channel_perturb"),
         ("train", "channel_perturb", {"gain": 3}, r"unknown key\(s\) train\.channel_perturb\.gain; accepted: "),
         (
             "train",
