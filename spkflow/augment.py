@@ -223,6 +223,7 @@ CHANNEL_DEFAULTS: dict[str, float | int | str | list[float] | None] = {
     "reverb_drr_db": [0.0, 15.0],  # direct-to-reverberant energy ratio, dB, drawn uniformly
 }
 BAND_PER = ("batch", "crop")
+_NAT_PER_DB = math.log(10.0) / 10.0  # dB of power -> the features' natural-log units
 
 
 def band_response(fbank: Mapping[str, Any], rate: int) -> np.ndarray:
@@ -329,15 +330,16 @@ class FbankChannelPerturb:
     def curve(self, coef_db: torch.Tensor) -> torch.Tensor:
         """``[n, K+1]`` coefficients in dB (level first, then the cosine terms) -> ``[n, F]`` curves
         in the features' units."""
-        return (coef_db.float() * (math.log(10.0) / 10.0)) @ self.basis
+        return (coef_db.float() * _NAT_PER_DB) @ self.basis
 
-    def curves(self, n: int) -> torch.Tensor:
+    def curves(self, n: int, band_per: str | None = None) -> torch.Tensor:
         """``[n, F]`` random channel curves (zero for the crops the probability leaves out), plus
-        the narrow band's response for the crops (or the whole batch) drawn for it."""
+        the narrow band's response for the crops (or the whole batch) drawn for it; ``band_per``
+        overrides the config's ``band_per`` for this draw."""
         coef = torch.randn(n, len(self.sd_db)) * self.sd_db
         out = self.curve(coef * (torch.rand(n, 1) < self.prob))
         if self.band is not None:  # drawn after the channel: configs without a band draw as before
-            narrow = torch.rand(1 if self.band_per == "batch" else n, 1) < self.band_prob
+            narrow = torch.rand(1 if (band_per or self.band_per) == "batch" else n, 1) < self.band_prob
             out = out + narrow * self.band
         if self.rolloff_prob > 0:  # drawn last, for the same reason
             dull = torch.rand(n, 1) < self.rolloff_prob
@@ -345,11 +347,11 @@ class FbankChannelPerturb:
             corner = lo + (hi - lo) * torch.rand(n, 1)
             slope = self.rolloff_db[0] + (self.rolloff_db[1] - self.rolloff_db[0]) * torch.rand(n, 1)
             db = -slope * (self.octaves[None, :] - corner).clamp(min=0.0)
-            out = out + dull * self._with_energy(db * (math.log(10.0) / 10.0), torch.zeros(n, 1))
+            out = out + dull * self._with_energy(db * _NAT_PER_DB, torch.zeros(n, 1))
         if self.eq_prob > 0:  # drawn after the roll-off, for the same reason
             strong = torch.rand(n, 1) < self.eq_prob
             coef = torch.randn(n, self.eq_basis.shape[0]) * self.eq_db
-            out = out + strong * ((coef * (math.log(10.0) / 10.0)) @ self.eq_basis)
+            out = out + strong * ((coef * _NAT_PER_DB) @ self.eq_basis)
         return out
 
     def curve_moments(self, n: int = 65536, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -360,14 +362,9 @@ class FbankChannelPerturb:
         ``Var[x] + Var[c]``: what ``train.input_stats_augmented`` adds to the input statistics.
         One crop's curve has the same distribution whether the band is drawn per crop or per
         batch, so the draws here take it per crop (one batch of ``n`` would be all band or none)."""
-        per = self.band_per
-        try:
-            self.band_per = "crop"
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                c = self.curves(n).double()
-        finally:
-            self.band_per = per
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            c = self.curves(n, band_per="crop").double()
         return c.mean(0).numpy(), c.var(0).numpy()
 
     def rooms(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
