@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
+
+import numpy as np
 
 RECIPE = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1"
 
@@ -64,3 +67,53 @@ def test_dev_set_must_be_a_test_set(tmp_path: Path) -> None:
     out = _run(_recipe(tmp_path), "--test_sets", "a b", "--dev_sets", "a z")
     assert out.returncode != 0
     assert "--dev_sets holds z, which is not among --test_sets (a b)" in out.stdout + out.stderr
+
+
+SUMMARISE = RECIPE / "local/summarise_runs.py"
+
+
+def _summarise(r: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(SUMMARISE), *args]
+    return subprocess.run(cmd, cwd=r, capture_output=True, text=True, timeout=120)
+
+
+def test_summarise_correlation_and_plot(tmp_path: Path) -> None:
+    """The development mean against a held-out set, one point per run: Pearson's r as numpy gives
+    it, the plot written, a run lacking a set named and left out, and the table unchanged."""
+    r = _recipe(tmp_path)
+    extra = {2: {"a": 3.0, "b": 12.0, "c": 40.0}}  # a second config, one seed
+    for seed, eers in extra.items():
+        exp = r / "exp" / f"spk_y_seed{seed}"
+        for s, eer in eers.items():
+            (exp / "eval" / s).mkdir(parents=True)
+            (exp / "eval" / s / "metrics.json").write_text(json.dumps({"eer": eer, "min_dcf_p0.01": 0.4}))
+    partial = r / "exp" / "spk_z_seed0" / "eval" / "a"
+    partial.mkdir(parents=True)
+    (partial / "metrics.json").write_text(json.dumps({"eer": 1.0, "min_dcf_p0.01": 0.1}))
+    peer = r / "exp" / "peer"
+    for s, eer in {"a": 5.0, "b": 15.0, "c": 25.0}.items():
+        (peer / "eval" / s).mkdir(parents=True)
+        (peer / "eval" / s / "metrics.json").write_text(json.dumps({"eer": eer, "model_tag": "peer"}))
+    runs = ["exp/spk_x_seed0", "exp/spk_x_seed1", "exp/spk_y_seed2", "exp/spk_z_seed0"]
+    out = _summarise(
+        r, "--sets", "a b c", "--dev_sets", "a b", "--heldout", "c", "--peer", "exp/peer", "--plot", "p.png", *runs
+    )
+    assert out.returncode == 0, out.stderr
+    assert "exp/spk_z_seed0 lacks a set of 'a b c': left out" in out.stderr
+    dev = [(2 + 10) / 2, (4 + 14) / 2, (3 + 12) / 2]
+    want = np.corrcoef(dev, [30.0, 20.0, 40.0])[0, 1]
+    assert f"development mean vs c: r = {want:+.2f} over 3 runs" in out.stdout
+    assert (r / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1:4] for row in rows[1:]] == [
+        [" x ", " ge2e_xs ", " 0 "],
+        [" x ", " ge2e_xs ", " 1 "],
+        [" x ", " ", " mean "],
+        [" y ", " - ", " 2 "],  # no config.yaml: loss unknown
+    ]
+
+
+def test_summarise_rejects_a_heldout_set_not_scored(tmp_path: Path) -> None:
+    out = _summarise(_recipe(tmp_path), "--sets", "a b", "--dev_sets", "a", "--heldout", "c", "exp/spk_x_seed0")
+    assert out.returncode != 0
+    assert "--heldout holds c, which is not among --sets (a b)" in out.stderr

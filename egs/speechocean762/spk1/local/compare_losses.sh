@@ -8,8 +8,9 @@
 # writes a copy of the config with train.seed set to the seed, trains and evaluates it with
 # ./run.sh --stage 3 --batch_seed <seed> --tag <config>_seed<seed> (so the batch plan changes with
 # the seed too), and finally prints a Markdown table of EER / minDCF per test set with the mean
-# over seeds (exp/compare_losses.md).  A run whose metrics already exist is not repeated; a trained
-# run that lacks a test set (one added later) only gets stages 5-6 for the sets it lacks.
+# over seeds (exp/compare_losses.md; local/summarise_runs.py, which also plots runs against each
+# other).  A run whose metrics already exist is not repeated; a trained run that lacks a test set
+# (one added later) only gets stages 5-6 for the sets it lacks.
 # --suffix S makes the tags <config>S_seed<seed>: one config run with other run.sh options (e.g.
 # --num_spk 64 --num_utt 2) gets tags of its own.
 # --dev_sets adds a column with the mean EER over those test sets (each of them must be among
@@ -81,36 +82,9 @@ for config in ${configs}; do
     done
 done
 
-python - "${test_sets}" "${dev_sets}" "${tags[@]}" <<'EOF' | tee exp/compare_losses.md
-import json, statistics, sys
-from pathlib import Path
-
-import yaml
-
-sets, dev, tags = sys.argv[1].split(), sys.argv[2].split(), sys.argv[3:]
-groups = {}
-for tag in tags:
-    groups.setdefault(tag.rsplit("_seed", 1)[0], []).append(tag)
-dev_head = f" development mean EER % ({', '.join(dev)}) |" if dev else ""
-head = "| config | loss | seed | " + " | ".join(f"{s} EER % | {s} minDCF0.01" for s in sets) + " |" + dev_head + " wall (stages 3-6) |"
-print(head)
-print("|" + "---|" * (head.count("|") - 1))
-for name, runs in groups.items():
-    eers = {s: [] for s in sets}
-    for tag in runs:
-        exp = Path(f"exp/spk_{tag}")
-        loss = yaml.safe_load((exp / "config.yaml").read_text())["loss"]["name"]
-        cells = []
-        for s in sets:
-            m = json.loads((exp / "eval" / s / "metrics.json").read_text())
-            eers[s].append(m["eer"])
-            cells.append(f"{m['eer']:.2f} | {m['min_dcf_p0.01']:.3f}")
-        wall = exp / "wall_seconds"
-        wall = f"{int(wall.read_text()) / 60:.1f} min" if wall.exists() else "-"
-        dev_cell = f" {statistics.mean(eers[s][-1] for s in dev):.2f} |" if dev else ""
-        print(f"| {name} | {loss} | {tag.rsplit('_seed', 1)[1]} | " + " | ".join(cells) + " |" + dev_cell + f" {wall} |")
-    if len(runs) > 1:
-        means = [c for s in sets for c in (f"{statistics.mean(eers[s]):.2f}", "")]
-        dev_cell = f" **{statistics.mean(statistics.mean(eers[s]) for s in dev):.2f}** |" if dev else ""
-        print(f"| {name} | | mean | " + " | ".join(means) + " |" + dev_cell + " |")
-EOF
+runs=()
+for tag in "${tags[@]}"; do
+    runs+=("exp/spk_${tag}")
+done
+python "$(dirname "$0")/summarise_runs.py" --sets "${test_sets}" --dev_sets "${dev_sets}" "${runs[@]}" \
+    | tee exp/compare_losses.md
