@@ -340,7 +340,7 @@ class Trainer:
             if run.objective.model.input_norm == "global":
                 fe, n = run.cfg["frontend"], int(run.cfg["train"]["input_stats_utts"])
                 mean, std = input_stats(self.opts.train_feats, fe, n)  # the same on every rank
-                if run.cfg["train"]["input_stats_augmented"] and run.channel is not None:
+                if run.cfg["train"]["input_stats_augmented"]:  # the config requires channel_perturb with it
                     shift, var = run.channel.curve_moments()  # the statistics of what the model is fed
                     wider = np.sqrt(np.square(std) + var)
                     ratio = wider / std

@@ -93,13 +93,14 @@ def correlations(runs: dict[Path, dict[str, dict]], dev: list[str], heldout: lis
     return {h: float(np.corrcoef(x, [m[h]["eer"] for m in runs.values()])[0, 1]) for h in heldout}
 
 
-def plot(path: Path, runs: dict[Path, dict[str, dict]], dev: list[str], heldout: list[str], peer: dict | None) -> None:
+def plot(path: Path, runs: dict[Path, dict[str, dict]], dev: list[str], r: dict[str, float], peer: dict | None) -> None:
+    """One panel per held-out set of ``r`` (its correlation with the development mean)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from spkflow.atomic import atomic_write
 
-    r = correlations(runs, dev, heldout)
+    heldout = list(r)
     fig = Figure(figsize=(4.2 * len(heldout), 4.0), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(heldout), squeeze=False)[0]
@@ -151,16 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         sys.exit("summarise_runs.py: no run has every set")
     print("\n".join(table(runs, sets, dev)))
+    r: dict[str, float] = {}
     if heldout:
         if len(runs) < 3:
             sys.exit(f"summarise_runs.py: a correlation needs 3 runs or more, got {len(runs)}")
-        for h, r in correlations(runs, dev, heldout).items():
-            print(f"development mean vs {h}: r = {r:+.2f} over {len(runs)} runs")
+        r = correlations(runs, dev, heldout)
+        for h, rh in r.items():
+            print(f"development mean vs {h}: r = {rh:+.2f} over {len(runs)} runs")
     if a.plot:
         peer = read_run(Path(a.peer), sets) if a.peer else None
         if a.peer and peer is None:
             sys.exit(f"summarise_runs.py: --peer {a.peer} lacks a set of '{a.sets}'")
-        plot(Path(a.plot), runs, dev, heldout, peer)
+        plot(Path(a.plot), runs, dev, r, peer)
         print(f"wrote {a.plot}")
     return 0
 
