@@ -1,16 +1,39 @@
 """spkflow: an ESPnet-style recipe toolkit for speaker embedders.
 
-Modules do one thing each and import nothing heavy at package import time: ``from spkflow
-import Embedder`` loads :mod:`spkflow.api` (numpy only) when first asked for, and torch is
-imported only when a model is loaded.
+The package is grouped by stage, in layers: a module may import from its own package and from
+the packages before it in :data:`LAYERS`, never from one after it (``test/test_layout.py``
+checks this, with no import circle, on every import, lazy ones included).
+
+========  ==========================================================================
+core      errors, atomic writes, locks, processes, Kaldi option files, config checks
+data      Kaldi data dirs (tables, checks, fix / subset / combine), audio, arks, jobs
+corpora   corpus preparation (stage 1)
+features  fbank, VAD and the feature jobs (stage 2)
+augment   augmentation of fbank crops and audio crops, and its sources
+nnet      models, losses, checkpoints
+score     scoring, backends, metrics, evaluation, plots, speaker identification (stage 6)
+embed     embedding extraction from spkflow and ESPnet models (stage 5)
+train     batch plans (stage 3), config, loaders, trainer (stage 4)
+deploy    pack, ONNX export and runtime (stage 7)
+api       :class:`Embedder`, the Python face
+bin       the commands, ``python -m spkflow.bin.NAME``
+========  ==========================================================================
+
+Nothing heavy is imported at package import time: ``from spkflow import Embedder`` loads
+:mod:`spkflow.api` (numpy only) when first asked for, and torch is imported only when a model
+is loaded.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-__all__ = ["Embedder", "__version__"]
+from spkflow.core.version import __version__
+
+__all__ = ["Embedder", "LAYERS", "__version__"]
+
+#: The packages from the bottom up; a module imports only from its own layer and those below.
+LAYERS = ("core", "data", "corpora", "features", "augment", "nnet", "score", "embed", "train", "deploy", "api", "bin")
 
 if TYPE_CHECKING:
     from spkflow.api import Embedder

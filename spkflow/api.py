@@ -9,17 +9,17 @@
 What it guarantees
 ------------------
 * **Stage 5's numbers.**  The same code path as ``scripts/spk/extract_embeddings.sh``: audio
-  read and converted to mono float like :mod:`spkflow.audio` (channel 0, int PCM / 2^15),
-  resampled with :func:`spkflow.audio.resample`, Kaldi fbank, energy VAD and mean
+  read and converted to mono float like :mod:`spkflow.data.audio` (channel 0, int PCM / 2^15),
+  resampled with :func:`spkflow.data.audio.resample`, Kaldi fbank, energy VAD and mean
   normalisation with the options recorded in the model's ``config.yaml`` (never defaults of
-  this module), and the model of the extraction (:class:`~spkflow.embedders.SpkflowEmbedder`,
+  this module), and the model of the extraction (:class:`~spkflow.embed.native.SpkflowEmbedder`,
   padding-invariant batches).  ``test/test_api.py`` checks, on audio at 8, 16 and 22.05 kHz
   and on the corpora: bit-identical vectors to stage 5 at batch size 1 when torch runs one
   thread (as stage 5's jobs do), and within 1e-5 (relative to the vector's norm, and after L2
   normalisation) of batched stage 5 with any thread count; padded batches and other thread
   counts only change the order of float sums (measured <= 1e-6 after L2 normalisation).
-* **Model dir, packed file** (:mod:`spkflow.pack`, verified by checksum) **or ONNX export**
-  (:mod:`spkflow.onnx_backend`: onnxruntime and numpy only, no torch), CPU or CUDA.
+* **Model dir, packed file** (:mod:`spkflow.deploy.pack`, verified by checksum) **or ONNX export**
+  (:mod:`spkflow.deploy.onnx`: onnxruntime and numpy only, no torch), CPU or CUDA.
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
@@ -44,14 +44,18 @@ from typing import Any
 
 import numpy as np
 
-from spkflow.errors import InputError, UtteranceError
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.audio import read_audio, resample, to_mono_float
+from spkflow.deploy.onnx import OnnxBackend
+from spkflow.deploy.pack import read_packed
+from spkflow.embed.native import SpkflowEmbedder
+from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
 
 __all__ = ["Embedder"]
 
 
 def _extraction_embedder_class() -> Any:
     """Stage 5's model wrapper, imported when first needed (it imports torch)."""
-    from spkflow.embedders import SpkflowEmbedder
 
     return SpkflowEmbedder
 
@@ -85,8 +89,6 @@ class Embedder:
         ``cuda``, ``cuda:N``)."""
         p = Path(path)
         if p.is_file() and p.suffix == ".onnx":
-            from spkflow.onnx_backend import OnnxBackend
-
             return cls(OnnxBackend(p, device), p)
         SpkflowEmbedder = _extraction_embedder_class()
         if p.is_dir():
@@ -96,7 +98,6 @@ class Embedder:
             return cls(SpkflowEmbedder(p, device), p)
         if not p.exists():
             raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
-        from spkflow.pack import read_packed
 
         packed = read_packed(p)
         with tempfile.TemporaryDirectory(prefix="spkflow-model-") as tmp:
@@ -115,8 +116,6 @@ class Embedder:
     def features(self, wave: Any, sample_rate: int) -> np.ndarray:
         """What the model sees for one utterance: ``[T, F]`` float32 after resampling, fbank,
         VAD and mean normalisation (the input of :attr:`model` and of an exported ONNX model)."""
-        from spkflow.audio import resample
-        from spkflow.features import apply_frontend, compute_fbank, compute_vad
 
         b = self._backend
         x = _mono(wave)
@@ -138,7 +137,6 @@ class Embedder:
     def embed_file(self, path: str | os.PathLike[str]) -> np.ndarray:
         """Embedding ``[dim]`` of an audio file (anything libsndfile reads), or of any other
         ``wav.scp`` entry (``cmd |``, ``file.ark:offset``)."""
-        from spkflow.audio import read_audio
 
         spec = os.fspath(path)
         wave, rate = read_audio(spec, utt=spec)
@@ -205,7 +203,6 @@ def _groups(frames: Sequence[int], batch_size: int, max_frames: int) -> list[lis
 
 
 def _mono(wave: Any) -> np.ndarray:
-    from spkflow.audio import _to_mono_float
 
     if hasattr(wave, "detach"):  # a torch tensor
         wave = wave.detach().cpu().numpy()
@@ -215,7 +212,7 @@ def _mono(wave: Any) -> np.ndarray:
     if x.dtype.kind == "u":
         raise ValueError(f"unsigned {x.dtype} samples are ambiguous: give float in [-1, 1] or signed PCM")
     try:
-        return _to_mono_float(x, "<waveform>", "<array>")
+        return to_mono_float(x, "<waveform>", "<array>")
     except UtteranceError as exc:
         raise ValueError(exc.message) from None
 

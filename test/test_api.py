@@ -1,4 +1,4 @@
-"""The Python API (spkflow.api.Embedder) and packed models (spkflow.pack, spkflow.bin.pack).
+"""The Python API (spkflow.api.Embedder) and packed models (spkflow.deploy.pack, spkflow.bin.pack).
 
 The reference is stage 5 for real: scripts/spk/extract_embeddings.sh through run.pl with two
 jobs and batches, on real audio files (made here at 8, 16 and 22.05 kHz, and the shipped
@@ -146,10 +146,10 @@ def test_mean_norm_frontend_comes_from_the_config(tmp_path, mixed):
     """A model trained with mean normalisation gets it at inference (read from config.yaml)."""
     from spkflow import Embedder
 
-    try:  # stage 5's model wrapper, before and after the split of spkflow/embed.py
-        from spkflow.embedders import SpkflowEmbedder
+    try:  # stage 5's model wrapper, before and after the split of spkflow/embed/run.py
+        from spkflow.embed.native import SpkflowEmbedder
     except ImportError:
-        from spkflow.embed import SpkflowEmbedder
+        from spkflow.embed.run import SpkflowEmbedder
 
     md = make_spkflow_model_dir(tmp_path / "mn", seed=3, mean_norm=True)
     emb = Embedder.from_pretrained(md)
@@ -264,7 +264,7 @@ def _rezip(src: Path, dst: Path, change: dict[str, bytes | None]) -> Path:
 
 def test_missing_and_corrupt_model_files_are_named(packed, model_dir, tmp_path):
     from spkflow import Embedder
-    from spkflow.errors import InputError
+    from spkflow.core.errors import InputError
 
     cases: list[tuple[Path, str]] = [(tmp_path / "nope.zip", "model not found")]
     trunc = tmp_path / "truncated.zip"

@@ -1,4 +1,4 @@
-"""spkflow.atomic: all-or-nothing output with the permissions an ordinary open() gives."""
+"""spkflow.core.atomic: all-or-nothing output with the permissions an ordinary open() gives."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spkflow.atomic import atomic_write, write_text_atomic
+from spkflow.core.atomic import atomic_write, write_text_atomic
 
 
 def test_file_appears_only_after_a_clean_exit(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from spkflow.audio import AudioReader, known_durations, load_audio, resample, utt2dur, write_utt2dur
-from spkflow.errors import InputError, UtteranceError
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.audio import AudioReader, known_durations, load_audio, resample, utt2dur, write_utt2dur
 
 
 def sine(freq: float, seconds: float, rate: int, amp: float = 0.5) -> np.ndarray:

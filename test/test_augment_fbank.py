@@ -1,4 +1,4 @@
-"""Augmentation of log-mel crops (spkflow/augment.py): speed perturbation and channel perturbation."""
+"""Augmentation of log-mel crops (spkflow/augment/fbank.py): speed perturbation and channel perturbation."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from spkflow.audio import resample
-from spkflow.augment import FbankChannelPerturb, band_response, mel_centers, normalize_channel_config, reverberate
-from spkflow.config import ConfigError, normalize_train_config
-from spkflow.features import FbankOptions, compute_fbank
+from spkflow.augment.fbank import FbankChannelPerturb, band_response, mel_centers, normalize_channel_config, reverberate
+from spkflow.core.checks import ConfigError
+from spkflow.data.audio import resample
+from spkflow.features.fbank import FbankOptions, compute_fbank
+from spkflow.train.config import normalize_train_config
 
 
 def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
-    from spkflow.augment import FbankSpeedPerturb
+    from spkflow.augment.fbank import FbankSpeedPerturb
 
     fb = {"num_mel_bins": 40, "sample_frequency": 16000.0, "low_freq": 20.0, "high_freq": 0.0}
     c = mel_centers(40)
@@ -44,7 +45,7 @@ def test_fbank_speed_perturb_moves_time_and_frequency() -> None:
 
 
 def test_fbank_speed_perturb_one_factor_per_speaker() -> None:
-    from spkflow.augment import FbankSpeedPerturb
+    from spkflow.augment.fbank import FbankSpeedPerturb
 
     sp = FbankSpeedPerturb([0.9, 1.0, 1.1], {"num_mel_bins": 20})
     x = torch.randn(1, 60, 20).expand(24, 60, 20).contiguous()  # 8 speakers x 3 identical crops
@@ -295,7 +296,7 @@ def test_channel_moves_an_energy_column_by_the_level_only(htk_compat: bool) -> N
 
 def test_band_response_is_what_8khz_audio_read_at_16khz_looks_like() -> None:
     """The narrow channel's curve against the real thing: white noise made at 8 kHz and resampled
-    to 16 kHz by spkflow.audio.resample (how stage 2 reads FSDD), through Kaldi fbank, minus white
+    to 16 kHz by spkflow.data.audio.resample (how stage 2 reads FSDD), through Kaldi fbank, minus white
     noise made at 16 kHz; the passband level difference (a white signal spread over half the band)
     is taken out, the shape must match bin by bin, the stopband included."""
     rng = np.random.default_rng(0)
@@ -462,14 +463,14 @@ def test_channel_stats_session_pairs_recover_the_equaliser_between_sessions(tmp_
 
 def test_narrowband_copy_reads_a_data_dir_through_an_8khz_channel(tmp_path) -> None:
     """The recipe's local/narrowband_copy.py on a real FLAC data dir: every file copied, wav.scp
-    entries become ffmpeg pipes (the pinned imageio-ffmpeg) that spkflow.audio reads at 8 kHz,
+    entries become ffmpeg pipes (the pinned imageio-ffmpeg) that spkflow.data.audio reads at 8 kHz,
     with the 6 kHz tone gone and the 1 kHz tone kept; a pipe entry is chained, not replaced."""
     import subprocess
     import sys
 
     import soundfile as sf
 
-    from spkflow.audio import read_audio
+    from spkflow.data.audio import read_audio
 
     recipe = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1"
     src, dst = tmp_path / "src", tmp_path / "dst"

@@ -1,4 +1,4 @@
-"""Waveform augmentation (spkflow.wavaugment) and its sources (spkflow.augment_sources): real audio
+"""Waveform augmentation (spkflow.augment.wave) and its sources (spkflow.augment.sources): real audio
 made here, real data dirs, real FLAC files, pyroomacoustics RIRs."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import pytest
 import soundfile as sf
 
 from conftest import make_speakers, write_data_dir
-from spkflow.augment_sources import coloured_noise, simulate_rirs
-from spkflow.config import ConfigError, load_train_config, normalize_train_config
-from spkflow.wavaugment import (
+from spkflow.augment.sources import coloured_noise, simulate_rirs
+from spkflow.augment.wave import (
     AudioBank,
     WaveAugment,
     add_at_snr,
@@ -22,6 +21,8 @@ from spkflow.wavaugment import (
     reverberate,
     speed_perturb,
 )
+from spkflow.core.checks import ConfigError
+from spkflow.train.config import load_train_config, normalize_train_config
 
 SR = 16000
 
@@ -272,7 +273,7 @@ def test_results_md_lists_peer_rows_on_the_same_trials(tmp_path, monkeypatch):
     local/peer_resemblyzer.py writes it) appears as a row of every experiment's RESULTS.md."""
     import kaldiio
 
-    from spkflow.evaluation import evaluate_set, write_results_md
+    from spkflow.score.evaluation import evaluate_set, write_results_md
 
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(0)
@@ -302,7 +303,7 @@ def test_results_md_lists_peer_rows_on_the_same_trials(tmp_path, monkeypatch):
 def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
     """local/peer_resemblyzer.py's cohort for --score-norm/--score-center: the mean of each
     speaker's utterance vectors (what stage 5's spk_xvector.scp holds), read back by
-    spkflow.scoring.read_cohort; a --peer-dir not named peer_* is refused (RESULTS.md would not
+    spkflow.score.scoring.read_cohort; a --peer-dir not named peer_* is refused (RESULTS.md would not
     find it)."""
     import importlib.util
     import subprocess
@@ -310,7 +311,7 @@ def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
 
     import kaldiio
 
-    from spkflow.scoring import read_cohort
+    from spkflow.score.scoring import read_cohort
 
     script = Path(__file__).resolve().parents[1] / "egs/speechocean762/spk1/local/peer_resemblyzer.py"
     spec = importlib.util.spec_from_file_location("peer_resemblyzer", script)
@@ -330,7 +331,7 @@ def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
         np.testing.assert_allclose(m, np.mean([v for u, v in vecs.items() if u.startswith(spk + "-")], 0), rtol=1e-6)
     assert read_cohort(scp).shape == (3, 4)
     # --backend wccn: stage 6's backend fitted on the same utterance vectors and utt2spk
-    from spkflow.backend import Backend, fit_backend
+    from spkflow.score.backend import Backend, fit_backend
 
     path = peer.fit_peer_backend("wccn", str(tmp_path / "data"), str(tmp_path / "x.scp"), str(tmp_path / "peer_x"))
     got = Backend.load(path)

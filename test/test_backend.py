@@ -1,4 +1,4 @@
-"""spkflow.backend: WCCN / LDA fitted on labelled embeddings, saved, applied before scoring."""
+"""spkflow.score.backend: WCCN / LDA fitted on labelled embeddings, saved, applied before scoring."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import kaldiio
 import numpy as np
 import pytest
 
-from spkflow.backend import Backend, fit_backend, fit_backend_on, l2_rows
-from spkflow.errors import InputError
-from spkflow.metrics import compute_eer
+from spkflow.core.errors import InputError
+from spkflow.score.backend import Backend, fit_backend, fit_backend_on, l2_rows
+from spkflow.score.metrics import compute_eer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,7 +124,7 @@ def test_fit_backend_cli(tmp_path):
 
 
 def test_evaluate_set_refuses_a_backend_with_centring(tmp_path):
-    from spkflow.evaluation import evaluate_set
+    from spkflow.score.evaluation import evaluate_set
 
     x, labels = channel_set(6, 4, 3)
     fit_backend("wccn", x, labels).save(tmp_path / "wccn.npz")

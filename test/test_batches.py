@@ -1,4 +1,4 @@
-"""Unit tests of spkflow.batches: the spk2utt reader and its errors, the plan on a skewed
+"""Unit tests of spkflow.train.batches: the spk2utt reader and its errors, the plan on a skewed
 corpus (coverage, epochs differ, mixing), crop lengths, batch-list files, and the sampler
 inside a real torch DataLoader with a dataset keyed by utterance id."""
 
@@ -10,18 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spkflow.batches import (
+from spkflow.core.errors import InputError
+from spkflow.train.batches import (
     NxMBatchSampler,
-    Spk2Utt,
     crop_frames,
-    load_spk2utt,
     num_batches,
     plan_epoch,
     rank_share,
     read_batch_list,
     write_batch_list,
 )
-from spkflow.errors import InputError
+from spkflow.train.spk2utt import Spk2Utt, load_spk2utt
 
 
 def skewed_mapping(num_speakers: int, mean: float, sigma: float, seed: int, min_utts: int = 1) -> dict[str, list[str]]:

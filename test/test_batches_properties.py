@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) of the N x M epoch planner: guarantees a-g of spkflow.batches.
+"""Property tests (hypothesis) of the N x M epoch planner: guarantees a-g of spkflow.train.batches.
 
 Random spk2utt shapes: skewed, tiny speakers, huge speakers, N close to the number of
 speakers, 1, 2 and 4 ranks.  Each property is checked against quantities the test
@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from spkflow.batches import NxMBatchSampler, Spk2Utt, crop_frames, plan_epoch
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.train.batches import NxMBatchSampler, crop_frames, plan_epoch
+from spkflow.train.spk2utt import Spk2Utt
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -19,8 +19,8 @@ import torch
 import yaml
 
 from conftest import ROOT
-from spkflow.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.nnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from test_trainer import make_train_setup  # the trainer tests' data dir + features + batch lists
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -213,7 +213,7 @@ def test_train_refuses_bad_epoch_snapshot(trained: dict[str, Any], tmp_path: Pat
 
 @pytest.mark.parametrize("damage", ["truncate", "code"])
 def test_extraction_refuses_bad_model(trained: dict[str, Any], tmp_path: Path, damage: str) -> None:
-    from spkflow.embedders import load_embedder
+    from spkflow.embed import load_embedder
 
     out, marker = copy_run(trained, tmp_path), tmp_path / "pwned"
     truncate(out / "model.pth") if damage == "truncate" else plant_code(out / "model.pth", marker)

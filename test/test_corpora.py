@@ -22,12 +22,13 @@ import soundfile as sf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spkflow.core.errors import InputError
 from spkflow.corpora import collect
 from spkflow.corpora.base import write_data_dir
 from spkflow.corpora.fetch import CorpusNotFound, ensure_corpus
 from spkflow.corpora.trials import make_trials, read_trials, write_trials
-from spkflow.datadir import DataDir, c_sorted, check_sorted_unique, read_kv
-from spkflow.errors import InputError
+from spkflow.data.datadir import DataDir
+from spkflow.data.tables import c_sorted, check_sorted_unique, read_kv
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Unit tests of spkflow.datadir (tables, DataDir.validate) and spkflow.datadir_ops."""
+"""Unit tests of spkflow.data.tables (tables, DataDir.validate) and spkflow.data.steps."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from spkflow.datadir import (
-    DataDir,
+from spkflow.core.errors import InputError
+from spkflow.data.check import validate_data_dir
+from spkflow.data.combine import combine_data, copy_data_dir
+from spkflow.data.datadir import DataDir
+from spkflow.data.fix import fix_data_dir
+from spkflow.data.steps import filter_lines
+from spkflow.data.subset import PerlRandom, subset_data_dir, subset_lines
+from spkflow.data.tables import (
     c_sorted,
     check_sorted_unique,
     read_keys,
@@ -19,17 +25,6 @@ from spkflow.datadir import (
     utt2spk_to_spk2utt,
     write_kv,
 )
-from spkflow.datadir_check import validate_data_dir
-from spkflow.datadir_ops import (
-    PerlRandom,
-    combine_data,
-    copy_data_dir,
-    filter_lines,
-    fix_data_dir,
-    subset_data_dir,
-    subset_lines,
-)
-from spkflow.errors import InputError
 
 
 def write(d: Path, **files: str) -> Path:

@@ -2,7 +2,7 @@
 
 ``cmvn_utt.scp`` and ``cmvn_utt_voiced.scp`` (utterance-keyed Kaldi CMVN stats, written by
 ``scripts/feats/make_fbank.sh``) must follow Kaldi's rules for ``vad.scp``
-(:data:`spkflow.datadir.VAD_LIKE_FILES`): filtered to the kept utterances but never a reason to
+(:data:`spkflow.data.tables.VAD_LIKE_FILES`): filtered to the kept utterances but never a reason to
 drop one (fix), subset / combined / copied along, utterance ids renamed by copy's
 ``--utt-prefix``, and validated like vad.scp (sorted, unique, the utterances of utt2spk).
 The stats are real kaldiio arks; the last test runs make_fbank.sh itself on synthetic audio.
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import make_speakers
-from spkflow.datadir import UTT_FILES, VAD_LIKE_FILES, read_kv
+from spkflow.data.tables import UTT_FILES, VAD_LIKE_FILES, read_kv
 
 ROOT = Path(__file__).resolve().parents[1]
 UTILS = ROOT / "utils"

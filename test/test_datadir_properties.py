@@ -20,8 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spkflow.datadir import (
-    DataDir,
+from spkflow.core.errors import InputError
+from spkflow.data.combine import combine_data
+from spkflow.data.datadir import DataDir
+from spkflow.data.fix import fix_data_dir
+from spkflow.data.steps import filter_lines
+from spkflow.data.subset import subset_data_dir, subset_lines
+from spkflow.data.tables import (
     c_key,
     c_sorted,
     check_sorted_unique,
@@ -30,8 +35,6 @@ from spkflow.datadir import (
     utt2spk_to_spk2utt,
     write_kv,
 )
-from spkflow.datadir_ops import combine_data, filter_lines, fix_data_dir, subset_data_dir, subset_lines
-from spkflow.errors import InputError
 
 UTILS = Path(__file__).resolve().parents[1] / "utils"
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -56,7 +56,7 @@ def full_run(setup: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def test_two_gloo_processes_share_each_epoch(setup: dict[str, Any], full_run: tuple[Path, str]) -> None:
-    from spkflow.models import load_model_dir
+    from spkflow.nnet.models import load_model_dir
 
     out, stderr = full_run
     assert "DDP: rank 0 of 2 (gloo)" in stderr

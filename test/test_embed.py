@@ -1,4 +1,4 @@
-"""Unit tests of stage 5 (spkflow.embed, spkflow.embedders, spkflow.jobs): batch planning, job
+"""Unit tests of stage 5 (spkflow.embed.run, spkflow.embed.base, spkflow.data.jobs): batch planning, job
 outputs and resume bookkeeping, merge checks and speaker means, scp alignment, padding invariance of the spkflow path.
 
 Everything runs in process on small synthetic audio and a tiny real spkflow model (random
@@ -19,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_speakers, perturb_batchnorm, synth_voice, write_data_dir
-from spkflow.embed import (
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.embed.base import plan_batches, split_by_frames
+from spkflow.embed.run import (
     JobWriter,
     MergeError,
     align_scp,
@@ -28,8 +30,6 @@ from spkflow.embed import (
     read_commit_log,
     run_job,
 )
-from spkflow.embedders import plan_batches, split_by_frames
-from spkflow.errors import InputError, UtteranceError
 
 
 def l2(v: np.ndarray) -> np.ndarray:
@@ -40,9 +40,9 @@ def make_spkflow_model_dir(path: Path, seed: int = 0, mean_norm: bool = False) -
     """A stage-4-style model dir (config.yaml + model.pth) of a tiny ECAPA with random weights."""
     import torch
 
-    from spkflow.features import FbankOptions
-    from spkflow.models import build_model
-    from spkflow.vad import VadOptions
+    from spkflow.features.fbank import FbankOptions
+    from spkflow.features.vad import VadOptions
+    from spkflow.nnet.models import build_model
 
     cfg = {
         "frontend": {
@@ -91,7 +91,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def embedder(model_dir: Path):
-    from spkflow.embedders import SpkflowEmbedder
+    from spkflow.embed.native import SpkflowEmbedder
 
     return SpkflowEmbedder(model_dir)
 
@@ -281,9 +281,9 @@ def test_spkflow_batched_equals_alone(embedder, tmp_path):
 
 def test_features_from_a_stage2_dump_equal_features_from_audio(model_dir, embedder, tmp_path):
     """--feats-dir: feats.scp (+ vad.scp) written as stage 2 does give the same model input."""
-    from spkflow.audio import AudioReader
-    from spkflow.embedders import SpkflowEmbedder
-    from spkflow.features import compute_fbank, compute_vad
+    from spkflow.data.audio import AudioReader
+    from spkflow.embed.native import SpkflowEmbedder
+    from spkflow.features.fbank import compute_fbank, compute_vad
 
     data = make_mixed_data(tmp_path, num_spk=1, num_utt=3)
     dump = tmp_path / "dump"
@@ -329,7 +329,7 @@ def test_run_job_bad_utterance_then_skip_and_resume(embedder, tmp_path):
 
 
 def test_model_dir_errors(tmp_path):
-    from spkflow.embedders import load_embedder
+    from spkflow.embed import load_embedder
 
     with pytest.raises(InputError, match="model directory not found"):
         load_embedder("spkflow", tmp_path / "nope")

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, make_speakers, write_data_dir
-from spkflow.embed import MODEL_STAMP, read_vectors, run_job
-from spkflow.embedders import SpkflowEmbedder, model_stamp
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.embed.base import model_stamp
+from spkflow.embed.native import SpkflowEmbedder
+from spkflow.embed.run import MODEL_STAMP, read_vectors, run_job
 from test_embed import l2, make_spkflow_model_dir
 
 #: measured bf16-vs-fp32 cosine floor on CPU (see the test); the issue's 0.9999 is for CUDA

@@ -1,6 +1,6 @@
 """The espnet toolkit path: ESPnet speaker models built and saved here with
 ``espnet2.tasks.spk.SpeakerTask`` (tiny ECAPA-TDNN, x-vector and RawNet3 configs, random
-weights, no downloads), run batched by :class:`spkflow.espnet_embedder.EspnetEmbedder` and by the
+weights, no downloads), run batched by :class:`spkflow.embed.espnet.EspnetEmbedder` and by the
 extraction script; outputs read back through ESPnet's own ``ESPnetDataset`` (``kaldi_ark``).
 
 What ESPnet itself does with a padded batch is checked too: ``MelSpectrogramTorch`` reports the
@@ -103,7 +103,7 @@ def espnet_alone(model, xs: list[np.ndarray]) -> np.ndarray:
 
 def test_espnet_batched_forward_is_not_padding_invariant(models):
     """Documents ESPnet: lengths stop at the frontend (and MelSpectrogramTorch drops them)."""
-    from spkflow.espnet_embedder import EspnetEmbedder
+    from spkflow.embed.espnet import EspnetEmbedder
 
     model = EspnetEmbedder(models["ecapa"]).model
     xs = waves()
@@ -122,7 +122,7 @@ def test_espnet_batched_forward_is_not_padding_invariant(models):
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_batched_equals_espnet_alone(models, name):
-    from spkflow.espnet_embedder import EspnetEmbedder
+    from spkflow.embed.espnet import EspnetEmbedder
 
     emb = EspnetEmbedder(models[name])
     assert (emb.mask is None) == (name == "rawnet3")
@@ -141,8 +141,8 @@ def test_batched_equals_espnet_alone(models, name):
 
 
 def test_weights_must_fit_the_config(models, tmp_path):
-    from spkflow.errors import InputError
-    from spkflow.espnet_embedder import EspnetEmbedder
+    from spkflow.core.errors import InputError
+    from spkflow.embed.espnet import EspnetEmbedder
 
     d = tmp_path / "wrong"
     d.mkdir()
@@ -160,8 +160,8 @@ def test_weights_must_fit_the_config(models, tmp_path):
 def test_script_espnet_nj2_loads_in_espnet_dataset(models, tmp_path):
     from espnet2.train.dataset import ESPnetDataset
 
-    from spkflow.audio import AudioReader
-    from spkflow.espnet_embedder import EspnetEmbedder
+    from spkflow.data.audio import AudioReader
+    from spkflow.embed.espnet import EspnetEmbedder
 
     data = make_mixed_data(tmp_path, num_spk=2, num_utt=3)  # 8 / 16 / 22.05 kHz -> 16 kHz
     out = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""ONNX export (spkflow.export, python -m spkflow.bin.export): onnxruntime equals PyTorch within
+"""ONNX export (spkflow.deploy.export, python -m spkflow.bin.export): onnxruntime equals PyTorch within
 1e-4 on real speech of several lengths, for the ECAPA model and the GE2E d-vector LSTM (with and
 without projection, whole-utterance and sliding-window inference), batched with padding.
 
@@ -37,9 +37,9 @@ def make_dvector_model_dir(path: Path, seed: int = 0, hidden: int = 32, embed_di
     """A stage-4-style model dir of a small GE2E d-vector LSTM (projection when embed_dim < hidden)."""
     import torch
 
-    from spkflow.features import FbankOptions
-    from spkflow.models import build_model
-    from spkflow.vad import VadOptions
+    from spkflow.features.fbank import FbankOptions
+    from spkflow.features.vad import VadOptions
+    from spkflow.nnet.models import build_model
 
     cfg = {
         "frontend": {
@@ -179,7 +179,7 @@ def test_export_errors_are_named_and_leave_nothing(tmp_path):
 def test_export_refuses_a_graph_that_differs(tmp_path):
     """A tolerance no float graph meets: the check runs, fails, and no file is left."""
     from spkflow.api import Embedder
-    from spkflow.export import ExportError, export_onnx
+    from spkflow.deploy.export import ExportError, export_onnx
 
     md = make_spkflow_model_dir(tmp_path / "m", seed=4)
     emb = Embedder.from_pretrained(md)
@@ -225,7 +225,7 @@ def test_onnx_file_without_spkflow_metadata_is_refused(ecapa, tmp_path):
     import onnx
 
     from spkflow import Embedder
-    from spkflow.errors import InputError
+    from spkflow.core.errors import InputError
 
     _, onnx_path = ecapa
     proto = onnx.load(onnx_path)

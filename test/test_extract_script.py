@@ -49,7 +49,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def alone_embeddings(model_dir: Path, data: Path) -> dict[str, np.ndarray]:
     """Batch-1 reference, one utterance at a time, in this process."""
-    from spkflow.embedders import SpkflowEmbedder
+    from spkflow.embed.native import SpkflowEmbedder
 
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(data)
@@ -301,15 +301,15 @@ def test_two_extractions_into_one_dir_at_once(model_dir, other_model_dir, tmp_pa
     ref = alone_embeddings(models[winner], data)
     assert list(xv) == list(ref)
     assert max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in ref) <= 1e-4
-    assert not (out / ".spkflow.lock").exists()
+    assert not (out / ".spkflow.core.lock").exists()
 
 
 def test_jobs_and_merge_refuse_to_mix_models(model_dir, other_model_dir, tmp_path):
     """Whatever bypasses the lock: a job refuses a job dir stamped with another model, and the
     merge refuses embeddings of two models (before: silently mixed, same dimension)."""
-    from spkflow.embed import MergeError, merge_embeddings, run_job
-    from spkflow.embedders import SpkflowEmbedder
-    from spkflow.errors import InputError
+    from spkflow.core.errors import InputError
+    from spkflow.embed.native import SpkflowEmbedder
+    from spkflow.embed.run import MergeError, merge_embeddings, run_job
 
     data = make_speakers(tmp_path, num_spk=2, num_utt=2, seed=12)
     utts = (data / "utt2spk").read_text().split()[::2]
@@ -367,8 +367,8 @@ def test_disk_full_in_the_merge_leaves_no_output(model_dir, tmp_path):
     """Before: spk_xvector.{ark,scp} stayed behind when xvector.ark did not fit, with a traceback."""
     import resource
 
-    from spkflow.embed import run_job
-    from spkflow.embedders import SpkflowEmbedder
+    from spkflow.embed.native import SpkflowEmbedder
+    from spkflow.embed.run import run_job
 
     data = make_speakers(tmp_path, num_spk=3, num_utt=4, seed=14)
     utts = (data / "utt2spk").read_text().split()[::2]
@@ -410,7 +410,7 @@ def test_unusable_model_file_is_named_and_no_resume_is_suggested(model_dir, tmp_
     assert p.returncode == 1
     logs = "".join(lg.read_text() for lg in sorted((out / "log").glob("extract_out.*.log")))
     assert "Traceback" not in logs and "weights_only=False" not in logs + p.stderr
-    # (spkflow.checkpoint's CheckpointError, once merged, words it alike: these fragments hold for both)
+    # (spkflow.nnet.checkpoint's CheckpointError, once merged, words it alike: these fragments hold for both)
     want = "unreadable or truncated" if damage == "truncated" else r"holds pickled Python objects \(code\)"
     assert re.search(rf"cannot load the model: {re.escape(str(bad / 'model.pth'))}: {want}", p.stderr), p.stderr
     assert "Re-run the same command to resume" not in p.stderr

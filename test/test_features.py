@@ -1,4 +1,4 @@
-"""Fbank (Kaldi parity), option files, energy VAD and the frontend (spkflow.features / spkflow.vad)."""
+"""Fbank (Kaldi parity), option files, energy VAD and the frontend (spkflow.features.fbank / spkflow.features.vad)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import torch
 import torchaudio.compliance.kaldi as kaldi
 
 from conftest import TEMPLATE, synth_voice
-from spkflow.audio import resample
-from spkflow.errors import InputError
-from spkflow.features import (
+from spkflow.core.errors import InputError
+from spkflow.data.audio import resample
+from spkflow.features.fbank import (
     FbankOptions,
     apply_frontend,
     check_resample_rate,
@@ -23,7 +23,7 @@ from spkflow.features import (
     num_frames,
     select_voiced,
 )
-from spkflow.vad import VadOptions, frame_log_energy
+from spkflow.features.vad import VadOptions, frame_log_energy
 
 TOL = 1e-3  # max abs difference on the log-mel scale
 
@@ -31,7 +31,7 @@ TOL = 1e-3  # max abs difference on the log-mel scale
 def reference(wave: np.ndarray, opts: FbankOptions) -> np.ndarray:
     """Kaldi's compute-fbank-feats on 16-bit samples = torchaudio's Kaldi fbank on the waveform
     scaled to the int16 range.  Run in float64: torchaudio in float32 carries rounding noise of
-    ~1e-2 in the lowest mel bins of quiet frames (see spkflow.features), larger than TOL."""
+    ~1e-2 in the lowest mel bins of quiet frames (see spkflow.features.fbank), larger than TOL."""
     d = opts.to_dict()
     window_type = d.pop("window_type")
     x = torch.from_numpy(np.asarray(wave, dtype=np.float64))[None] * 32768.0

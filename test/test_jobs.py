@@ -1,7 +1,7 @@
-"""The job toolkit's reliability parts with real processes: the output-dir lock (spkflow.lock, its
+"""The job toolkit's reliability parts with real processes: the output-dir lock (spkflow.core.lock, its
 CLI and the shell helper scripts/lib/jobs.sh), DataLoader workers that die with a SIGKILLed
-parent (spkflow.procs), and merges whose outputs appear all together or not at all
-(spkflow.jobs.StagedOutputs)."""
+parent (spkflow.core.procs), and merges whose outputs appear all together or not at all
+(spkflow.data.jobs.StagedOutputs)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from spkflow.jobs import StagedOutputs, split_by_duration
-from spkflow.lock import LOCK_NAME, LockError, acquire, hold, read_holder, release
+from spkflow.core.lock import LOCK_NAME, LockError, acquire, hold, read_holder, release
+from spkflow.data.jobs import StagedOutputs, split_by_duration
 from test_make_fbank import process_alive, process_children
 
 PY = sys.executable
@@ -111,7 +111,7 @@ def test_hold_releases_on_error_and_on_sigterm(tmp_path):
         assert read_holder(tmp_path / "a").pid == os.getpid()
         raise RuntimeError("boom")
     assert read_holder(tmp_path / "a") is None
-    code = f"from spkflow.lock import hold\nimport time\nwith hold({str(tmp_path / 'b')!r}):\n    time.sleep(60)\n"
+    code = f"from spkflow.core.lock import hold\nimport time\nwith hold({str(tmp_path / 'b')!r}):\n    time.sleep(60)\n"
     p = subprocess.Popen([PY, "-c", code], env=env())
     try:
         assert wait_for(lambda: read_holder(tmp_path / "b") is not None)
@@ -224,7 +224,7 @@ import os, sys, time
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from spkflow import procs
+from spkflow.core import procs
 
 class Big(Dataset):
     def __len__(self):
@@ -271,7 +271,7 @@ def test_training_loader_workers_die_with_parent():
     """make_loader (the training loader) arms the same helper in its workers."""
     import torch
 
-    from spkflow.loader import make_loader
+    from spkflow.train.loader import make_loader
 
     class Tiny(torch.utils.data.Dataset):
         def __len__(self) -> int:

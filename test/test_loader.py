@@ -1,4 +1,4 @@
-"""The N x M crop loader (spkflow.loader) on real kaldiio arks, in real DataLoader workers."""
+"""The N x M crop loader (spkflow.train.loader) on real kaldiio arks, in real DataLoader workers."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from conftest import make_speakers
-from spkflow.ark_reader import KaldiArkReader
-from spkflow.batches import crop_frames
-from spkflow.errors import InputError
-from spkflow.fbank_jobs import _cmvn_stats, extract_job, merge_jobs, write_split
-from spkflow.features import FbankOptions, VadOptions, apply_frontend
-from spkflow.loader import NxMCropDataset, make_loader
+from spkflow.core.errors import InputError
+from spkflow.data.ark import KaldiArkReader
+from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
+from spkflow.features.jobs import _cmvn_stats, extract_job, merge_jobs, write_split
+from spkflow.train.batches import crop_frames
+from spkflow.train.loader import NxMCropDataset, make_loader
 
 F = 6
 

@@ -7,15 +7,8 @@ import math
 import pytest
 import torch
 
-from spkflow.config import ConfigError
-from spkflow.losses import (
-    W_MIN,
-    AAMSoftmaxLoss,
-    GE2ELoss,
-    GE2EXSLoss,
-    batch_labels,
-    build_loss,
-)
+from spkflow.core.checks import ConfigError
+from spkflow.nnet.losses import W_MIN, AAMSoftmaxLoss, GE2ELoss, GE2EXSLoss, batch_labels, build_loss
 
 torch.set_num_threads(1)
 
@@ -377,8 +370,8 @@ def test_margin_warmup_schedule_and_config_errors():
     logits change) and both AAM variants accept it; bad keys are ConfigErrors naming the key."""
     from espnet2.spk.loss.aamsoftmax import AAMSoftmax
 
-    from spkflow.config import ConfigError
-    from spkflow.losses import build_loss, margin_at
+    from spkflow.core.checks import ConfigError
+    from spkflow.nnet.losses import build_loss, margin_at
 
     # 10 steps per epoch, ramp over epochs 2..4 = steps 10..30
     assert [margin_at(s, 10, 0.2, 2, 4) for s in (0, 10, 15, 20, 30, 99)] == pytest.approx(

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spkflow.batches import plan_epoch, read_batch_list
+from spkflow.train.batches import plan_epoch, read_batch_list
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "egs" / "TEMPLATE" / "spk1"
@@ -216,12 +216,18 @@ def test_stage3_writes_one_file_per_epoch_and_reuses_them(tmp_path: Path) -> Non
     bdir = recipe / "exp" / "spk_t" / "batches"
     for e in (1, 2, 3):
         assert read_batch_list(bdir / f"epoch{e}.txt") == plan_epoch(data_spk2utt, 4, 3, 5, e).batches
-    assert len(re.findall(r"Epoch \d: \d+ batches of 4 x 3 for rank 0 of 1; coverage \d+\.\d\d%", res.stdout)) == 3
+    # one line on the console for all epochs, one line per epoch in the summary file
+    stage3 = [line for line in res.stdout.splitlines() if "batch lists (" in line]
+    assert len(stage3) == 1 and "(3 planned, 0 kept)" in stage3[0], res.stdout
+    assert re.search(r"\d+(-\d+)? batches per epoch, coverage \d+(\.\d+)?%", stage3[0]), stage3[0]
+    assert "Epoch 1:" not in res.stdout
+    summary = (bdir / "log" / "summary.txt").read_text()
+    assert len(re.findall(r"Epoch \d: \d+ batches of 4 x 3 for rank 0 of 1; coverage \d+\.\d\d%", summary)) == 3
 
     before = (bdir / "epoch2.txt").stat().st_mtime_ns
     res = run_stage3(recipe)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.count("exists, skipped") == 3
+    assert "(0 planned, 3 kept)" in res.stdout
     assert (bdir / "epoch2.txt").stat().st_mtime_ns == before
 
     # stage 2's copy of the data dir (minus bad utterances) takes over, and the plans follow it

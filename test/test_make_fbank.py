@@ -20,12 +20,13 @@ import torchaudio.compliance.kaldi as kaldi
 
 from conftest import ROOT, synth_voice
 from conftest import write_data_dir as write_kaldi_dir  # speakers given explicitly
-from spkflow.audio import AudioReader
-from spkflow.datadir import DataDir, c_sorted, read_kv, read_spk2utt
-from spkflow.errors import UtteranceError
-from spkflow.fbank_jobs import extract_job, fbank_stamp, filter_data_dir, job_paths, merge_jobs
-from spkflow.features import FbankOptions, VadOptions, compute_fbank
-from spkflow.jobs import MergeError, split_by_duration, utterance_durations, write_split
+from spkflow.core.errors import UtteranceError
+from spkflow.data.audio import AudioReader
+from spkflow.data.datadir import DataDir
+from spkflow.data.jobs import MergeError, split_by_duration, utterance_durations, write_split
+from spkflow.data.tables import c_sorted, read_kv, read_spk2utt
+from spkflow.features.fbank import FbankOptions, VadOptions, compute_fbank
+from spkflow.features.jobs import extract_job, fbank_stamp, filter_data_dir, job_paths, merge_jobs
 
 MAKE_FBANK = ROOT / "scripts" / "feats" / "make_fbank.sh"
 CONF = ROOT / "egs" / "TEMPLATE" / "spk1" / "conf"
@@ -508,7 +509,7 @@ def test_two_runs_with_different_configs_into_one_dir(tmp_path):
     feats = kaldiio.load_scp(str(out / "feats.scp"))
     assert {m.shape[1] for m in feats.values()} == {winner}
     assert list(feats) == c_sorted(read_kv(data / "utt2spk"))
-    assert not (out / ".spkflow.lock").exists()
+    assert not (out / ".spkflow.core.lock").exists()
 
 
 def test_merge_refuses_jobs_made_with_other_options(tmp_path):

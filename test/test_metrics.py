@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spkflow.metrics import compute_eer, compute_metrics, compute_min_dcf, det_curve
+from spkflow.score.metrics import compute_eer, compute_metrics, compute_min_dcf, det_curve
 
 
 def gaussian_trials(seed: int, n: int, p_tar: float, gap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +139,7 @@ def test_bad_input():
 def test_det_plot_keeps_off_scale_operating_points_visible(tmp_path, monkeypatch):
     """A minDCF operating point beyond the DET axes (false-alarm rate far below 0.05%) is drawn
     on the border and the legend gives its real rates, instead of vanishing from the plot."""
-    import spkflow.plots as plots
+    import spkflow.score.plots as plots
 
     rng = np.random.default_rng(0)
     labels = np.r_[np.ones(200), np.zeros(200_000)]

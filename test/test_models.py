@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from spkflow.config import ConfigError
-from spkflow.models import DVectorLSTM, EcapaTdnn, ResNet, build_model, load_model_dir
+from spkflow.core.checks import ConfigError
+from spkflow.nnet.models import DVectorLSTM, EcapaTdnn, ResNet, build_model, load_model_dir
 
 torch.set_num_threads(1)
 
@@ -185,7 +185,7 @@ def test_config_errors(cfg: dict, match: str) -> None:
 
 def test_resnet_values_are_config_errors_at_load(tmp_path: Path) -> None:
     """A wrong depth in a training config file is found when the file is loaded, naming file and key."""
-    from spkflow.config import load_train_config
+    from spkflow.train.config import load_train_config
 
     shipped = Path(__file__).resolve().parents[1] / "egs/voxceleb/spk1/conf/train_resnet34_aam.yaml"
     cfg = yaml.safe_load(shipped.read_text())

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from spkflow.optim import build_optimizer
+from spkflow.train.optim import build_optimizer
 
 
 def _step_with_zero_grads(name: str, decay_1d: bool) -> dict[str, float]:
@@ -46,7 +46,8 @@ def test_decay_1d_true_decays_every_parameter(name: str) -> None:
 
 
 def test_decay_1d_must_be_a_bool(tmp_path) -> None:
-    from spkflow.config import ConfigError, load_train_config
+    from spkflow.core.checks import ConfigError
+    from spkflow.train.config import load_train_config
 
     conf = tmp_path / "train.yaml"
     conf.write_text("model:\n  name: ecapa_tdnn\nloss:\n  name: ge2e\noptim:\n  name: adamw\n  decay_1d: 'no'\n")

@@ -1,4 +1,4 @@
-"""The raw-audio N x M loader (spkflow.raw_loader) and the trainer on it: real audio made here,
+"""The raw-audio N x M loader (spkflow.train.raw_loader) and the trainer on it: real audio made here,
 stage-2 arks from the real job code, real DataLoader workers, a tiny real training run."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import soundfile as sf
 import torch
 
 from conftest import make_speakers, write_data_dir
-from spkflow.augment_sources import coloured_noise
-from spkflow.fbank_jobs import extract_job, merge_jobs
-from spkflow.features import FbankOptions, VadOptions
-from spkflow.loader import NxMCropDataset, make_loader
-from spkflow.raw_loader import NxMWaveDataset, samples_for_frames
-from spkflow.wavaugment import WaveAugment, normalize_augment_config
+from spkflow.augment.sources import coloured_noise
+from spkflow.augment.wave import WaveAugment, normalize_augment_config
+from spkflow.features.fbank import FbankOptions, VadOptions
+from spkflow.features.jobs import extract_job, merge_jobs
+from spkflow.train.loader import NxMCropDataset, make_loader
+from spkflow.train.raw_loader import NxMWaveDataset, samples_for_frames
 
 FB = FbankOptions(num_mel_bins=20)
 SR = 16000
@@ -51,7 +51,7 @@ def corpus(tmp_path_factory) -> dict[str, Any]:
 
 def test_samples_for_frames():
     for opts in (FB, FbankOptions(snip_edges=False)):
-        from spkflow.features import num_frames
+        from spkflow.features.fbank import num_frames
 
         for t in (1, 2, 57, 300):
             n = samples_for_frames(t, opts)
@@ -95,7 +95,7 @@ def test_crop_mean_norm_and_bad_inputs(corpus, tmp_path):
         NxMWaveDataset(corpus["data"], corpus["batches"], fbank=FB, mean_norm="utterance", use_vad=False)
     with pytest.raises(KeyError, match="line 1 of the batch list"):
         NxMWaveDataset(corpus["data"], [["nope"]], fbank=FB, use_vad=False)
-    from spkflow.errors import InputError
+    from spkflow.core.errors import InputError
 
     with pytest.raises(InputError, match="vad.scp"):
         NxMWaveDataset(corpus["data"], corpus["batches"], fbank=FB)  # no vad.scp in the data dir
@@ -169,7 +169,7 @@ def train_config(corpus: dict[str, Any], augment: dict[str, Any]) -> dict[str, A
 def test_trainer_on_raw_augmented_audio_resumes_exactly(corpus, tmp_path):
     """A tiny AAM run on augmented raw crops (speed perturbed speakers as new classes): stopped
     mid-epoch and resumed, it ends with the weights of an uninterrupted run."""
-    from spkflow.trainer import Trainer, TrainOptions
+    from spkflow.train.trainer import Trainer, TrainOptions
 
     torch.set_num_threads(1)
     bdir = tmp_path / "batches"

@@ -13,10 +13,10 @@ import kaldiio
 import numpy as np
 import pytest
 
-from spkflow.backend import Backend, l2_rows
-from spkflow.errors import InputError
-from spkflow.metrics import compute_eer, compute_metrics
-from spkflow.scoring import (
+from spkflow.core.errors import InputError
+from spkflow.score.backend import Backend, l2_rows
+from spkflow.score.metrics import compute_eer, compute_metrics
+from spkflow.score.scoring import (
     Trials,
     asnorm_stats,
     read_cohort,
@@ -511,7 +511,7 @@ def test_stage6_in_spk_sh(tmp_path):
     ]
     proc = subprocess.run(wccn + ["--score_center", "false"], cwd=rec, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    from spkflow.backend import Backend, fit_backend
+    from spkflow.score.backend import Backend, fit_backend
 
     backend = Backend.load(exp / "backend" / "wccn.npz")
     want = fit_backend(
@@ -563,7 +563,7 @@ def test_eval_mean_removes_a_shift_the_training_mean_does_not_see(tmp_path):
     """An evaluation set whose embeddings all share an offset (another corpus): cosine scores
     see the offset as similarity; centring on the set's own mean (no labels) removes it, the
     training mean does not.  Not combined with a training mean."""
-    from spkflow.evaluation import evaluate_set
+    from spkflow.score.evaluation import evaluate_set
 
     emb = speaker_set(21, 8, 4, dim=16, noise=1.5)
     shift = 2.5 * np.random.default_rng(5).normal(size=16)
@@ -679,7 +679,7 @@ def test_two_score_sh_runs_into_one_dir(tmp_path):
         stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stdout + stderr
     assert json.loads((out / "metrics.json").read_text())["eer"] >= 0
-    assert not (out / ".spkflow.lock").exists()
+    assert not (out / ".spkflow.core.lock").exists()
 
 
 def test_score_sh_one_label_trials(tmp_path):
@@ -699,7 +699,7 @@ def test_score_sh_one_label_trials(tmp_path):
 
 # ---------------------------------------------------------------- plots
 def test_training_curves_plot(tmp_path):
-    from spkflow.plots import plot_training_curves
+    from spkflow.score.plots import plot_training_curves
 
     history = [
         {"epoch": e, "train_loss": 3.0 / e, "valid_eer": 20.0 / e + 2, "lr": 1e-3 * 0.9**e, "note": "text is ignored"}

@@ -1,4 +1,4 @@
-"""Speaker identification: the split rule, the metrics, the LDA backend (spkflow/sid.py), and the
+"""Speaker identification: the split rule, the metrics, the LDA backend (spkflow/score/sid.py), and the
 SID recipe (egs/speechocean762/sid1: sid.sh stages 5-8) end to end on real speechocean762 and
 DSPSpeech-20 audio with a small model."""
 
@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from spkflow.backend import fit_backend
-from spkflow.errors import InputError
-from spkflow.sid import (
+from spkflow.core.errors import InputError
+from spkflow.score.backend import fit_backend
+from spkflow.score.sid import (
     closed_set,
     enrol,
     make_split,

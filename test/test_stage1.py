@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from spkflow.corpora.trials import read_trials
-from spkflow.datadir import DataDir
+from spkflow.data.datadir import DataDir
 from test_corpora import make_dsp20_mini, make_fsdd_mini, make_librispeech_mini, make_speechocean_mini
 
 ROOT = Path(__file__).resolve().parents[1]

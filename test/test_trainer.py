@@ -1,7 +1,7 @@
 """Trainer (stage 4): outputs, weights_only checkpoints, exact resume, NaN handling, config errors.
 
 Everything runs on real files made here: synthetic voiced audio (``make_speakers``), Kaldi
-arks written by the stage-2 job code (:func:`spkflow.fbank_jobs.extract_job`), batch lists
+arks written by the stage-2 job code (:func:`spkflow.features.jobs.extract_job`), batch lists
 from the stage-3 planner, a trials list; a tiny ECAPA-TDNN trains for a few steps.
 """
 
@@ -43,9 +43,9 @@ def make_train_setup(
     loss: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Data dir + stage-2 features + stage-3 batch lists + trials + a training config."""
-    from spkflow.batches import plan_epoch, write_batch_list
-    from spkflow.fbank_jobs import extract_job, merge_jobs
-    from spkflow.features import FbankOptions, VadOptions
+    from spkflow.features.fbank import FbankOptions, VadOptions
+    from spkflow.features.jobs import extract_job, merge_jobs
+    from spkflow.train.batches import plan_epoch, write_batch_list
 
     data = make_speakers(root, num_spk=num_spk, num_utt=num_utt, min_sec=0.5, max_sec=0.9)
     utts = [line.split()[0] for line in (data / "utt2spk").read_text().splitlines()]
@@ -93,7 +93,7 @@ def make_train_setup(
 
 
 def options(setup: dict[str, Any], out: Path, **kw: Any):
-    from spkflow.trainer import TrainOptions
+    from spkflow.train.trainer import TrainOptions
 
     base = dict(
         config=setup["config"],
@@ -154,8 +154,8 @@ def params_of(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path) -> None:
-    from spkflow.models import load_model_dir
-    from spkflow.trainer import Trainer, average_state_dicts
+    from spkflow.nnet.models import load_model_dir
+    from spkflow.train.trainer import Trainer, average_state_dicts
 
     out = tmp_path / "exp"
     history = Trainer(options(setup, out)).run()
@@ -196,7 +196,7 @@ def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path
 def test_valid_every_skips_validation_without_changing_the_weights(setup: dict[str, Any], tmp_path: Path) -> None:
     """``train.valid_every: 2`` validates epoch 2 (and always the last) only; validation draws no
     random numbers, so the weights are those of a run validating every epoch, bit for bit."""
-    from spkflow.trainer import Trainer
+    from spkflow.train.trainer import Trainer
 
     runs = {}
     for every in (1, 2, 5):
@@ -217,7 +217,7 @@ def test_valid_every_skips_validation_without_changing_the_weights(setup: dict[s
 def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: Path) -> None:
     """With the fbank-domain augmentations on (speed, channel and narrow-band draws come from the
     per-batch seed), a run stopped twice and resumed ends at the weights of an uninterrupted one."""
-    from spkflow.trainer import Trainer
+    from spkflow.train.trainer import Trainer
 
     setup = {**setup, "config": json.loads(json.dumps(setup["config"]))}
     setup["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
@@ -255,8 +255,8 @@ def test_input_stats_can_include_the_channel_curves(setup: dict[str, Any], tmp_p
     """``train.input_stats_augmented``: the model's input mean and variance are those of the
     features plus the channel curves' (independent: means and variances add); off, the features'
     alone, as before."""
-    from spkflow.augment import FbankChannelPerturb, normalize_channel_config
-    from spkflow.trainer import Trainer
+    from spkflow.augment.fbank import FbankChannelPerturb, normalize_channel_config
+    from spkflow.train.trainer import Trainer
 
     cfg = json.loads(json.dumps(setup["config"]))
     cfg["train"]["channel_perturb"] = {"gain_db": 4.0, "shape_db": 2.0, "band_prob": 0.3}
@@ -310,7 +310,7 @@ def test_no_resume_starts_over(setup: dict[str, Any], tmp_path: Path, flag: list
 def test_nan_loss_stops_naming_batch_and_keeps_checkpoint(setup: dict[str, Any], tmp_path: Path) -> None:
     import kaldiio
 
-    from spkflow.trainer import Trainer, TrainingDiverged
+    from spkflow.train.trainer import Trainer, TrainingDiverged
 
     out = tmp_path / "exp"
     Trainer(options(setup, out, num_epochs=1)).run()
@@ -340,8 +340,9 @@ def test_nan_loss_stops_naming_batch_and_keeps_checkpoint(setup: dict[str, Any],
 
 
 def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> None:
-    from spkflow.config import ConfigError, load_train_config
-    from spkflow.trainer import Trainer
+    from spkflow.core.checks import ConfigError
+    from spkflow.train.config import load_train_config
+    from spkflow.train.trainer import Trainer
 
     cfg = json.loads(json.dumps(setup["config"]))
     cfg["train"]["crop_frames"] = 10
@@ -425,7 +426,8 @@ def test_config_mistakes_are_config_errors_at_load(
     """Every mistake in a training config file, names of the model, loss, optimiser and
     scheduler included, is found when the file is loaded: a ConfigError starting with the file
     and naming the dotted key (never a bare ValueError/TypeError from a constructor)."""
-    from spkflow.config import ConfigError, load_train_config
+    from spkflow.core.checks import ConfigError
+    from spkflow.train.config import load_train_config
 
     cfg = json.loads(json.dumps(setup["config"]))
     cfg.setdefault(section, {})[key] = value
@@ -465,8 +467,8 @@ def test_config_values_only_a_constructor_judges_name_the_file(
 
 
 def test_bad_batch_list_names_file_and_line(setup: dict[str, Any], tmp_path: Path) -> None:
-    from spkflow.errors import InputError
-    from spkflow.trainer import Trainer
+    from spkflow.core.errors import InputError
+    from spkflow.train.trainer import Trainer
 
     batches = tmp_path / "batches"
     batches.mkdir()
@@ -487,8 +489,8 @@ def test_bad_batch_list_names_file_and_line(setup: dict[str, Any], tmp_path: Pat
 def test_aam_and_lstm_train(tmp_path: Path) -> None:
     """The AAM-softmax baseline gets speaker labels (speaker x speed factor with speed
     perturbation); the d-vector LSTM trains too."""
-    from spkflow.models import load_model_dir
-    from spkflow.trainer import Trainer
+    from spkflow.nnet.models import load_model_dir
+    from spkflow.train.trainer import Trainer
 
     s = make_train_setup(
         tmp_path,
@@ -509,8 +511,8 @@ def test_aam_and_lstm_train(tmp_path: Path) -> None:
 def test_resnet_trains_and_extracts_padding_invariant(tmp_path: Path) -> None:
     """A tiny espnet2 ResNet trains one epoch through the trainer (AAM-softmax, SpecAugment) and
     the saved model directory embeds a padded batch as it embeds each utterance alone."""
-    from spkflow.models import load_model_dir
-    from spkflow.trainer import Trainer
+    from spkflow.nnet.models import load_model_dir
+    from spkflow.train.trainer import Trainer
 
     model_cfg = {"name": "resnet", "num_blocks": [1, 1, 1, 1], "channels": 4, "embed_dim": 8}
     model_cfg["specaug"] = {"freq_width": 3, "time_width": 4}
@@ -536,7 +538,7 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
     import signal
     import time
 
-    from spkflow.trainer import Trainer
+    from spkflow.train.trainer import Trainer
 
     full = tmp_path / "full"
     Trainer(options(setup, full)).run()
@@ -572,7 +574,7 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
     "path",
     sorted(
         str(p.relative_to(ROOT))
-        for pattern in ("egs/*/spk1/conf/train*.yaml", "egs/*/spk1/conf/aug_study/*.yaml")
+        for pattern in ("egs/*/spk1/conf/train*.yaml", "egs/*/spk1/conf/tuning/*.yaml")
         for p in ROOT.glob(pattern)
     ),
     ids=lambda p: p,
@@ -580,7 +582,7 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
 def test_shipped_configs_load(path: str) -> None:
     """Every training config of the spk1 recipes (ESPnet's tts1 configs are not ours) passes the checks
     (names, keys, values)."""
-    from spkflow.config import load_train_config
+    from spkflow.train.config import load_train_config
 
     cfg = load_train_config(ROOT / path)
     assert cfg["model"]["name"] and cfg["loss"]["name"]
@@ -589,9 +591,9 @@ def test_shipped_configs_load(path: str) -> None:
 def test_validation_leaves_out_utterances_without_features(setup: dict[str, Any], tmp_path: Path) -> None:
     """Validation reads trials with stage 6's reader: trials naming an utterance without
     features are left out (counted in the log), and what is left must hold both labels."""
-    from spkflow.errors import InputError
-    from spkflow.models import build_model
-    from spkflow.validation import Validator
+    from spkflow.core.errors import InputError
+    from spkflow.nnet.models import build_model
+    from spkflow.train.validation import Validator
 
     data = tmp_path / "valid"
     data.mkdir()
@@ -616,9 +618,9 @@ def test_amp_dtype_bfloat16_runs_the_objective_in_bfloat16() -> None:
     the loss is float32 and finite, close to but not equal to float32's, gradients are float32."""
     import torch
 
-    from spkflow.losses import build_loss
-    from spkflow.models import build_model
-    from spkflow.trainer import _Objective
+    from spkflow.nnet.losses import build_loss
+    from spkflow.nnet.models import build_model
+    from spkflow.train.trainer import _Objective
 
     torch.manual_seed(0)
     model = build_model({"name": "ecapa_tdnn", "input_dim": 24, "channels": 32, "scale": 4, "embed_dim": 16})
@@ -638,7 +640,7 @@ def test_aam_margin_warmup_logged_and_resume_exact(tmp_path: Path) -> None:
     """The margin rises linearly from 0 (start of epoch 1) to 0.2 (start of epoch 3), is a
     function of the step only (a run stopped and resumed mid-epoch ends with the same weights and
     history), and is logged per epoch in history.json."""
-    from spkflow.trainer import Trainer
+    from spkflow.train.trainer import Trainer
 
     loss = {"name": "aamsoftmax", "margin": 0.2, "scale": 30, "margin_warmup": {"start_epoch": 1, "end_epoch": 3}}
     s = make_train_setup(tmp_path, epochs=3, loss=loss)
@@ -662,8 +664,8 @@ def test_init_from_loads_trained_weights_and_names_a_mismatch(tmp_path: Path) ->
     """train.init_from (fine-tuning): at step 0 the model and the AAM classifier are exactly the
     trained ones (max_steps=0 leaves them untouched in checkpoint.pth); a model of another
     architecture, or a classifier over other speakers, is a CheckpointError naming the file."""
-    from spkflow.checkpoint import CheckpointError
-    from spkflow.trainer import Trainer
+    from spkflow.nnet.checkpoint import CheckpointError
+    from spkflow.train.trainer import Trainer
 
     s = make_train_setup(tmp_path, epochs=1, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30})
     s["config"]["train"]["select"] = "last"

@@ -24,7 +24,8 @@ import soundfile as sf
 
 from conftest import db_var
 from spkflow.corpora.voxceleb import m4a_duration
-from spkflow.datadir import DataDir, read_kv
+from spkflow.data.datadir import DataDir
+from spkflow.data.tables import read_kv
 from test_corpora import assert_valid
 from test_stage1 import mirror_recipe
 

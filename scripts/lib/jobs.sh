@@ -55,7 +55,7 @@ jobs_report_failed() {
     done
 }
 
-# jobs_lock DIR: lock DIR for this script (spkflow/lock.py), or exit 1 naming the run that holds
+# jobs_lock DIR: lock DIR for this script (spkflow/core/lock.py), or exit 1 naming the run that holds
 # it; a stale lock (its run was killed on this host) is taken over, saying so.  Released on
 # every exit: normal, error (set -e) and INT/TERM/HUP.
 jobs_lock() {

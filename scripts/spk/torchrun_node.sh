@@ -13,7 +13,7 @@
 #     two jobs sharing a node get different ports) unless --port, rdzv id = the job id;
 #   * --max_restarts 0: a failing worker fails its torchrun, srun --kill-on-bad-exit then ends
 #     the other tasks, so the job fails instead of hanging, and the next run resumes from
-#     the checkpoint (spkflow.trainer);
+#     the checkpoint (spkflow.train.trainer);
 #   * refuses to start, saying why, outside a Slurm job or when the job does not have K tasks
 #     (a silent fallback to a local endpoint would make each node train alone).
 # Node ranks are left to the rendezvous (torchrun ignores --node_rank under c10d); workers

@@ -1,4 +1,7 @@
-"""Command-line front ends: ``python -m spkflow.bin.NAME``; argument parsing only."""
+"""Command-line front ends: ``python -m spkflow.bin.NAME``; argument parsing only.
+
+The names are the recipes' (and users') interface and do not move.  May import: anything.
+"""
 
 from __future__ import annotations
 

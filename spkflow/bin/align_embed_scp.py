@@ -5,7 +5,7 @@
 Each SCP keeps only the data dir's keys (utterances, or speakers for a file of speaker ids such
 as spk_xvector.scp), in the data dir's LC_ALL=C order, and must then list every key: otherwise
 the first differing line is reported, the file is left untouched and the exit status is 1.
-No set names, no ``text`` file needed.  The work is :func:`spkflow.embed.align_scp`.
+No set names, no ``text`` file needed.  The work is :func:`spkflow.embed.run.align_scp`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import logging
 import sys
 
 from spkflow.bin import setup_logging
+from spkflow.core.errors import InputError
+from spkflow.embed.run import align_scp
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +29,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("scp", nargs="+")
     args = p.parse_args(argv)
     setup_logging()
-    from spkflow.embed import align_scp
-    from spkflow.errors import InputError
 
     status = 0
     for scp in args.scp:

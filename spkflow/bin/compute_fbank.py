@@ -5,7 +5,7 @@
 
 Writes ARK_DIR/{raw_fbank,vad,cmvn_utt,cmvn_utt_voiced}_NAME.JOB.{ark,scp},
 ARK_DIR/utt2num_frames_NAME.JOB, ARK_DIR/bad_utts_NAME.JOB and ARK_DIR/stamp_NAME.JOB (see
-spkflow.fbank_jobs).  Exit status 1 names the first bad utterance (unless --skip-bad true), or
+spkflow.features.jobs).  Exit status 1 names the first bad utterance (unless --skip-bad true), or
 the file that could not be written (a full disk).
 """
 
@@ -15,9 +15,9 @@ import argparse
 import sys
 
 from spkflow.bin.argtypes import add_bool_option, boolean
-from spkflow.errors import InputError, OutputError, UtteranceError
-from spkflow.fbank_jobs import DEFAULT_COMPRESSION_METHOD, extract_job, fbank_stamp
-from spkflow.features import FbankOptions, VadOptions
+from spkflow.core.errors import InputError, OutputError, UtteranceError
+from spkflow.features.fbank import FbankOptions, VadOptions
+from spkflow.features.jobs import DEFAULT_COMPRESSION_METHOD, extract_job, fbank_stamp
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def options(a: argparse.Namespace) -> tuple[FbankOptions, VadOptions]:
 
 
 def stamp(a: argparse.Namespace) -> str:
-    """The stamp the jobs of these options record (:func:`spkflow.fbank_jobs.fbank_stamp`)."""
+    """The stamp the jobs of these options record (:func:`spkflow.features.jobs.fbank_stamp`)."""
     fbank, vad = options(a)
     return fbank_stamp(fbank, vad, a.compress, a.compression_method)
 

@@ -11,9 +11,9 @@ import argparse
 import logging
 import sys
 
-from spkflow.audio import write_utt2dur
 from spkflow.bin import setup_logging
-from spkflow.errors import InputError, UtteranceError
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.audio import write_utt2dur
 
 
 def main(argv: list[str] | None = None) -> int:

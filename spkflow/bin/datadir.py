@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spkflow.datadir import DataDir
-from spkflow.datadir_ops import combine_data, copy_data_dir, fix_data_dir, subset_data_dir
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.data.combine import combine_data, copy_data_dir
+from spkflow.data.datadir import DataDir
+from spkflow.data.fix import fix_data_dir
+from spkflow.data.subset import subset_data_dir
 
 
 def _parser() -> argparse.ArgumentParser:

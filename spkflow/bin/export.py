@@ -8,7 +8,7 @@ Inputs of the graph: ``feats`` float32 [batch, time, feat_dim] (the frontend's o
 The frontend's options are in the file's metadata (``spkflow.frontend``).  Needs the ``export``
 extra (onnx, onnxruntime).  Exit status 1 with a message on bad input or when onnxruntime's
 output differs from PyTorch's by more than --tol (nothing is written then).  The work is
-:func:`spkflow.export.export_onnx`.
+:func:`spkflow.deploy.export.export_onnx`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import argparse
 import logging
 import sys
 
+from spkflow.api import Embedder
 from spkflow.bin import setup_logging
+from spkflow.core.checks import ConfigError
+from spkflow.core.errors import InputError
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -32,10 +35,7 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    from spkflow.api import Embedder
-    from spkflow.config import ConfigError
-    from spkflow.errors import InputError
-    from spkflow.export import ExportError, export_onnx
+    from spkflow.deploy.export import ExportError, export_onnx
 
     try:
         emb = Embedder.from_pretrained(args.model_dir, device="cpu")

@@ -11,7 +11,7 @@ committed in JOB_DIR (by any job) are skipped, so re-running resumes.  Exit stat
 input or a full disk (the message names the utterance or file; a model that cannot be loaded,
 e.g. a truncated or code-holding weights file, is reported as "cannot load the model: FILE: ...",
 which extract_embeddings.sh tells apart: re-running cannot help there), 2 on bad arguments.
-The work is :func:`spkflow.embed.run_job`.
+The work is :func:`spkflow.embed.run.run_job`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ import sys
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
-from spkflow.embedders import DTYPES
+from spkflow.core.checks import ConfigError
+from spkflow.core.errors import InputError, OutputError, UtteranceError
+from spkflow.data.tables import read_keys
+from spkflow.embed import load_embedder
+from spkflow.embed.base import DTYPES
+from spkflow.embed.run import data_dir_keys, run_job
 
 _positive = int_at_least(1)
 _non_negative = int_at_least(0)
@@ -72,12 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
     import torch
-
-    from spkflow.config import ConfigError
-    from spkflow.datadir import read_keys
-    from spkflow.embed import data_dir_keys, run_job
-    from spkflow.embedders import load_embedder
-    from spkflow.errors import InputError, OutputError, UtteranceError
 
     torch.set_num_threads(args.num_threads)
     try:

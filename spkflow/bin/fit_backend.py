@@ -1,4 +1,4 @@
-"""Fit a linear scoring backend (WCCN or LDA, :mod:`spkflow.backend`) on a set's utterance embeddings.
+"""Fit a linear scoring backend (WCCN or LDA, :mod:`spkflow.score.backend`) on a set's utterance embeddings.
 
     python -m spkflow.bin.fit_backend --backend wccn --xvector-scp exp/spk_x/embed/train/xvector.scp \\
         --utt2spk data/train/utt2spk --out exp/spk_x/backend/wccn.npz [--reg 0.1] [--lda-dim 0]
@@ -15,9 +15,12 @@ import argparse
 import logging
 import sys
 
-from spkflow.backend import BACKENDS
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import float_at_least, int_at_least
+from spkflow.core.errors import InputError
+from spkflow.data.tables import read_kv
+from spkflow.score.backend import BACKENDS, fit_backend_on
+from spkflow.score.scoring import read_embeddings
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -39,10 +42,6 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    from spkflow.backend import fit_backend_on
-    from spkflow.datadir import read_kv
-    from spkflow.errors import InputError
-    from spkflow.scoring import read_embeddings
 
     try:
         emb = read_embeddings(args.xvector_scp)

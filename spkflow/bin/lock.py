@@ -1,4 +1,4 @@
-"""Take, release or show the lock of an output directory (see spkflow.lock).
+"""Take, release or show the lock of an output directory (see spkflow.core.lock).
 
     python -m spkflow.bin.lock acquire [--pid PID] [--command CMD] DIR   # PID: the holder, e.g. the shell's $$
     python -m spkflow.bin.lock release [--pid PID] DIR
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spkflow.lock import LockError, acquire, read_holder, release
+from spkflow.core.lock import LockError, acquire, read_holder, release
 
 
 def main(argv: list[str] | None = None) -> int:

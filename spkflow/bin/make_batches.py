@@ -6,7 +6,7 @@
 One batch per line, N*M utterance ids, speaker-major; written atomically.  A summary
 (batches, coverage, dropped or repeated speakers, remainder batches) goes to stderr.
 Exit status 1 on bad input (the message names file and line), 2 on bad arguments.
-The planning itself is :func:`spkflow.batches.plan_epoch`.
+The planning itself is :func:`spkflow.train.batches.plan_epoch`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import argparse
 import sys
 import time
 
-from spkflow.batches import SHORT_SPEAKER_POLICIES, format_summary, load_spk2utt, plan_epoch, write_batch_list
 from spkflow.bin.argtypes import int_at_least
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.train.batches import SHORT_SPEAKER_POLICIES, format_summary, plan_epoch, write_batch_list
+from spkflow.train.spk2utt import load_spk2utt
 
 
 def get_parser() -> argparse.ArgumentParser:

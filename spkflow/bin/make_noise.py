@@ -4,7 +4,7 @@
         [--colours white pink brown] [--sample-rate 16000] --out data/noise_coloured
 
 Writes ``OUT/audio/<colour>NNNN.flac`` and ``OUT/{wav.scp,utt2spk,spk2utt,utt2dur,info.txt}``
-(:mod:`spkflow.augment_sources`); the same options give the same noise.  Use ``OUT`` as an
+(:mod:`spkflow.augment.sources`); the same options give the same noise.  Use ``OUT`` as an
 ``augment.noise.data_dirs`` entry of a training config.
 """
 
@@ -14,12 +14,12 @@ import argparse
 import logging
 import sys
 
+from spkflow.augment.sources import NOISE_COLOURS, noise_items, write_source_dir
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spkflow.augment_sources import NOISE_COLOURS, noise_items, write_source_dir
 
     p = argparse.ArgumentParser(
         prog="make_noise", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -4,7 +4,7 @@
         [--rt60 0.2 0.8] [--room-xy 3 10] [--room-z 2.4 4] --out data/rirs
 
 Writes ``OUT/audio/rirNNNNN.flac`` and ``OUT/{wav.scp,utt2spk,spk2utt,utt2dur,info.txt}``
-(:mod:`spkflow.augment_sources`); the same options give the same RIRs.  Use ``OUT`` as
+(:mod:`spkflow.augment.sources`); the same options give the same RIRs.  Use ``OUT`` as
 ``augment.reverb.data_dir`` of a training config.
 """
 
@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 
+from spkflow.augment.sources import simulate_rirs, write_source_dir
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import int_at_least
 
@@ -36,7 +37,6 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = getattr(args, name)
         if not 0 < lo <= hi:
             p.error(f"--{name.replace('_', '-')}: need 0 < LO <= HI, got {lo} {hi}")
-    from spkflow.augment_sources import simulate_rirs, write_source_dir
 
     t0 = time.time()
     rooms = []

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from spkflow.bin import setup_logging
+from spkflow.core.errors import InputError
 from spkflow.corpora.trials import make_trials, write_trials
-from spkflow.datadir import DataDir
-from spkflow.errors import InputError
+from spkflow.data.datadir import DataDir
 
 
 def main(argv: list[str] | None = None) -> int:

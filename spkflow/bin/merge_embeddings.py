@@ -7,7 +7,7 @@ means, spk2utt order), plus OUT_DIR/bad_utts and OUT_DIR/bad_spks when there are
 status 1, listing the keys, when an utterance has no embedding (not excused by --skip-bad) or
 an embedding has no utterance, when the jobs' embeddings come from different models (their stamps
 against JOB_DIR/model.stamp), or when an output cannot be written (a full disk; then no output
-file is left).  The work is :func:`spkflow.embed.merge_embeddings`.
+file is left).  The work is :func:`spkflow.embed.run.merge_embeddings`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import sys
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean
+from spkflow.core.errors import InputError, OutputError
+from spkflow.embed.run import MergeError, merge_embeddings
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -46,8 +48,6 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    from spkflow.embed import MergeError, merge_embeddings
-    from spkflow.errors import InputError, OutputError
 
     try:
         rep = merge_embeddings(

@@ -15,8 +15,8 @@ import argparse
 import sys
 
 from spkflow.bin.compute_fbank import add_options, stamp
-from spkflow.errors import InputError, OutputError
-from spkflow.fbank_jobs import filter_data_dir, merge_jobs
+from spkflow.core.errors import InputError, OutputError
+from spkflow.features.jobs import filter_data_dir, merge_jobs
 
 
 def main(argv: list[str] | None = None) -> int:

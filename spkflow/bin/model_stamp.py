@@ -4,7 +4,7 @@
 
 ``extract_embeddings.sh`` compares it with ``OUT_DIR/jobs/model.stamp`` (resume only with the
 same model) and every job records the same stamp beside its embeddings
-(:func:`spkflow.embedders.model_stamp`), which the merge checks.
+(:func:`spkflow.embed.base.model_stamp`), which the merge checks.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spkflow.embedders import DTYPES, model_stamp
+from spkflow.embed.base import DTYPES, model_stamp
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@
     python -m spkflow.bin.pack --unpack spk_train.zip --out exp/spk_train_unpacked
 
 The pack is a zip with config.yaml, model.pth, fbank.conf, vad.conf, README.md (model card),
-RESULTS.md (when present) and meta.yaml (checksums); see :mod:`spkflow.pack`.  Both modes check
+RESULTS.md (when present) and meta.yaml (checksums); see :mod:`spkflow.deploy.pack`.  Both modes check
 the model and exit with status 1 and a message naming the file on bad input.
 """
 
@@ -16,6 +16,8 @@ import logging
 import sys
 
 from spkflow.bin import setup_logging
+from spkflow.core.errors import InputError
+from spkflow.deploy.pack import pack_model, read_packed, unpack_model
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -34,8 +36,6 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    from spkflow.errors import InputError
-    from spkflow.pack import pack_model, read_packed, unpack_model
 
     try:
         if args.unpack is not None:

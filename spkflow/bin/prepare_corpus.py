@@ -17,10 +17,10 @@ import sys
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean
+from spkflow.core.errors import InputError, UtteranceError
 from spkflow.corpora import CORPORA, collect, spec
 from spkflow.corpora.base import CorpusSpec, summary, write_data_dir
 from spkflow.corpora.fetch import CorpusNotFound, ensure_corpus
-from spkflow.errors import InputError, UtteranceError
 
 
 def _add_corpus_parser(sub: argparse._SubParsersAction, s: CorpusSpec) -> None:

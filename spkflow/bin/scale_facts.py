@@ -21,8 +21,8 @@ from pathlib import Path
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean
-from spkflow.datadir import read_kv
-from spkflow.features import FbankOptions
+from spkflow.data.tables import read_kv
+from spkflow.features.fbank import FbankOptions
 
 
 def feature_bytes(seconds: float, opts: FbankOptions, compress: bool) -> float:

@@ -7,7 +7,7 @@
         [--eval-mean true] \\
         [--skip-missing] [--model-tag spk_x] [--results-md exp/spk_x]
 
-Argument parsing only; the work is :func:`spkflow.evaluation.evaluate_set`.  On failure (exit 1,
+Argument parsing only; the work is :func:`spkflow.score.evaluation.evaluate_set`.  On failure (exit 1,
 one error line, no traceback) the set's earlier outputs are gone and, with ``--results-md``,
 RESULTS.md is rewritten without it, so nothing stale looks current.
 """
@@ -21,7 +21,8 @@ import sys
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.score.evaluation import evaluate_set, write_results_md
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -76,7 +77,6 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    from spkflow.evaluation import evaluate_set, write_results_md
 
     try:
         m = evaluate_set(
@@ -125,7 +125,6 @@ def main(argv: list[str] | None = None) -> int:
 def _refresh_results_md(exp_dir: str) -> None:
     """Rewrite RESULTS.md from the metrics.json files left; remove it when that fails (no set
     left, another set's metrics.json damaged), so that it never shows the failed set's old row."""
-    from spkflow.evaluation import write_results_md
 
     try:
         logging.info("rewrote %s without the failed set", write_results_md(exp_dir))

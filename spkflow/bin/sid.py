@@ -1,4 +1,4 @@
-"""Speaker identification stages on stage-5 embeddings (the work is in :mod:`spkflow.sid`).
+"""Speaker identification stages on stage-5 embeddings (the work is in :mod:`spkflow.score.sid`).
 
     python -m spkflow.bin.sid split --spk2utt data/test/spk2utt --num-enrol 2 --seed 0 --folds 5 \\
         --outdir exp/spk_x/sid/test
@@ -23,16 +23,20 @@ import os
 import sys
 from typing import Any
 
-from spkflow.backend import BACKENDS
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean, int_at_least
+from spkflow.core.atomic import atomic_write, write_text_atomic
+from spkflow.core.errors import InputError
+from spkflow.data.tables import read_spk2utt
+from spkflow.score.backend import BACKENDS, Backend, fit_backend
+from spkflow.score.plots import plot_confusion
+from spkflow.score.scoring import read_embeddings
+from spkflow.score.sid import closed_set, confusion, enrol, gather, make_split, open_set, read_split, write_split
 
-log = logging.getLogger("spkflow.sid")
+log = logging.getLogger("spkflow.score.sid")
 
 
 def _split(args: argparse.Namespace) -> None:
-    from spkflow.datadir import read_spk2utt
-    from spkflow.sid import make_split, write_split
 
     split = make_split(read_spk2utt(args.spk2utt), args.num_enrol, args.seed, args.folds)
     write_split(split, args.outdir)
@@ -53,8 +57,6 @@ def _split(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from spkflow.scoring import read_embeddings
-    from spkflow.sid import read_split
 
     return read_embeddings(args.xvector_scp), read_split(args.sid_dir)
 
@@ -62,10 +64,6 @@ def _load(args: argparse.Namespace):
 def _enrol(args: argparse.Namespace) -> None:
     import kaldiio
     import numpy as np
-
-    from spkflow.atomic import atomic_write, write_text_atomic
-    from spkflow.backend import fit_backend
-    from spkflow.sid import enrol, gather
 
     emb, split = _load(args)
     utts = [u for s in split.enrol for u in split.enrol[s]]
@@ -94,12 +92,6 @@ def _enrol(args: argparse.Namespace) -> None:
 def _closed(args: argparse.Namespace) -> None:
     import kaldiio
     import numpy as np
-
-    from spkflow.atomic import write_text_atomic
-    from spkflow.backend import Backend
-    from spkflow.errors import InputError
-    from spkflow.plots import plot_confusion
-    from spkflow.sid import closed_set, confusion
 
     spk_scp, backend_npz = os.path.join(args.sid_dir, "spk_model.scp"), os.path.join(args.sid_dir, "backend.npz")
     for path in (spk_scp, backend_npz):
@@ -140,8 +132,6 @@ def _closed(args: argparse.Namespace) -> None:
 
 
 def _open(args: argparse.Namespace) -> None:
-    from spkflow.atomic import write_text_atomic
-    from spkflow.sid import open_set
 
     emb, split = _load(args)
     fars = sorted({0.01, 0.05, 0.1, args.far})
@@ -168,7 +158,6 @@ def _open(args: argparse.Namespace) -> None:
 
 def _merge(sid_dir: str, update: dict[str, Any]) -> None:
     """metrics.json = what earlier stages wrote + ``update`` (atomically)."""
-    from spkflow.atomic import write_text_atomic
 
     path = os.path.join(sid_dir, "metrics.json")
     current: dict[str, Any] = {}
@@ -181,7 +170,6 @@ def _merge(sid_dir: str, update: dict[str, Any]) -> None:
 
 
 def _results(args: argparse.Namespace) -> None:
-    from spkflow.atomic import write_text_atomic
 
     rows = []
     for path in sorted(glob.glob(os.path.join(args.sid_root, "*", "metrics.json"))):
@@ -248,7 +236,6 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    from spkflow.errors import InputError
 
     try:
         args.func(args)

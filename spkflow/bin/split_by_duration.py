@@ -3,7 +3,7 @@
     python -m spkflow.bin.split_by_duration DATA_DIR NJ OUT_DIR   # writes OUT_DIR/utts.{1..NJ}
 
 Durations come from utt2dur when present, else utt2num_frames, else file headers and segment times
-(see :func:`spkflow.jobs.utterance_durations`).
+(see :func:`spkflow.data.jobs.utterance_durations`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spkflow.errors import InputError
-from spkflow.jobs import write_split
+from spkflow.core.errors import InputError
+from spkflow.data.jobs import write_split
 
 
 def main(argv: list[str] | None = None) -> int:

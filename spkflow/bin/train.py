@@ -12,7 +12,7 @@ at INFO to ``<out-dir>/log/train.rank<R>.log``; the console gets rank 0's INFO, 
 Exit status: 0 done (or stopped by --max-steps, with a checkpoint), 128 + N
 stopped by signal N (SIGINT/SIGTERM, with a checkpoint: rerun to resume), 1 bad input or a
 non-finite loss (the message names the file/line or the batch), 2 bad arguments.
-The training itself is :class:`spkflow.trainer.Trainer`.
+The training itself is :class:`spkflow.train.trainer.Trainer`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import os
 import sys
 
 from spkflow.bin.argtypes import add_bool_option
+from spkflow.core.checks import ConfigError
+from spkflow.core.errors import InputError
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True, help="training config (YAML; see spkflow/config.py)")
+    p.add_argument("--config", required=True, help="training config (YAML; see spkflow/train/config.py)")
     p.add_argument("--train-data", required=True, help="training data dir (utt2spk)")
     p.add_argument("--train-feats", required=True, help="its features dir (feats.scp, vad.scp) from stage 2")
     p.add_argument("--batches-dir", required=True, help="dir with epoch<E>.txt batch lists from stage 3")
@@ -90,9 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         threads = max(1, cpus // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(threads)
-    from spkflow.config import ConfigError, load_train_config
-    from spkflow.errors import InputError
-    from spkflow.trainer import Trainer, TrainingDiverged, TrainOptions
+    from spkflow.train.config import load_train_config
+    from spkflow.train.trainer import Trainer, TrainingDiverged, TrainOptions
 
     try:
         config = load_train_config(args.config)

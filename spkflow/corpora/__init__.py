@@ -6,6 +6,8 @@ The one route from a corpus folder to a data dir is ``python -m spkflow.bin.prep
 CORPUS [options] CORPUS_DIR OUT_DIR`` (find or fetch the folder, collect, write, validate);
 a recipe's ``local/data.sh`` calls it once per data dir.  docs/corpora.md says how to add one.
 
+May import: ``core``, ``data``.
+
 | name | module | layout |
 |---|---|---|
 | speechocean762 | :mod:`.speechocean762` | ``{train,test}/{wav.scp,utt2spk,...}`` + ``WAVE/`` |

@@ -14,7 +14,7 @@ absolute audio path and optional transcript, plus optional per-speaker gender).
   renamed into place; files of a previous data dir at the same place are moved to
   ``<dir>/.backup/`` (nothing the user had is deleted, stale ``feats.scp``/``segments`` cannot
   mix with the new utterances);
-* ``utt2dur`` is computed from audio headers (:func:`spkflow.audio.utt2dur`), which also proves
+* ``utt2dur`` is computed from audio headers (:func:`spkflow.data.audio.utt2dur`), which also proves
   that every audio file exists and is readable; a ``trials`` list can be added
   (:mod:`spkflow.corpora.trials`).
 
@@ -34,8 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spkflow.datadir import WHITESPACE, DataDir, c_sorted, utt2spk_to_spk2utt, write_kv, write_lines
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.corpora.trials import format_trial, make_trials, write_trials
+from spkflow.data.audio import format_duration
+from spkflow.data.audio import utt2dur as compute_utt2dur
+from spkflow.data.datadir import DataDir
+from spkflow.data.tables import WHITESPACE, c_sorted, utt2spk_to_spk2utt, write_kv, write_lines
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +200,6 @@ def write_data_dir(
     """
     if trials and data.trials is not None:
         raise ValueError(f"{data.name}: the corpus gives its own trial list; do not ask for a sampled one")
-    from spkflow.audio import format_duration
-    from spkflow.audio import utt2dur as compute_utt2dur
-    from spkflow.corpora.trials import format_trial, make_trials, write_trials
 
     utts = _check(data)
     out = Path(out_dir)

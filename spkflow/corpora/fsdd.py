@@ -1,7 +1,7 @@
 """Free Spoken Digit Dataset (github.com/Jakobovski/free-spoken-digit-dataset) -> a data dir.
 
 Layout: ``recordings/<digit>_<speaker>_<index>.(wav|flac)``, 8 kHz (resampled on reading by
-:class:`spkflow.audio.AudioReader`).  Utterance ids are ``<speaker>-<original stem>``
+:class:`spkflow.data.audio.AudioReader`).  Utterance ids are ``<speaker>-<original stem>``
 (``george-0_george_0``), speakers the names in the file names; ``text`` is the spoken digit.
 """
 

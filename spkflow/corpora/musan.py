@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spkflow.core.errors import InputError
 from spkflow.corpora.base import CorpusData, CorpusOption, CorpusSpec, Utterance, scan_files, speaker_prefixed
-from spkflow.errors import InputError
 
 MUSAN_PARTS = ("noise", "music", "speech")
 ROOM_SIZES = ("small", "medium", "large")

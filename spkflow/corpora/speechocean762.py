@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spkflow.core.errors import InputError
 from spkflow.corpora.base import CorpusData, CorpusOption, CorpusSpec, Utterance, resolve_audio
-from spkflow.datadir import read_kv, read_kv_lines
-from spkflow.errors import InputError
+from spkflow.data.tables import read_kv, read_kv_lines
 
 SPLITS = ("train", "test")
 URL = "https://github.com/jimbozhang/speechocean762"

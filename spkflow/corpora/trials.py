@@ -27,8 +27,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from spkflow.datadir import c_key, read_lines, split_fields, write_lines
-from spkflow.errors import InputError
+from spkflow.core.errors import InputError
+from spkflow.data.tables import c_key, read_lines, split_fields, write_lines
 
 Trial = tuple[str, str, bool]  # (utt1, utt2, is_target), utt1 < utt2 in C order
 

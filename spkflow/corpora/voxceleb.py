@@ -40,8 +40,8 @@ from pathlib import Path
 
 import soundfile as sf
 
+from spkflow.core.errors import InputError
 from spkflow.corpora.base import CorpusData, CorpusOption, CorpusSpec, Utterance
-from spkflow.errors import InputError
 
 log = logging.getLogger(__name__)
 

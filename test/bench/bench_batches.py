@@ -43,7 +43,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from spkflow.batches import Spk2Utt, load_spk2utt, plan_epoch  # noqa: E402
+from spkflow.train.batches import plan_epoch  # noqa: E402
+from spkflow.train.spk2utt import Spk2Utt, load_spk2utt  # noqa: E402
 
 VOX2_SPEAKERS = 5994
 VOX2_UTTS = 1_092_009

@@ -85,10 +85,10 @@ def build_model_dir(out: Path, arch: str) -> Path:
     import torch
     import yaml
 
-    from spkflow.errors import InputError
-    from spkflow.features import FbankOptions
-    from spkflow.models import build_model
-    from spkflow.vad import VadOptions
+    from spkflow.core.errors import InputError
+    from spkflow.features.fbank import FbankOptions
+    from spkflow.features.vad import VadOptions
+    from spkflow.nnet.models import build_model
 
     conf = ROOT / "egs" / "speechocean762" / "spk1" / "conf"
     try:
@@ -118,8 +118,8 @@ def sequential(model_dir: Path, data: Path, out: Path, threads: int) -> None:
     if threads > 0:
         torch.set_num_threads(threads)
 
-    from spkflow.datadir import read_spk2utt
-    from spkflow.embedders import SpkflowEmbedder
+    from spkflow.data.tables import read_spk2utt
+    from spkflow.embed.native import SpkflowEmbedder
 
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(data)

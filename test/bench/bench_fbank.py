@@ -12,7 +12,7 @@ Rows (RTF = wall seconds / audio seconds; lower is better; "x" = speed relative 
 
 * ``torchaudio 1 process``: for each utterance decode the FLAC (soundfile) and run
   ``torchaudio.compliance.kaldi.fbank`` (float32, 80 bins, dither 0) - the peer;
-* ``spkflow compute_fbank 1 process``: the same loop with :func:`spkflow.features.compute_fbank`;
+* ``spkflow compute_fbank 1 process``: the same loop with :func:`spkflow.features.fbank.compute_fbank`;
 * ``kaldi-native-fbank 1 process`` (when importable): the same loop with its OnlineFbank;
 * ``make_fbank.sh nj=1`` / ``nj=2``: the whole script through ``utils/run.pl`` - process start,
   duration split, decoding, fbank, VAD, CMVN stats, writing kaldiio arks and scps, the merge.
@@ -38,7 +38,7 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from spkflow.features import FbankOptions, compute_fbank  # noqa: E402
+from spkflow.features.fbank import FbankOptions, compute_fbank  # noqa: E402
 
 
 def db_var(name: str) -> str:

@@ -13,7 +13,7 @@ weights*, plus the stage-4 model dir --model-dir when given (e.g. the demo recip
 
 Extraction, per model, per --dtypes entry (stage 5's --dtype: autocast; float16 on CUDA only) and
 per batch size B (batches of at most B utterances, length-sorted, as stage 5 plans them):
-* end to end: ``spkflow.embed.run_job`` (stage 5's job: DataLoader workers decode the audio and
+* end to end: ``spkflow.embed.run.run_job`` (stage 5's job: DataLoader workers decode the audio and
   compute fbank + VAD, the model embeds, the job writes its ark), utterances/s;
 * model alone: the same batches with their inputs computed beforehand, utterances/s;
 * on CUDA, GPU utilisation (mean and max %, nvidia-smi every 0.2 s) during each phase;
@@ -131,8 +131,8 @@ def sync(device: Any) -> None:
 # ------------------------------------------------------------------------------- data, models
 def speech_data_dir(out: Path, data: Path | None, num_utts: int, min_sec: float, max_sec: float) -> Path:
     """A data dir of ``num_utts`` utterances of min_sec..max_sec seconds, whole speakers first."""
-    from spkflow.audio import known_durations
-    from spkflow.datadir import read_kv
+    from spkflow.data.audio import known_durations
+    from spkflow.data.tables import read_kv
 
     if data is None:
         from bench_embed import build_data_dir  # speechocean762 through db.sh
@@ -174,8 +174,8 @@ def ecapa_model_dir(out: Path, channels: int) -> Path:
     import torch
     import yaml
 
-    from spkflow.features import FbankOptions, VadOptions
-    from spkflow.models import build_model
+    from spkflow.features.fbank import FbankOptions, VadOptions
+    from spkflow.nnet.models import build_model
 
     model_cfg = {"name": "ecapa_tdnn", "input_dim": 80, "channels": channels, "scale": 8, "embed_dim": 192}
     cfg = {
@@ -197,8 +197,9 @@ def ecapa_model_dir(out: Path, channels: int) -> Path:
 
 def _embed_api() -> tuple[Any, Any, Any]:
     """(load_embedder, plan_batches, run_job): stage 5's pieces."""
-    from spkflow.embed import run_job
-    from spkflow.embedders import load_embedder, plan_batches
+    from spkflow.embed import load_embedder
+    from spkflow.embed.base import plan_batches
+    from spkflow.embed.run import run_job
 
     return load_embedder, plan_batches, run_job
 
@@ -221,8 +222,8 @@ def bench_extraction(
     import numpy as np
     import torch
 
-    from spkflow.audio import known_durations
-    from spkflow.datadir import read_kv
+    from spkflow.data.audio import known_durations
+    from spkflow.data.tables import read_kv
 
     load_embedder, plan_batches, run_job = _embed_api()
     embedder = load_embedder("spkflow", model_dir, device, dtype=dtype)
@@ -311,12 +312,12 @@ def bench_training(
 ) -> dict[str, Any]:
     import torch
 
-    from spkflow.batches import plan_epoch
-    from spkflow.datadir import read_kv
-    from spkflow.errors import InputError
-    from spkflow.loader import NxMCropDataset, make_loader
-    from spkflow.losses import batch_labels, build_loss
-    from spkflow.models import build_model
+    from spkflow.core.errors import InputError
+    from spkflow.data.tables import read_kv
+    from spkflow.nnet.losses import batch_labels, build_loss
+    from spkflow.nnet.models import build_model
+    from spkflow.train.batches import plan_epoch
+    from spkflow.train.loader import NxMCropDataset, make_loader
 
     feats = work / "fbank"
     if not (feats / "feats.scp").is_file():

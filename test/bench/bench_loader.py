@@ -15,10 +15,10 @@ two-byte, 4.6 GiB one-byte): whether it fits in the page cache decides between a
 and a CPU-bound loader, so the free memory is printed.
 
 Batches: N=64 speakers x M=10 utterances, T=160 frames, from one epoch planned by
-:func:`spkflow.batches.plan_epoch`.  Rows:
+:func:`spkflow.train.batches.plan_epoch`.  Rows:
 
-* ``spkflow loader``: :class:`spkflow.loader.NxMCropDataset` (voiced frames, utterance mean
-  normalisation) through :func:`spkflow.loader.make_loader` with ``--workers`` workers;
+* ``spkflow loader``: :class:`spkflow.train.loader.NxMCropDataset` (voiced frames, utterance mean
+  normalisation) through :func:`spkflow.train.loader.make_loader` with ``--workers`` workers;
 * ``naive``: a DataLoader (same workers) whose dataset, for each utterance of a batch, reads
   a speechocean762 FLAC file (soundfile, whole file, as voxceleb_trainer's loadWAV), cuts a
   random 1.615 s segment, computes torchaudio's Kaldi fbank on the segment only (cheaper than
@@ -29,8 +29,8 @@ Batches: N=64 speakers x M=10 utterances, T=160 frames, from one epoch planned b
 Raw path (``--raw RECIPE_DIR``, after stage 2 and ``local/prepare_aug.sh`` of the speechocean762
 demo): on the demo's real data and batch shape (``--num-spk 32 --num-utt 4``, crops of 150-250
 frames, ``--batches`` batches from stage-3-style plans), rows for the ark path
-(:class:`spkflow.loader.NxMCropDataset`), the raw path without augmentation and with the ``augment``
-section of ``--aug-config`` (default ``conf/train_aug.yaml``), each with ``--workers`` workers,
+(:class:`spkflow.train.loader.NxMCropDataset`), the raw path without augmentation and with the ``augment``
+section of ``--aug-config`` (default ``conf/tuning/train_aug.yaml``), each with ``--workers`` workers,
 and the disk that stored augmented copies would take instead (Kaldi style: ``--copies`` extra
 feature sets)::
 
@@ -62,8 +62,8 @@ import torchaudio.compliance.kaldi as kaldi  # imported here so forked workers d
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from spkflow.batches import plan_epoch  # noqa: E402
-from spkflow.loader import NxMCropDataset, make_loader  # noqa: E402
+from spkflow.train.batches import plan_epoch  # noqa: E402
+from spkflow.train.loader import NxMCropDataset, make_loader  # noqa: E402
 
 N, M, T, F = 64, 10, 160, 80
 
@@ -185,11 +185,11 @@ def bench_raw(a: argparse.Namespace) -> int:
     """The ``--raw`` rows (see the module docstring)."""
     import yaml
 
-    from spkflow.batches import crop_frames
-    from spkflow.config import normalize_train_config
-    from spkflow.features import FbankOptions
-    from spkflow.raw_loader import NxMWaveDataset
-    from spkflow.wavaugment import WaveAugment
+    from spkflow.augment.wave import WaveAugment
+    from spkflow.features.fbank import FbankOptions
+    from spkflow.train.batches import crop_frames
+    from spkflow.train.config import normalize_train_config
+    from spkflow.train.raw_loader import NxMWaveDataset
 
     recipe = Path(a.raw).resolve()
     feats = recipe / "dump" / "fbank" / "train"
@@ -287,7 +287,7 @@ def main() -> int:
         help="a fresh shared-memory tensor per batch (the loader before buffer recycling)",
     )
     ap.add_argument("--raw", default="", metavar="RECIPE_DIR", help="bench the raw path on a demo recipe dir instead")
-    ap.add_argument("--aug-config", default="conf/train_aug.yaml", help="--raw: config with the augment section")
+    ap.add_argument("--aug-config", default="conf/tuning/train_aug.yaml", help="--raw: config with the augment section")
     ap.add_argument("--num-spk", type=int, default=32, help="--raw: N")
     ap.add_argument("--num-utt", type=int, default=4, help="--raw: M")
     ap.add_argument("--copies", type=int, default=4, help="--raw: augmented copies for the disk estimate")

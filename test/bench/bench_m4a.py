@@ -4,7 +4,7 @@
     scripts/feats/make_fbank.sh --nj 1 WORK_DIR/d OUT     # (and a data dir of WORK_DIR/flac)
 
 40 utterances of real speech (speechocean762 from db.sh, the first 8 s of files >= 7 s), AAC at
-64 kb/s (VoxCeleb2's ~70 kb/s).  Prints: pipe read time per utterance (spkflow.audio.AudioReader
+64 kb/s (VoxCeleb2's ~70 kb/s).  Prints: pipe read time per utterance (spkflow.data.audio.AudioReader
 on the wav.scp line spkflow.corpora.voxceleb writes), one-off m4a -> FLAC conversion time,
 FLAC read time, MP4 header duration time, disk per hour for wav / m4a / FLAC, scaled to
 VoxCeleb2 dev's 2,360 h.  Leaves WORK_DIR/d (a data dir of the m4a pipes) for make_fbank.sh.
@@ -18,8 +18,8 @@ from pathlib import Path
 import imageio_ffmpeg
 import soundfile as sf
 
-from spkflow.audio import AudioReader
 from spkflow.corpora.voxceleb import ffmpeg_pipe, m4a_duration
+from spkflow.data.audio import AudioReader
 
 ROOT = Path(__file__).resolve().parents[2]
 exe = imageio_ffmpeg.get_ffmpeg_exe()

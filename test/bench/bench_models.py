@@ -4,7 +4,7 @@
 
 Prints, for a training step (forward + backward on a 128 x 200 x 80 batch of equal-length crops)
 and for inference on a padded batch of 32 utterances of 100-800 frames, the median time of
-espnet2's unmasked ``encoder -> pooling -> projector`` and of :class:`spkflow.models.EcapaTdnn`
+espnet2's unmasked ``encoder -> pooling -> projector`` and of :class:`spkflow.nnet.models.EcapaTdnn`
 (same modules and weights, with frame masks), and their ratio; and the speed of the
 feature-domain speed perturbation against the step it augments.
 """
@@ -35,8 +35,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    from spkflow.augment import FbankSpeedPerturb
-    from spkflow.models import build_model
+    from spkflow.augment.fbank import FbankSpeedPerturb
+    from spkflow.nnet.models import build_model
 
     torch.manual_seed(0)
     m = build_model({"name": "ecapa_tdnn", "input_dim": 80, "channels": args.channels, "embed_dim": 192})

@@ -5,13 +5,13 @@
 Rows (best of --repeat wall times; ratio = ours / peer, < 1 means ours is faster):
 
 1. EER + minDCF(0.01) + minDCF(0.05) of --trials Gaussian scores (10% targets):
-   :func:`spkflow.metrics.compute_metrics` (one sort) vs ``espnet2.utils.eer`` (sklearn ROC for
+   :func:`spkflow.score.metrics.compute_metrics` (one sort) vs ``espnet2.utils.eer`` (sklearn ROC for
    the EER, Kaldi's Python loop ``ComputeErrorRates`` once + ``ComputeMinDcf`` twice);
 2. cosine scoring of --trials trials over 2,000 utterances of 256-d embeddings:
-   :func:`spkflow.scoring.score_trials` vs WeSpeaker's per-trial loop
+   :func:`spkflow.score.scoring.score_trials` vs WeSpeaker's per-trial loop
    (``sklearn.metrics.pairwise.cosine_similarity`` on each pair, as ``wespeaker/bin/score.py``);
 3. AS-norm statistics of 2,000 utterances against a 5,000-entry cohort, top 300:
-   :func:`spkflow.scoring.asnorm_stats` (partition, chunked) vs WeSpeaker's ``get_mean_std``
+   :func:`spkflow.score.scoring.asnorm_stats` (partition, chunked) vs WeSpeaker's ``get_mean_std``
    (full sort of the score matrix);
 4. one GE2E-XS forward+backward on a 64 x 10 x 256 batch vs GE2E softmax on the same batch
    (what the extended set costs on top of the row softmax).
@@ -49,7 +49,7 @@ def main() -> None:
     # 1. metrics
     from espnet2.utils.eer import ComputeErrorRates, ComputeMinDcf, tuneThresholdfromScore
 
-    from spkflow.metrics import compute_metrics
+    from spkflow.score.metrics import compute_metrics
 
     labels = (rng.random(args.trials) < 0.1).astype(int)
     scores = rng.normal(size=args.trials) + 2.0 * labels
@@ -75,7 +75,7 @@ def main() -> None:
     # 2. cosine scoring
     from sklearn.metrics.pairwise import cosine_similarity
 
-    from spkflow.scoring import Trials, asnorm_stats, score_trials
+    from spkflow.score.scoring import Trials, asnorm_stats, score_trials
 
     utts = [f"u{i:05d}" for i in range(2000)]
     emb = {u: rng.normal(size=256).astype(np.float32) for u in utts}
@@ -114,7 +114,7 @@ def main() -> None:
     # 4. loss cost
     import torch
 
-    from spkflow.losses import GE2ELoss, GE2EXSLoss
+    from spkflow.nnet.losses import GE2ELoss, GE2EXSLoss
 
     torch.set_num_threads(1)
     x = torch.randn(64, 10, 256, requires_grad=True)

@@ -115,7 +115,7 @@ fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: enrolment, K=${num_enrol} utterances per speaker (seed ${split_seed}), ${backend} backend"
-    # spkflow/sid.py: each speaker's utterances are shuffled by a generator seeded from (seed, speaker);
+    # spkflow/score/sid.py: each speaker's utterances are shuffled by a generator seeded from (seed, speaker);
     # the first K enrol, the rest are test utterances; speakers with < K+1 utterances are left out.
     for dset in ${test_sets}; do
         _sid=${sid_exp}/sid/${dset}

@@ -63,7 +63,7 @@ score_center=false   # subtract the training speakers' mean embedding before sco
 score_eval_mean=false  # centre on each test set's own mean instead (no labels used; with a backend it replaces
                        # the backend's training mean): unlabelled in-domain centring, as Kaldi's SRE16 recipe does
 score_backend=cosine  # cosine | wccn | lda: a linear backend fitted on the training set's utterance embeddings
-backend_reg=0.1       # its within-class covariance shrinkage (spkflow.backend)
+backend_reg=0.1       # its within-class covariance shrinkage (spkflow.score.backend)
 score_skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
 
 help_message=$(cat <<EOM
@@ -171,7 +171,7 @@ fi
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "Stage 3: ${num_spk} x ${num_utt} batch lists for ${num_epochs} epochs -> ${spk_exp}/batches"
     # One file per epoch, epochs numbered from 1 (ESPnet style): epoch<E>.txt, one batch per line,
-    # N*M utterance ids speaker-major (spkflow/batches.py plans them; make_batches writes them).
+    # N*M utterance ids speaker-major (spkflow/train/batches.py plans them; make_batches writes them).
     # Stage 2 copies the data dir to ${dumpdir}/fbank (minus unreadable utterances), so its
     # spk2utt is the one training can load; fall back to data/ when stage 2 is not used.
     _spk2utt=${dumpdir}/fbank/${train_set}/spk2utt
@@ -188,10 +188,14 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
         fi
         echo "${_settings}" > "${_bdir}/settings"
     fi
+    # One line here for all epochs; one line per epoch in ${_bdir}/log/summary.txt.
+    _summary=${_bdir}/log/summary.txt
+    _made=0
+    _kept=0
     for _epoch in $(seq 1 "${num_epochs}"); do
         _out=${_bdir}/epoch${_epoch}.txt
         if [ -f "${_out}" ]; then
-            log "Epoch ${_epoch}: ${_out} exists, skipped"
+            _kept=$((_kept + 1))
             continue
         fi
         _log=${_bdir}/log/make_batches.epoch${_epoch}.log
@@ -202,13 +206,25 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
             cat "${_log}" >&2
             exit 1
         fi
-        log "Epoch ${_epoch}: $(grep -o '[0-9]* batches of .*' "${_log}")"
+        _made=$((_made + 1))
     done
+    for _epoch in $(seq 1 "${num_epochs}"); do
+        _log=${_bdir}/log/make_batches.epoch${_epoch}.log
+        echo "Epoch ${_epoch}: $(grep -o '[0-9]* batches of .*' "${_log}" 2> /dev/null || echo "planned before, no log")"
+    done > "${_summary}"
+    # batches per epoch and coverage over all epochs, from the per-epoch lines
+    _range=$(awk 'function span(lo, hi, unit) { return lo == hi ? lo unit : lo unit "-" hi unit }
+                  { for (i = 1; i < NF; i++) {
+                        if ($(i + 1) == "batches" && $(i + 2) == "of") { b = $i + 0; if (!nb++ || b < bl) bl = b; if (b > bh) bh = b }
+                        if ($i == "coverage") { c = $(i + 1) + 0; if (!nc++ || c < cl) cl = c; if (c > ch) ch = c } } }
+                  END { if (nb && nc) printf "%s batches per epoch, coverage %s", span(bl, bh, ""), span(cl, ch, "%") }' \
+                 "${_summary}" 2> /dev/null || true)
+    log "${num_epochs} batch lists (${_made} planned, ${_kept} kept): ${_range:-see ${_summary}}; per epoch: ${_summary}"
 fi
 
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: training with ${train_config} -> ${spk_exp}"
-    # spkflow/trainer.py: N x M crops of the stage-2 features in the order of the stage-3 batch
+    # spkflow/train/trainer.py: N x M crops of the stage-2 features in the order of the stage-3 batch
     # lists, a checkpoint each epoch (resumable mid-epoch), validation EER on ${valid_set}'s
     # trials, model.pth = the model chosen by train.select; config.yaml records the frontend.
     # ngpu > 1 or nproc > 1: DDP through torchrun, rank r trains on lines r, r+W, ... of each list

@@ -9,15 +9,15 @@ test_sets="test dsp20 dsp20_8k"
 train_config=conf/train.yaml
 # 64 speakers x 2 utterances per batch: 11 batches per epoch over the 125 training speakers
 # (12 utterances each); 84 epochs = 924 steps, 9-11 minutes for the whole demo on the 2-core
-# VMs measured (README).  Chosen on the three development sets above, two seeds each (README,
-# docs/augmentation.md).
+# VMs measured (RESULTS.md).  Chosen on the three development sets above, two seeds each (README.md,
+# journal/).
 num_spk=64
 num_utt=2
 num_epochs=84
 # Scores: a WCCN backend fitted on the training set's utterance embeddings (the directions in
 # which one speaker's recordings vary weigh less), then AS-norm against the top 25 of the 125
 # training speakers; stage 5 then embeds the training set too.  Chosen the same way
-# (docs/augmentation.md, "Backend" and "Tenth session").  --score_backend cosine --score_norm
+# (journal/2026-11-24-backend.md and journal/2026-11-26-tenth-session.md).  --score_backend cosine --score_norm
 # false gives plain cosine scores.
 score_backend=wccn
 score_norm=true

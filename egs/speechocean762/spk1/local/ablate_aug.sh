@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Ablation of the waveform augmentation: each stage of conf/train_aug.yaml switched off in turn,
+# Ablation of the waveform augmentation: each stage of conf/tuning/train_aug.yaml switched off in turn,
 # over several seeds, next to the default demo config, as one Markdown table.
 #
-#   local/ablate_aug.sh [--seeds "0 1"] [--variants "all no_speed ..."] [--base conf/train_aug.yaml]
+#   local/ablate_aug.sh [--seeds "0 1"] [--variants "all no_speed ..."] [--base conf/tuning/train_aug.yaml]
 #                       [--with_default true] [run.sh options, e.g. --num_epochs 28]
 #
 # Needs stages 1-2 and local/prepare_aug.sh. Writes one config per variant to
@@ -17,7 +17,7 @@ log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${0##*/}) $*"; }
 
 seeds="0 1"                                                       # training seeds (and batch seeds)
 variants="all none no_speed no_reverb no_noise no_band no_gain"   # which configs to make
-base=conf/train_aug.yaml                                          # the augmented config to ablate
+base=conf/tuning/train_aug.yaml                                          # the augmented config to ablate
 with_default=true                                                 # also run conf/train.yaml (ark path)
 run_opts=()
 while [ $# -gt 0 ]; do
@@ -44,7 +44,7 @@ import sys
 
 import yaml
 
-from spkflow.config import normalize_train_config
+from spkflow.train.config import normalize_train_config
 
 base, variant, out = sys.argv[1:]
 cfg = yaml.safe_load(open(base, encoding="utf-8"))

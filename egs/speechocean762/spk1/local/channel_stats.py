@@ -11,7 +11,7 @@ The script prints, per set, their standard deviation within a speaker (averaged 
 and between the speakers' means.  Between >> within: every speaker was recorded in one setting,
 so the channel identifies the speaker there, and a model trained on such a set can learn it as
 the voice.  Between ~ within: the channel varies inside a speaker (several sessions), and a
-model that relies on it fails there.  docs/augmentation.md ("Channel") has the figures.
+model that relies on it fails there.  journal/2026-11-23-channel.md has the figures.
 
 With ``--session`` (a regex whose first group is the recording session of an utterance id, as in
 local/session_eer.py) it prints instead, for every two sessions of one speaker, how their mean
@@ -31,7 +31,7 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 
-from spkflow.features import select_voiced
+from spkflow.features.fbank import select_voiced
 
 
 def channel_stats(feats_dir: Path, utt2spk: Path) -> dict[str, float]:
@@ -88,8 +88,8 @@ def curve_spread(config: Path, pairs: int = 2000) -> tuple[float, float, float]:
     two crops' channel curves under ``config``'s ``train.channel_perturb`` (band and roll-off off)."""
     import torch
 
-    from spkflow.augment import FbankChannelPerturb
-    from spkflow.config import load_train_config
+    from spkflow.augment.fbank import FbankChannelPerturb
+    from spkflow.train.config import load_train_config
 
     cfg = load_train_config(config)
     channel = dict(cfg["train"]["channel_perturb"] or {})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GE2E vs GE2E-XS vs AAM-softmax on the same data, model and schedule, over several seeds.
 #
-#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/train_ge2e.yaml ..."] [--suffix S]
+#   local/compare_losses.sh [--seeds "0 1"] [--configs "conf/tuning/train_ge2e.yaml ..."] [--suffix S]
 #                           [--dev_sets "test dsp20 dsp20_8k"] [run.sh options]
 #
 # Needs stages 1-2 (./run.sh --stop_stage 2, or the demo itself).  For each config and seed it
@@ -14,13 +14,13 @@
 # --suffix S makes the tags <config>S_seed<seed>: one config run with other run.sh options (e.g.
 # --num_spk 64 --num_utt 2) gets tags of its own.
 # --dev_sets adds a column with the mean EER over those test sets (each of them must be among
-# --test_sets): the development mean by which docs/augmentation.md chooses the demo's settings.
+# --test_sets): the development mean by which journal/ chooses the demo's settings.
 set -euo pipefail
 
 log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${0##*/}) $*"; }
 
 seeds="0 1"
-configs="conf/train_ge2e.yaml conf/train_ge2e_xs.yaml conf/train_aam.yaml"
+configs="conf/tuning/train_ge2e.yaml conf/tuning/train_ge2e_xs.yaml conf/tuning/train_aam.yaml"
 test_sets="test dsp20"
 suffix=""
 dev_sets=""

@@ -19,9 +19,9 @@ import kaldiio
 import numpy as np
 from tqdm import tqdm
 
-from spkflow.atomic import atomic_write
-from spkflow.evaluation import evaluate_set
-from spkflow.features import select_voiced
+from spkflow.core.atomic import atomic_write
+from spkflow.features.fbank import select_voiced
+from spkflow.score.evaluation import evaluate_set
 
 
 def embed_set(feats_dir: Path, out_dir: Path) -> Path:

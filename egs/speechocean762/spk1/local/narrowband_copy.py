@@ -18,9 +18,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from spkflow.atomic import atomic_write
+from spkflow.core.atomic import atomic_write
 from spkflow.corpora.voxceleb import default_ffmpeg, ffmpeg_pipe
-from spkflow.datadir import read_kv, write_kv
+from spkflow.data.tables import read_kv, write_kv
 
 
 def narrow_entry(entry: str, ffmpeg: str, rate: int) -> str:

@@ -14,7 +14,7 @@ normalised) on each utterance of ``data/<set>`` -> ``exp/peer_resemblyzer/embed/
 (kept: a rerun only scores); then spkflow's scoring (cosine, EER, minDCF; the same code as stage 6)
 -> ``exp/peer_resemblyzer/eval/<set>/metrics.json``. ``exp/peer_resemblyzer/RESULTS.md`` lists its
 rows; the RESULTS.md of every ``--exp-dirs`` experiment is rewritten, which adds a
-"peer_resemblyzer" row under each set (spkflow.evaluation.write_results_md reads peer results
+"peer_resemblyzer" row under each set (spkflow.score.evaluation.write_results_md reads peer results
 from ``exp/peer_*``).  Audio is read with spkflow's AudioReader (any wav.scp entry).
 ``--score-norm`` / ``--score-center`` / ``--backend`` score it with the backend of stage 6's options
 of the same names (AS-norm / centring against the training speakers, ``--cohort-set``; a WCCN or
@@ -43,7 +43,7 @@ def embed_set(data_dir: str, out_dir: str, encoder, preprocess) -> str:  # noqa:
     """Embeddings of every utterance of ``data_dir`` -> ``out_dir/xvector.{ark,scp}`` (atomic scp)."""
     import kaldiio
 
-    from spkflow.audio import AudioReader
+    from spkflow.data.audio import AudioReader
 
     scp = os.path.join(out_dir, "xvector.scp")
     if os.path.isfile(scp):
@@ -68,10 +68,10 @@ def embed_set(data_dir: str, out_dir: str, encoder, preprocess) -> str:  # noqa:
 
 def fit_peer_backend(name: str, data_dir: str, xvector_scp: str, peer_dir: str) -> str:
     """Stage 6's backend for these embeddings: ``name`` fitted on ``xvector_scp`` with
-    ``data_dir/utt2spk`` (``spkflow.backend``) -> ``peer_dir/backend/<name>.npz``."""
-    from spkflow.backend import fit_backend_on
-    from spkflow.datadir import read_kv
-    from spkflow.scoring import read_embeddings
+    ``data_dir/utt2spk`` (``spkflow.score.backend``) -> ``peer_dir/backend/<name>.npz``."""
+    from spkflow.data.tables import read_kv
+    from spkflow.score.backend import fit_backend_on
+    from spkflow.score.scoring import read_embeddings
 
     utt2spk = os.path.join(data_dir, "utt2spk")
     path = os.path.join(peer_dir, "backend", f"{name}.npz")
@@ -83,12 +83,12 @@ def fit_peer_backend(name: str, data_dir: str, xvector_scp: str, peer_dir: str) 
 
 def speaker_means(data_dir: str, xvector_scp: str, out_dir: str) -> str:
     """Stage 5's ``spk_xvector.{ark,scp}`` for these embeddings: the mean of each speaker's
-    utterance vectors (``spkflow.embed.speaker_means``, ``spk2utt`` order) -> ``out_dir``, written
+    utterance vectors (``spkflow.embed.run.speaker_means``, ``spk2utt`` order) -> ``out_dir``, written
     atomically; reused when present."""
     import kaldiio
 
-    from spkflow.embed import data_dir_keys, write_vectors
-    from spkflow.embed import speaker_means as means_of
+    from spkflow.embed.run import data_dir_keys, write_vectors
+    from spkflow.embed.run import speaker_means as means_of
 
     scp = os.path.join(out_dir, "spk_xvector.scp")
     if os.path.isfile(scp):
@@ -99,7 +99,7 @@ def speaker_means(data_dir: str, xvector_scp: str, out_dir: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spkflow.backend import BACKENDS
+    from spkflow.score.backend import BACKENDS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="test dsp20", help="data/<set> with trials, space separated")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         log.error("resemblyzer is not importable: run local/setup_resemblyzer.sh and use .venv_resemblyzer/bin/python")
         return 1
-    from spkflow.evaluation import evaluate_set, write_results_md
+    from spkflow.score.evaluation import evaluate_set, write_results_md
 
     encoder = VoiceEncoder(device="cpu", verbose=False)
     backend: dict[str, object] = {}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Offline augmentation sources for conf/train_aug.yaml (no network: simulated or generated once):
+# Offline augmentation sources for conf/tuning/train_aug.yaml (no network: simulated or generated once):
 #   data/aug_rirs   simulated room impulse responses (pyroomacoustics image-source shoebox rooms)
 #   data/aug_noise  coloured noise (white, pink, brown)
-# Babble needs nothing here: conf/train_aug.yaml mixes other training speakers (data/train).
+# Babble needs nothing here: conf/tuning/train_aug.yaml mixes other training speakers (data/train).
 # A data dir that already has a wav.scp is kept (delete it to make it again).
 set -euo pipefail
 

@@ -21,9 +21,9 @@ from collections import Counter
 
 import numpy as np
 
-from spkflow.errors import InputError
-from spkflow.metrics import compute_eer
-from spkflow.scoring import read_scores
+from spkflow.core.errors import InputError
+from spkflow.score.metrics import compute_eer
+from spkflow.score.scoring import read_scores
 
 
 def session_of(pattern: re.Pattern[str], utt: str, path: str) -> str:

@@ -98,7 +98,7 @@ def plot(path: Path, runs: dict[Path, dict[str, dict]], dev: list[str], r: dict[
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from spkflow.atomic import atomic_write
+    from spkflow.core.atomic import atomic_write
 
     heldout = list(r)
     fig = Figure(figsize=(4.2 * len(heldout), 4.0), dpi=110, layout="constrained")

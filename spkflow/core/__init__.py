@@ -1,0 +1,10 @@
+"""Foundations every other package stands on, standard library only.
+
+``errors`` (errors that name the file and line, or the utterance), ``atomic`` (outputs written
+under a temporary name and renamed into place), ``lock`` (one writer per output dir, holder
+named), ``procs`` (children that die with their parent), ``kaldi_opts`` (Kaldi's ``--opt=value``
+config files), ``checks`` (:class:`~spkflow.core.checks.ConfigError` and the ``check_*`` helpers
+every config reader uses), ``version``.
+
+May import: nothing of spkflow.
+"""

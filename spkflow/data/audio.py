@@ -1,0 +1,552 @@
+"""Audio access for Kaldi data directories: ``wav.scp`` (+ ``segments``) -> float32 waveforms.
+
+What it guarantees
+------------------
+* :meth:`AudioReader.read` returns a 1-D ``float32`` array in ``[-1, 1]`` at the reader's
+  sample rate, whatever the source: a path in any format libsndfile reads (WAV, FLAC, OGG,
+  ...), a Kaldi ``command |`` pipe whose stdout is audio bytes, or a Kaldi extended filename
+  ``file.ark:OFFSET`` (wav data written by ``wav-copy``; read with kaldiio).
+* ``segments`` (``utt rec start end``, seconds) are honoured; ``end == -1`` means "to the end of
+  the recording", and an ``end`` at most 0.5 s past the end is truncated silently (both as
+  Kaldi's ``extract-segments``).  Sample positions are *rounded* (``round(t * rate)``), where
+  Kaldi truncates: ``0.3 * 16000`` is ``4799.9999...`` in floating point and truncating loses a
+  sample.  Segments of files are read by seeking, without decoding the whole recording;
+  segments of pipes decode the recording once and reuse it for consecutive segments.
+* Multi-channel audio: channel 0 is used (Kaldi's ``--channel=0``); the choice is fixed so that
+  features never depend on a downmix that differs between tools.
+* Float-format files are clipped to ``[-1, 1]``; integer PCM is scaled by ``1 / 2**(bits-1)``
+  (soundfile's convention, the same numbers as Kaldi's ``int16 / 32768``).
+* Every failure on one utterance raises :class:`spkflow.core.errors.UtteranceError` naming the
+  utterance and its source (path, or command with its exit status and the tail of its stderr):
+  a missing file, an unreadable or corrupt file, a WAV file shorter than its header says (an
+  interrupted copy, which libsndfile would read silently as a shorter utterance), a failing
+  pipe, empty audio, a segment outside its recording.
+* Resampling (:func:`resample`) is band-limited polyphase filtering (``scipy.signal.resample_poly``)
+  with exact integer ratios: ``len(out) == ceil(len(x) * new / orig)``; its measured passband
+  and image rejection against torchaudio's default are in docs/audio.md.
+* Durations (:func:`utt2dur`) come from file headers without decoding (``soundfile.info``),
+  from ``segments`` arithmetic when present, and by decoding only for pipes and ark entries.
+  Header-only means a FLAC file cut short is found when it is read, not by ``utt2dur``
+  (a cut WAV is found by both).
+
+Compared with Kaldi's ``extract-segments`` + ``wav-to-duration`` and ESPnet's ``SoundScpReader``:
+docs/audio.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+import os
+import re
+import struct
+import subprocess
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.tables import read_kv, write_kv
+
+__all__ = [
+    "AudioReader",
+    "known_durations",
+    "Segment",
+    "load_audio",
+    "read_audio",
+    "resample",
+    "spec_duration",
+    "utt2dur",
+    "write_utt2dur",
+    "format_duration",
+]
+
+#: how far (seconds) a segment's end may run past the recording before it is an error (Kaldi: 0.5)
+MAX_OVERSHOOT = 0.5
+_ARK_RE = re.compile(r"^(?P<path>.+):(?P<offset>\d+)$")
+_STDERR_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One line of ``segments``: ``utt rec start end`` (seconds; ``end == -1``: to the end)."""
+
+    recording: str
+    start: float
+    end: float
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _is_pipe(spec: str) -> bool:
+    return spec.rstrip().endswith("|")
+
+
+def _pipe_command(spec: str) -> str:
+    return spec.rstrip()[:-1].strip()
+
+
+def _ark_location(spec: str) -> tuple[str, int] | None:
+    """``file.ark:123`` -> (file.ark, 123) when the file exists and the spec itself is no file."""
+    m = _ARK_RE.match(spec)
+    if m is None or os.path.exists(spec):
+        return None
+    path = m.group("path")
+    return (path, int(m.group("offset"))) if os.path.isfile(path) else None
+
+
+def to_mono_float(data: np.ndarray, utt: str, source: str) -> np.ndarray:
+    """[frames] or [frames, channels] (float or signed int) -> float32 [frames], channel 0, in [-1, 1]."""
+    if data.ndim == 2:
+        data = data[:, 0]
+    if data.dtype.kind == "i":  # integer PCM (kaldiio): scale like soundfile, int16 / 32768
+        out = data.astype(np.float32) / float(2 ** (data.dtype.itemsize * 8 - 1))
+    else:
+        out = np.asarray(data, dtype=np.float32)
+    if not np.all(np.isfinite(out)):
+        raise UtteranceError(utt, source, "audio contains NaN or infinite samples")
+    return np.clip(out, -1.0, 1.0)
+
+
+def _fix_streamed_wav(raw: bytes) -> bytes | None:
+    """A WAV written to a pipe may carry 0 in its RIFF/data sizes (the writer could not seek
+    back).  Return the bytes with the sizes set from the actual length, or None if not such a
+    WAV."""
+    if len(raw) < 12 or raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
+        return None
+    pos = 12
+    while pos + 8 <= len(raw):
+        cid, size = raw[pos : pos + 4], struct.unpack("<I", raw[pos + 4 : pos + 8])[0]
+        if cid == b"data":
+            fixed = bytearray(raw)
+            fixed[4:8] = struct.pack("<I", min(len(raw) - 8, 0xFFFFFFFF))
+            fixed[pos + 4 : pos + 8] = struct.pack("<I", min(len(raw) - pos - 8, 0xFFFFFFFF))
+            return bytes(fixed)
+        pos += 8 + size + (size & 1)
+    return None
+
+
+def _decode_bytes(raw: bytes, utt: str, source: str) -> tuple[np.ndarray, int]:
+    try:
+        data, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
+        if data.shape[0] == 0:
+            fixed = _fix_streamed_wav(raw)
+            if fixed is not None:
+                data, rate = sf.read(io.BytesIO(fixed), dtype="float32", always_2d=True)
+    except Exception as exc:  # soundfile raises LibsndfileError/RuntimeError/TypeError
+        raise UtteranceError(utt, source, f"cannot decode audio from command output ({len(raw)} bytes): {exc}") from exc
+    return data, int(rate)
+
+
+def _run_pipe(command: str, utt: str) -> bytes:
+    try:
+        proc = subprocess.run(command, shell=True, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        raise UtteranceError(utt, f"{command} |", f"cannot start command: {exc}") from exc
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL:]
+        raise UtteranceError(
+            utt,
+            f"{command} |",
+            f"command failed with exit code {proc.returncode}" + (f"; stderr: {err}" if err else "; no stderr"),
+        )
+    if not proc.stdout:
+        raise UtteranceError(utt, f"{command} |", "command wrote no audio to stdout")
+    return proc.stdout
+
+
+def _wav_truncation(path: str) -> str | None:
+    """For a RIFF/WAVE file: a message when its data chunk declares more bytes than the file
+    holds (an interrupted copy; libsndfile silently reads what is there), else None."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            pos = 12
+            while pos + 8 <= size:
+                f.seek(pos)
+                chunk = f.read(8)
+                cid, n = chunk[:4], struct.unpack("<I", chunk[4:8])[0]
+                if cid == b"data":
+                    if n not in (0, 0xFFFFFFFF) and pos + 8 + n > size:
+                        return (
+                            f"file is truncated: its header declares {n} bytes of audio, "
+                            f"the file holds {size - pos - 8}"
+                        )
+                    return None
+                pos += 8 + n + (n & 1)
+    except OSError:
+        return None
+    return None
+
+
+def read_file(path: str, utt: str, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, int]:
+    if not os.path.exists(path):
+        raise UtteranceError(utt, path, "audio file not found")
+    problem = _wav_truncation(path)
+    if problem is not None:
+        raise UtteranceError(utt, path, problem)
+    try:
+        with sf.SoundFile(path) as f:
+            rate = f.samplerate
+            if start:
+                f.seek(start)
+            frames = -1 if stop is None else max(0, stop - start)
+            data = f.read(frames, dtype="float32", always_2d=True)
+    except UtteranceError:
+        raise
+    except Exception as exc:
+        raise UtteranceError(utt, path, f"cannot read audio: {exc}") from exc
+    return data, int(rate)
+
+
+def _decode_spec(spec: str, utt: str) -> tuple[np.ndarray, int, str]:
+    """Decode a whole wav.scp entry -> ([frames, channels] float32, rate, source name)."""
+    spec = spec.strip()
+    if not spec:
+        raise UtteranceError(utt, "wav.scp", "empty wav.scp entry")
+    if _is_pipe(spec):
+        command = _pipe_command(spec)
+        data, rate = _decode_bytes(_run_pipe(command, utt), utt, f"{command} |")
+        return data, rate, f"{command} |"
+    ark = _ark_location(spec)
+    if ark is not None:
+        try:
+            import kaldiio
+
+            rate, data = kaldiio.load_mat(spec)
+        except Exception as exc:
+            raise UtteranceError(utt, spec, f"cannot read wav from ark: {exc}") from exc
+        data = np.asarray(data)
+        return (data if data.ndim == 2 else data[:, None]), int(rate), spec
+    data, rate = read_file(spec, utt)
+    return data, rate, spec
+
+
+def read_audio(spec: str, utt: str = "<audio>") -> tuple[np.ndarray, int]:
+    """Decode one wav.scp entry at its native rate -> (float32 mono [-1, 1], rate)."""
+    data, rate, source = _decode_spec(spec, utt)
+    wave = to_mono_float(data, utt, source)
+    if wave.size == 0:
+        raise UtteranceError(utt, source, "audio has no samples")
+    return wave, rate
+
+
+def load_audio(spec: str, sample_rate: int | None = 16000, utt: str = "<audio>") -> np.ndarray:
+    """Decode one wav.scp entry (path, ``cmd |`` or ``file.ark:offset``) to float32 mono in
+    [-1, 1], resampled to ``sample_rate`` (None: keep the native rate)."""
+    wave, rate = read_audio(spec, utt)
+    return wave if sample_rate is None else resample(wave, rate, sample_rate)
+
+
+# --------------------------------------------------------------------------- resampling
+
+
+def resample(x: np.ndarray, orig_sr: int, new_sr: int) -> np.ndarray:
+    """Band-limited resampling of a 1-D signal by the exact rational factor new_sr / orig_sr.
+
+    ``scipy.signal.resample_poly`` (polyphase FIR, Kaiser window): no phase shift, exact output
+    length ``ceil(len(x) * new_sr / orig_sr)``.  Returns float32 (the input itself when the rates
+    are equal).
+    """
+    if orig_sr <= 0 or new_sr <= 0:
+        raise ValueError(f"sample rates must be positive, got {orig_sr} -> {new_sr}")
+    x = np.asarray(x, dtype=np.float32)
+    if orig_sr == new_sr:
+        return x
+    from scipy.signal import resample_poly  # heavy import, only when needed
+
+    g = math.gcd(int(orig_sr), int(new_sr))
+    up, down = int(new_sr) // g, int(orig_sr) // g
+    y = resample_poly(x, up, down, axis=0, window=polyphase_filter(up, down))
+    return np.asarray(y, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=16)
+def polyphase_filter(up: int, down: int) -> np.ndarray:
+    """scipy's default anti-aliasing filter of ``resample_poly`` (Kaiser beta 5, 10 zero crossings
+    of the lower rate per side), designed once per rate pair instead of once per call."""
+    from scipy.signal import firwin
+
+    max_rate = max(up, down)
+    h = firwin(2 * 10 * max_rate + 1, 1.0 / max_rate, window=("kaiser", 5.0))
+    h.setflags(write=False)
+    return h
+
+
+# --------------------------------------------------------------------------- durations
+
+
+def spec_duration(spec: str, utt: str = "<audio>") -> float:
+    """Duration in seconds of one wav.scp entry: header only for files, decoding for pipes/arks."""
+    spec = spec.strip()
+    if not _is_pipe(spec) and _ark_location(spec) is None:
+        if not os.path.exists(spec):
+            raise UtteranceError(utt, spec, "audio file not found")
+        try:
+            info = sf.info(spec)
+        except Exception as exc:
+            raise UtteranceError(utt, spec, f"cannot read audio header: {exc}") from exc
+        if info.frames <= 0 or info.samplerate <= 0:
+            raise UtteranceError(utt, spec, "audio has no samples")
+        if info.format == "WAV" and (problem := _wav_truncation(spec)) is not None:
+            raise UtteranceError(utt, spec, problem)
+        return info.frames / info.samplerate
+    wave, rate = read_audio(spec, utt)
+    return wave.shape[0] / rate
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as written to utt2dur: 6 significant digits, as Kaldi's ``wav-to-duration``."""
+    return f"{seconds:.6g}"
+
+
+# --------------------------------------------------------------------------- data-dir reader
+
+
+def _read_table(path: Path) -> list[tuple[str, str]]:
+    """``(key, rest)`` in file order; InputError (file:line) on a malformed line or duplicate key."""
+
+    return list(read_kv(path).items())
+
+
+class AudioReader:
+    """Random access to the utterances of a data dir (``wav.scp`` and optional ``segments``).
+
+    >>> reader = AudioReader("data/test")          # doctest: +SKIP
+    >>> x = reader.read(reader.keys()[0])          # float32, mono, 16 kHz
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], sample_rate: int | None = 16000) -> None:
+        self.data_dir = Path(data_dir)
+        self.sample_rate = sample_rate
+        wav_scp = self.data_dir / "wav.scp"
+        if not wav_scp.is_file():
+            raise InputError(wav_scp, None, "wav.scp not found")
+        self._wav_scp_path = wav_scp
+        self._wav: dict[str, str] = {}
+        for key, rest in _read_table(wav_scp):
+            self._wav[key] = rest
+        self._segments: dict[str, Segment] | None = None
+        seg_path = self.data_dir / "segments"
+        if seg_path.is_file():
+            self._segments = {}
+            for lineno, (utt, rest) in enumerate(_read_table(seg_path), start=1):
+                self._segments[utt] = self._parse_segment(seg_path, lineno, utt, rest)
+        self._keys = list(self._segments if self._segments is not None else self._wav)
+        self._cache: tuple[str, np.ndarray, int, str] | None = None  # last decoded recording
+        self._rec_dur: dict[str, float] = {}
+
+    def _parse_segment(self, path: Path, lineno: int, utt: str, rest: str) -> Segment:
+        fields = rest.split()
+        if len(fields) != 3:
+            raise InputError(path, lineno, f"expected 'utt rec start end', got '{utt} {rest}'")
+        rec = fields[0]
+        try:
+            start, end = float(fields[1]), float(fields[2])
+        except ValueError:
+            raise InputError(path, lineno, f"start/end are not numbers: '{utt} {rest}'") from None
+        if rec not in self._wav:
+            raise InputError(path, lineno, f"recording '{rec}' of segment '{utt}' is not in {self._wav_scp_path}")
+        if start < 0 or (end != -1 and end <= start):
+            raise InputError(path, lineno, f"bad segment times start={start} end={end} for '{utt}'")
+        return Segment(rec, start, end)
+
+    # mapping-like access
+    def keys(self) -> list[str]:
+        """Utterance ids in file order (segments ids when a ``segments`` file exists)."""
+        return list(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __contains__(self, utt: object) -> bool:
+        return utt in (self._segments if self._segments is not None else self._wav)
+
+    def __getitem__(self, utt: str) -> np.ndarray:
+        return self.read(utt)
+
+    def source(self, utt: str) -> str:
+        """Human-readable origin of ``utt``: its wav.scp entry, plus ``[start, end]`` for segments."""
+        if self._segments is not None:
+            seg = self._segment(utt)
+            return f"{self._wav[seg.recording]} [{seg.start}, {seg.end}]"
+        return self.entry(utt)
+
+    @property
+    def has_segments(self) -> bool:
+        """Whether utterances are segments of recordings (the data dir has a ``segments`` file)."""
+        return self._segments is not None
+
+    def entry(self, utt: str) -> str:
+        """The wav.scp entry of ``utt`` (a path or a command ending in ``|``)."""
+        try:
+            return self._wav[utt]
+        except KeyError:
+            raise KeyError(f"utterance '{utt}' is not in {self._wav_scp_path}") from None
+
+    def _segment(self, utt: str) -> Segment:
+        assert self._segments is not None
+        try:
+            return self._segments[utt]
+        except KeyError:
+            raise KeyError(f"utterance '{utt}' is not in {self.data_dir / 'segments'}") from None
+
+    def read(self, utt: str) -> np.ndarray:
+        """Waveform of ``utt``: float32 mono in [-1, 1] at ``sample_rate``."""
+        wave, rate = self.read_native(utt)
+        return wave if self.sample_rate is None else resample(wave, rate, self.sample_rate)
+
+    def read_native(self, utt: str) -> tuple[np.ndarray, int]:
+        """Waveform of ``utt`` at the recording's own rate -> (float32 mono, rate)."""
+        if self._segments is None:
+            return read_audio(self.entry(utt), utt)
+        seg = self._segment(utt)
+        spec = self._wav[seg.recording].strip()
+        if not _is_pipe(spec) and _ark_location(spec) is None:
+            return self._read_file_segment(utt, seg, spec)
+        data, rate, source = self._decoded_recording(seg.recording, spec, utt)
+        start, stop = self._segment_bounds(utt, seg, data.shape[0], rate, source)
+        return to_mono_float(data[start:stop], utt, source), rate
+
+    def _decoded_recording(self, rec: str, spec: str, utt: str) -> tuple[np.ndarray, int, str]:
+        if self._cache is not None and self._cache[0] == rec:
+            return self._cache[1], self._cache[2], self._cache[3]
+        data, rate, source = _decode_spec(spec, utt)
+        self._cache = (rec, data, rate, source)
+        return data, rate, source
+
+    @staticmethod
+    def _segment_bounds(utt: str, seg: Segment, frames: int, rate: int, source: str) -> tuple[int, int]:
+        start = int(round(seg.start * rate))
+        stop = frames if seg.end == -1 else int(round(seg.end * rate))
+        if start >= frames:
+            raise UtteranceError(
+                utt, source, f"segment starts at {seg.start} s, after the end of the recording ({frames / rate:.3f} s)"
+            )
+        if stop > frames:
+            if stop - frames > MAX_OVERSHOOT * rate:
+                raise UtteranceError(
+                    utt,
+                    source,
+                    f"segment ends at {seg.end} s, more than {MAX_OVERSHOOT} s "
+                    f"after the end of the recording ({frames / rate:.3f} s)",
+                )
+            stop = frames
+        return start, stop
+
+    def _read_file_segment(self, utt: str, seg: Segment, path: str) -> tuple[np.ndarray, int]:
+        if not os.path.exists(path):
+            raise UtteranceError(utt, path, "audio file not found")
+        try:
+            info = sf.info(path)
+        except Exception as exc:
+            raise UtteranceError(utt, path, f"cannot read audio header: {exc}") from exc
+        start, stop = self._segment_bounds(utt, seg, info.frames, info.samplerate, path)
+        data, rate = read_file(path, utt, start, stop)
+        wave = to_mono_float(data, utt, path)
+        if wave.shape[0] != stop - start:
+            raise UtteranceError(
+                utt,
+                path,
+                f"file is truncated: read {wave.shape[0]} of {stop - start} "
+                f"samples of segment [{seg.start}, {seg.end}]",
+            )
+        return wave, rate
+
+    def recording_duration(self, rec: str) -> float:
+        """Duration in seconds of recording ``rec`` of wav.scp (cached; header only for files)."""
+        if rec not in self._rec_dur:
+            self._rec_dur[rec] = spec_duration(self._wav[rec], rec)
+        return self._rec_dur[rec]
+
+    def duration(self, utt: str) -> float:
+        """Duration of ``utt`` in seconds: from the file header, from segment times (``-1`` and
+        overshoot resolved against the recording), or by decoding a pipe/ark entry."""
+        if self._segments is None:
+            self.entry(utt)
+            try:
+                return self.recording_duration(utt)
+            except UtteranceError as exc:
+                raise UtteranceError(utt, exc.source, exc.message) from None
+        seg = self._segment(utt)
+        try:
+            total = self.recording_duration(seg.recording)
+        except UtteranceError as exc:
+            raise UtteranceError(utt, exc.source, exc.message) from None
+        if seg.start >= total or (seg.end != -1 and seg.end - total > MAX_OVERSHOOT):
+            raise UtteranceError(
+                utt,
+                self._wav[seg.recording],
+                f"segment [{seg.start}, {seg.end}] lies outside the recording ({total:.3f} s)",
+            )
+        end = total if seg.end == -1 else min(seg.end, total)
+        return end - seg.start
+
+
+def utt2dur(data_dir: str | os.PathLike[str], progress: bool = False) -> dict[str, float]:
+    """Duration (seconds) of every utterance of a data dir, in file order.
+
+    Files: from headers (no decoding).  Segments: ``end - start`` (``-1`` and overshoot resolved
+    against the recording's header, looked up once per recording).  Pipes and ark entries: decoded.
+    """
+    reader = AudioReader(data_dir, sample_rate=None)
+    keys: list[str] | Iterator[str] = reader.keys()
+    if progress:
+        from tqdm import tqdm
+
+        keys = tqdm(keys, desc=f"utt2dur {data_dir}", unit="utt", mininterval=2.0)
+    return {utt: reader.duration(utt) for utt in keys}
+
+
+_PIPE_RE = re.compile(r"\|\s*(\[[^\]]*\])?\s*$")  # a "cmd |" entry, with or without segment times
+
+
+def known_durations(data_dir: str | os.PathLike[str], utts: Iterable[str]) -> dict[str, float | None]:
+    """Seconds per utterance where they are known without running anything, for planning work
+    (job splits, length-sorted batches); None where they are not.
+
+    From ``utt2dur``, else ``utt2num_frames`` (10 ms frames), else file headers / segment times
+    (:meth:`AudioReader.duration`); never by running a ``cmd |`` pipe.  Errors are not reported
+    here: the utterance is read later and fails there with its own message.
+    """
+
+    d = Path(data_dir)
+    utts = list(utts)
+    for name, scale in (("utt2dur", 1.0), ("utt2num_frames", 0.01)):
+        if (d / name).is_file():
+            table = read_kv(d / name)
+            out: dict[str, float | None] = {}
+            for u in utts:
+                try:
+                    out[u] = float(table[u].split()[0]) * scale
+                except (KeyError, ValueError, IndexError):
+                    out[u] = None
+            return out
+    reader = AudioReader(d, sample_rate=None)
+    out = {}
+    for u in utts:
+        try:
+            out[u] = None if _PIPE_RE.search(reader.source(u)) else reader.duration(u)
+        except (UtteranceError, KeyError, OSError):
+            out[u] = None
+    return out
+
+
+def write_utt2dur(data_dir: str | os.PathLike[str], progress: bool = False) -> Path:
+    """Compute :func:`utt2dur` and write ``data_dir/utt2dur`` atomically (LC_ALL=C order)."""
+
+    durs = utt2dur(data_dir, progress=progress)
+    path = Path(data_dir) / "utt2dur"
+    write_kv(path, [(k, format_duration(v)) for k, v in durs.items()])
+    return path

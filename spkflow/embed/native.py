@@ -1,0 +1,167 @@
+"""spkflow's own models in stage 5: a stage-4 model dir run through the :class:`~spkflow.embed.base.Embedder` interface.
+
+Inputs are computed in DataLoader workers (audio -> Kaldi fbank -> energy VAD -> the config's
+frontend) or read from stage 2's ``feats.scp``; batches are padded and masked, so a batch gives
+every utterance the embedding it gets alone (``test/test_embed*.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spkflow.core.errors import UtteranceError
+from spkflow.data.audio import AudioReader
+from spkflow.data.tables import read_kv
+from spkflow.embed.base import (
+    FRAME_RATE,
+    ModelError,
+    PadCollate,
+    autocast_dtype,
+    check_model_dir,
+    model_stamp,
+    pad,
+    resolve_device,
+)
+from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend, compute_fbank, compute_vad
+
+__all__ = ["SpkflowEmbedder"]
+
+
+class _FrameCount:
+    """Picklable ``frames`` of a spkflow model (10 ms frames of a feature matrix)."""
+
+    def __init__(self, per_frame: float) -> None:
+        self.per_frame = per_frame
+
+    def __call__(self, x: np.ndarray) -> int:
+        return max(1, int(math.ceil(x.shape[0] * self.per_frame)))
+
+
+class _FbankPreparer:
+    """Audio -> fbank -> (VAD) -> frontend, in a worker.  Picklable: the reader opens lazily."""
+
+    def __init__(
+        self, data_dir: str, fbank: Any, vad: Any | None, use_vad: bool, mean_norm: bool, feats_dir: str | None = None
+    ) -> None:
+        self.data_dir, self.fbank, self.vad = data_dir, fbank, vad
+        self.use_vad, self.mean_norm, self.feats_dir = use_vad, mean_norm, feats_dir
+        self._reader: Any = None
+        self._feats: dict[str, str] | None = None
+        self._vads: dict[str, str] | None = None
+
+    def _from_feats(self, utt: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """Stage-2 features and VAD of ``utt`` (VAD computed when vad.scp lacks it)."""
+        import kaldiio
+
+        assert self.feats_dir is not None
+        if self._feats is None:
+            self._feats = read_kv(Path(self.feats_dir) / "feats.scp")
+            vad_scp = Path(self.feats_dir) / "vad.scp"
+            self._vads = read_kv(vad_scp) if self.use_vad and vad_scp.is_file() else {}
+        spec = self._feats.get(utt)
+        if spec is None:
+            raise UtteranceError(utt, f"{self.feats_dir}/feats.scp", "utterance not in feats.scp")
+        try:
+            feats = np.asarray(kaldiio.load_mat(spec), dtype=np.float32)
+            vad = np.asarray(kaldiio.load_mat(self._vads[utt]), dtype=np.float32) if utt in (self._vads or {}) else None
+        except Exception as exc:
+            raise UtteranceError(utt, spec, f"cannot read features: {exc}") from exc
+        if vad is None and self.use_vad and self.vad is not None:
+            vad = compute_vad(feats, self.vad)
+        return feats, vad
+
+    def __call__(self, utt: str) -> np.ndarray:
+
+        if self.feats_dir is not None:
+            feats, vad = self._from_feats(utt)
+        else:
+            if self._reader is None:
+                self._reader = AudioReader(self.data_dir, sample_rate=int(self.fbank.sample_frequency))
+            wave = self._reader.read(utt)
+            try:
+                feats = compute_fbank(wave, int(self.fbank.sample_frequency), self.fbank)
+            except ValueError as exc:
+                raise UtteranceError(utt, self._reader.source(utt), str(exc)) from None
+            vad = compute_vad(feats, self.vad) if (self.use_vad and self.vad is not None) else None
+        out = apply_frontend(feats, vad, use_vad=self.use_vad, mean_norm=self.mean_norm)
+        if out.shape[0] == 0:
+            raise UtteranceError(utt, self.data_dir, "no frames left after the frontend")
+        return out
+
+
+class SpkflowEmbedder:
+    """A stage-4 model dir (``config.yaml`` + ``model.pth``) run by :mod:`spkflow.nnet.models`.
+
+    Inputs are whole utterances through the config's ``frontend`` (Kaldi fbank, energy VAD,
+    optional mean normalisation), computed in workers from the audio, or read from a stage-2
+    ``feats.scp`` (+ ``vad.scp``) when ``feats_dir`` is given.
+    """
+
+    name = "spkflow"
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        device: str = "cpu",
+        feats_dir: str | os.PathLike[str] | None = None,
+        dtype: str = "float32",
+    ) -> None:
+        import torch
+
+        from spkflow.nnet.models import load_model_dir
+
+        d = check_model_dir(model_dir)
+        if not (d / "model.pth").is_file():
+            raise ModelError(d / "model.pth", None, "not found: the model directory has no weights")
+        self.device = resolve_device(device)
+        self.dtype = dtype
+        self._autocast = autocast_dtype(dtype, self.device)
+        # a truncated or code-holding model.pth: spkflow.nnet.checkpoint's CheckpointError names it
+        self.model, self.config = load_model_dir(d, self.device)
+        self.stamp = model_stamp(self.name, d / "config.yaml", d / "model.pth", dtype)
+        fe = dict(self.config.get("frontend") or {})
+        self.fbank = FbankOptions.from_dict(dict(fe.get("fbank") or {}))
+        self.use_vad = bool(fe.get("vad", False))
+        vad_conf = fe.get("vad_conf")
+        self.vad = VadOptions(**dict(vad_conf)) if isinstance(vad_conf, Mapping) else VadOptions()
+        self.mean_norm = bool(fe.get("mean_norm", False))
+        self.feats_dir = None if feats_dir is None else os.fspath(feats_dir)
+        self.dim = int(self.model.embed_dim)
+        self._frames_per_frame = FRAME_RATE / (1000.0 / float(self.fbank.frame_shift))
+        self._torch = torch
+
+    def preparer(self, data_dir: str | os.PathLike[str]) -> Callable[[str], np.ndarray]:
+        return _FbankPreparer(os.fspath(data_dir), self.fbank, self.vad, self.use_vad, self.mean_norm, self.feats_dir)
+
+    def frames(self, x: np.ndarray) -> int:
+        return max(1, int(math.ceil(x.shape[0] * self._frames_per_frame)))
+
+    def collater(self, max_frames: int) -> PadCollate:
+        """Worker-side batch assembly for :func:`spkflow.embed.run.run_job` (see :class:`PadCollate`)."""
+        return PadCollate(_FrameCount(self._frames_per_frame), max_frames)
+
+    def embed_padded(self, feats: Any, lengths: Any) -> np.ndarray:
+        """Embeddings (float32) of a padded batch from :class:`PadCollate`; the copy to the device
+        is ``non_blocking`` (it overlaps only when the DataLoader pinned the batch)."""
+        torch = self._torch
+        nb = self.device.startswith("cuda")
+        with (
+            torch.inference_mode(),
+            torch.autocast(
+                device_type=self.device.split(":")[0],
+                dtype=self._autocast or torch.float32,
+                enabled=self._autocast is not None,
+            ),
+        ):
+            out = self.model(feats.to(self.device, non_blocking=nb), lengths.to(self.device, non_blocking=nb))
+        return out.float().cpu().numpy()
+
+    def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
+        feats, lengths = pad(xs)
+        return self.embed_padded(self._torch.from_numpy(feats), self._torch.from_numpy(lengths))

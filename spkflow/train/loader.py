@@ -1,0 +1,398 @@
+"""N x M training loader: random fixed-length crops from kaldiio feature arks, fast.
+
+Given ``feats.scp`` (+ ``vad.scp``, + per-utterance CMVN stats from ``make_fbank.sh``) and a
+batch list (one batch of N*M utterance ids per line, :mod:`spkflow.train.batches`), batch ``b``
+of epoch ``e`` is a float32 tensor ``[N*M, T, F]`` and the list of its utterance ids, where
+
+* ``T`` is :func:`spkflow.train.batches.crop_frames` ``(seed, e, b, min, max)`` (or a fixed length);
+* each utterance contributes one crop of T consecutive frames, taken from its voiced frames
+  only when ``use_vad`` (Kaldi's ``select-voiced-frames`` followed by a crop); an utterance
+  shorter than T (after VAD) is extended by wrapping around (frames ``0..n-1, 0..``);
+* the crop start is drawn from a generator seeded by ``(seed, e, b)`` only, so a batch is
+  a pure function of (files, seed, epoch, batch index): resuming at batch k gives the same
+  tensors as an uninterrupted run, with any number of workers;
+* ``mean_norm="utterance"`` subtracts the mean of the utterance's frames that the frontend
+  keeps (voiced, or all), i.e. exactly what :func:`spkflow.features.fbank.apply_frontend` does at
+  extraction time, so training crops and test utterances are normalised alike; the mean
+  comes from ``cmvn_utt[_voiced].scp`` (written by make_fbank) without reading the whole
+  utterance.  ``"crop"`` uses the crop's own mean; ``"none"`` leaves features as they are;
+* no masking here: SpecAugment is the model's (``model.specaug``, after input normalisation,
+  where a masked value is the training mean); waveform augmentation is the raw path's
+  (:mod:`spkflow.train.raw_loader`, :mod:`spkflow.augment.wave`).
+
+Why it is fast (``test/bench/bench_loader.py``): a batch is built inside a DataLoader worker
+(``batch_size=None``: the dataset is indexed by batch, not by utterance); every ark file is
+memory-mapped once per worker (no system call per read: on this project's VM one costs about
+as much as copying a crop) and read at the offsets of the scp; for float matrices only the
+rows of the crop are touched (a 1.6 s crop of a 10 s utterance reads 16% of it); compressed
+matrices are decoded only for the crop's rows; headers are cached per worker; VAD vectors and
+CMVN stats are read in place, without copies.
+The batch tensor is made in shared memory, so handing it to the trainer copies nothing, and
+those buffers are recycled: a fresh 33 MB shared segment per batch cost a worker about as much
+CPU as reading the crops (page allocation, zeroing, mapping, unmapping), so the main process
+keeps a pool of them and sends a free one along with each batch index; a buffer counts as free
+only when it is back from its worker and nothing outside the pool refers to its storage (the
+storage's reference count, so a batch the caller keeps is never overwritten).
+Anchors: WeSpeaker's and voxceleb_trainer's loaders read audio and compute fbank per
+utterance per step; ESPnet's ``kaldiio.load_scp`` readers read whole matrices and reopen or
+LRU-cache file handles.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from spkflow.core import procs
+from spkflow.core.errors import InputError
+from spkflow.data.ark import KaldiArkReader
+from spkflow.train.batches import crop_frames
+
+__all__ = ["BatchBuffers", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
+
+MEAN_NORM_MODES = ("utterance", "crop", "none")
+_LOADER_PURPOSE = 0x6C6F6164  # "load": keeps this stream apart from other (seed, epoch, batch) streams
+
+
+# --------------------------------------------------------------------------- dataset
+
+
+def _sibling(scp: str | os.PathLike[str], name: str) -> Path | None:
+    p = Path(scp).parent / name
+    return p if p.is_file() else None
+
+
+class BatchBuffers:
+    """Where a dataset indexed by batch writes its batch tensor (shared with :mod:`spkflow.train.raw_loader`).
+
+    :meth:`batch_tensor` returns a view of the pool buffer sent with the index (see
+    :func:`make_loader`), a fresh shared-memory tensor in a worker, or a plain tensor in process.
+    Subclasses define :meth:`batch_numel` (the largest batch, for the pool)."""
+
+    def batch_numel(self) -> int:
+        raise NotImplementedError
+
+    def _hold(self, buffer: torch.Tensor) -> torch.Tensor:
+        """Keep the last few pool buffers referenced in this worker: torch then finds their
+        mapping in its cache when the same buffer comes back, instead of mapping it again."""
+        held: collections.OrderedDict[int, torch.Tensor] | None = getattr(self, "_held", None)
+        if held is None:
+            held = self._held = collections.OrderedDict()
+        key = buffer.untyped_storage().data_ptr()
+        held[key] = buffer
+        held.move_to_end(key)
+        while len(held) > 16:
+            held.popitem(last=False)
+        return buffer
+
+    def batch_tensor(self, shape: tuple[int, ...], into: torch.Tensor | None) -> torch.Tensor:
+        numel = int(np.prod(shape))
+        # In a worker the batch is made in shared memory and filled in place: handing it to the
+        # trainer then copies nothing (torch would otherwise move it there, a 33 MB copy).
+        if into is not None and into.numel() >= numel:
+            return self._hold(into)[:numel].view(shape)
+        if torch.utils.data.get_worker_info() is not None:
+            return _shared_empty(shape)
+        return torch.empty(shape)
+
+
+class NxMCropDataset(BatchBuffers, Dataset):
+    """Batch ``b`` -> ``(feats FloatTensor [N*M, T, F], utt_ids list[str])``; see the module doc.
+
+    Parameters
+    ----------
+    feats_scp: the feature scp (``dump/fbank/<set>/feats.scp``).
+    batches: the epoch's batch list (list of id lists, e.g. from ``read_batch_list``).
+    seed, epoch: with the batch index, the only sources of randomness.
+    crop: a fixed T, or ``(min_frames, max_frames)`` for :func:`spkflow.train.batches.crop_frames`.
+    use_vad: crop voiced frames only (needs ``vad_scp``; default: ``vad.scp`` beside feats.scp).
+    mean_norm: ``"utterance"`` (or True), ``"crop"``, ``"none"`` (or False).
+    cmvn_scp: per-utterance stats for ``"utterance"`` (default: ``cmvn_utt_voiced.scp`` or
+        ``cmvn_utt.scp`` beside feats.scp, matching ``use_vad``; without one, whole utterances
+        are read to compute the mean).
+    access: how feature arks are read, ``"pread"`` (default: one system call per crop, straight
+        into the batch, read-ahead off, so no more than the crop is read from disk) or
+        ``"mmap"`` (no system call: a little faster when the arks sit in the page cache, but a
+        fault on a cold page reads the device's read-ahead around it, 8 MiB on this project's
+        VM).  VAD and CMVN arks are always memory-mapped (small, read for every crop, hot).
+    feats: a :class:`KaldiArkReader` to share (e.g. built once for all epochs).
+    """
+
+    def __init__(
+        self,
+        feats_scp: str | os.PathLike[str],
+        batches: Sequence[Sequence[str]],
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        crop: int | tuple[int, int] = (140, 180),
+        use_vad: bool = True,
+        mean_norm: str | bool = "utterance",
+        vad_scp: str | os.PathLike[str] | None = None,
+        cmvn_scp: str | os.PathLike[str] | None = None,
+        feats: KaldiArkReader | None = None,
+        access: str = "pread",
+    ) -> None:
+        self.feats = feats if feats is not None else KaldiArkReader(feats_scp, access=access)
+        self.batches = [list(b) for b in batches]
+        self.seed, self.epoch = int(seed), int(epoch)
+        if isinstance(crop, int):
+            self.crop_range = (crop, crop)
+        else:
+            self.crop_range = (int(crop[0]), int(crop[1]))
+        if not 1 <= self.crop_range[0] <= self.crop_range[1]:
+            raise ValueError(f"crop must be >= 1 frames (min <= max), got {crop}")
+        if mean_norm is True:
+            mean_norm = "utterance"
+        elif mean_norm is False:
+            mean_norm = "none"
+        if mean_norm not in MEAN_NORM_MODES:
+            raise ValueError(f"mean_norm must be one of {MEAN_NORM_MODES}, got {mean_norm!r}")
+        self.mean_norm = mean_norm
+        self.use_vad = bool(use_vad)
+        self.vad: KaldiArkReader | None = None
+        if self.use_vad:
+            path = vad_scp or _sibling(self.feats.scp, "vad.scp")
+            if path is None:
+                raise InputError(
+                    Path(self.feats.scp).parent / "vad.scp",
+                    None,
+                    "use_vad needs a vad.scp (from make_fbank.sh); pass vad_scp or use_vad=False",
+                )
+            self.vad = KaldiArkReader(path)
+        self.cmvn: KaldiArkReader | None = None
+        if self.mean_norm == "utterance":
+            path = cmvn_scp or _sibling(self.feats.scp, "cmvn_utt_voiced.scp" if self.use_vad else "cmvn_utt.scp")
+            self.cmvn = KaldiArkReader(path) if path is not None else None
+        self._check_ids()
+
+    def _check_ids(self) -> None:
+        for b, batch in enumerate(self.batches):
+            for u in batch:
+                if u not in self.feats:
+                    raise KeyError(
+                        f"batch {b} (line {b + 1} of the batch list): utterance '{u}' is not in {self.feats.scp}"
+                    )
+                if self.vad is not None and u not in self.vad:
+                    raise KeyError(f"batch {b}: utterance '{u}' is not in {self.vad.scp}")
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def crop_length(self, b: int) -> int:
+        """Frames of batch ``b``'s crops: :func:`spkflow.train.batches.crop_frames` over the crop range."""
+        return crop_frames(self.seed, self.epoch, b, *self.crop_range)
+
+    def _dim(self, utt: str) -> int:
+        h = self.feats.header(utt)
+        return h.cols if h is not None else self.feats.read(utt).shape[1]
+
+    def batch_numel(self) -> int:
+        """Elements of the largest batch tensor this dataset can make (for buffer pools)."""
+        if not self.batches or not self.batches[0]:
+            return 0
+        return max(len(b) for b in self.batches) * self.crop_range[1] * self._dim(self.batches[0][0])
+
+    def _frames_kept(self, utt: str, rows: int) -> np.ndarray | None:
+        """Indices of the voiced frames (None: all frames)."""
+        if self.vad is None:
+            return None
+        v = self.vad.plain_view(utt, "FV", rows)
+        if v is None:
+            v = self.vad.read(utt, cache_header=False)
+            if len(v) != rows:
+                raise ValueError(f"'{utt}': {len(v)} VAD frames in {self.vad.scp} but {rows} feature frames")
+        idx = np.flatnonzero(v > 0.5)
+        return idx if 0 < len(idx) < rows else None
+
+    def _utt_mean(self, utt: str, kept: np.ndarray | None, rows: int, dim: int) -> np.ndarray:
+        if self.cmvn is not None:
+            s = self.cmvn.plain_view(utt, "DM", 2, dim + 1)
+            if s is None and utt in self.cmvn:
+                s = self.cmvn.read(utt, cache_header=False).reshape(2, -1)
+            if s is not None:
+                return s[0, :dim] / s[0, dim]
+        full = self.feats.rows_view(utt, 0, rows)
+        return (full if kept is None else full[kept]).mean(axis=0, dtype=np.float64)
+
+    def __getitem__(self, index: int | tuple[int, torch.Tensor | None]) -> tuple[torch.Tensor, list[str]]:
+        """Batch ``index``; or ``(index, buffer)``: the batch is written into the first elements of
+        ``buffer`` (a flat float32 tensor in shared memory from :func:`make_loader`'s pool) and
+        returned as a view of it."""
+        b, into = index if isinstance(index, tuple) else (index, None)
+        utts = self.batches[b]
+        T = self.crop_length(b)
+        rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
+        rows = [self.feats.num_rows(u) for u in utts]
+        kept = [self._frames_kept(u, r) for u, r in zip(utts, rows, strict=True)]
+        n = np.array([r if k is None else len(k) for k, r in zip(kept, rows, strict=True)], dtype=np.int64)
+        if (n == 0).any():
+            bad = utts[int(np.flatnonzero(n == 0)[0])]
+            raise ValueError(f"utterance '{bad}' has no frames in {self.feats.scp}")
+        # start in [0, n - T] when the utterance is long enough, else a random rotation of it
+        starts = rng.integers(0, np.where(n >= T, n - T + 1, n)).tolist()
+        dim = self._dim(utts[0])
+        out = self.batch_tensor((len(utts), T, dim), into)
+        buf = out.numpy()
+        offs = np.arange(T)
+        means = np.empty((len(utts), dim), dtype=np.float64) if self.mean_norm == "utterance" else None
+        for i, u in enumerate(utts):
+            s, ni, k = starts[i], int(n[i]), kept[i]
+            if k is None and ni >= T:  # the common case: T consecutive rows, read just those
+                self.feats.gather(u, s + offs, buf[i], contiguous=True)
+            else:
+                pos = s + offs if ni >= T else (s + offs) % ni
+                self.feats.gather(u, pos if k is None else k[pos], buf[i])
+            if means is not None:
+                means[i] = self._utt_mean(u, k, rows[i], dim)
+        if means is not None:
+            buf -= means.astype(np.float32)[:, None, :]
+        elif self.mean_norm == "crop":
+            buf -= buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+        return out, list(utts)
+
+
+def _shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised float32 tensor in shared memory, allocated there directly (measured:
+    a third less CPU per batch than ``torch.empty(...).share_memory_()``, which copies)."""
+    nbytes = 4 * int(np.prod(shape))
+    try:
+        storage = torch.UntypedStorage._new_shared(nbytes)  # what torch.multiprocessing uses
+        return torch.empty(0, dtype=torch.float32).set_(storage).view(shape)
+    except (AttributeError, RuntimeError, TypeError):
+        return torch.empty(shape, dtype=torch.float32).share_memory_()
+
+
+class _BufferPool:
+    """Shared-memory batch buffers owned by the main process (see the module docstring).
+
+    :meth:`take` hands out a buffer only when it is not on its way through a worker (sent with
+    an index and not yet back) and its storage has no reference outside the pool.  Batches come
+    back in the order their indices were sent, so :meth:`arrived` checks each against the
+    buffer sent with it; should torch ever hand a batch back in a storage other than the pool's
+    (its mapping cache missed), reuse stops for the rest of the epoch instead of guessing."""
+
+    def __init__(self, numel: int, limit: int) -> None:
+        self.numel, self.limit = numel, limit
+        self.buffers: list[tuple[torch.Tensor, int]] = []  # (buffer, storage use count when free)
+        self.sent: collections.deque[int | None] = collections.deque()  # storage pointers, in send order
+        self.enabled = numel > 0
+
+    @staticmethod
+    def _uses(t: torch.Tensor) -> int:
+        # references to the storage from any tensor, view or storage object (a private torch
+        # function; make_loader does not pool when a torch build lacks it)
+        return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+    def take(self) -> torch.Tensor | None:
+        t = self._free() if self.enabled else None
+        self.sent.append(t.untyped_storage().data_ptr() if t is not None else None)
+        return t
+
+    def _free(self) -> torch.Tensor | None:
+        busy = set(self.sent)
+        for t, free_uses in self.buffers:
+            if t.untyped_storage().data_ptr() not in busy and self._uses(t) == free_uses:
+                return t
+        if len(self.buffers) >= self.limit:  # the caller keeps many batches: allocate as usual
+            return None
+        t = _shared_empty((self.numel,))
+        self.buffers.append((t, self._uses(t)))
+        return t
+
+    def arrived(self, x: torch.Tensor | None) -> None:
+        ptr = self.sent.popleft() if self.sent else None
+        if ptr is not None and (x is None or ptr != x.untyped_storage().data_ptr()):
+            self.enabled = False
+            self.buffers = []
+            self.sent = collections.deque([None] * len(self.sent))
+
+
+class _IndexSampler:
+    """Batch indices ``start..stop-1``, each with a free pool buffer when a pool is set."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.pool: _BufferPool | None = None
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __iter__(self) -> Iterator[int | tuple[int, torch.Tensor | None]]:
+        for b in range(self.start, self.stop):
+            yield b if self.pool is None else (b, self.pool.take())
+
+
+class _PooledLoader(DataLoader):
+    """A DataLoader whose workers fill recycled shared-memory buffers (:class:`_BufferPool`)."""
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        sampler: _IndexSampler = self.sampler  # type: ignore[assignment]
+        pool = _BufferPool(
+            self.dataset.batch_numel(),  # type: ignore[attr-defined]
+            limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4,
+        )
+        sampler.pool = pool
+        for item in super().__iter__():
+            pool.arrived(item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None)
+            yield item
+
+
+def make_loader(
+    dataset: Dataset,
+    *,
+    start_batch: int = 0,
+    num_workers: int = 2,
+    prefetch_factor: int = 4,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    multiprocessing_context: str | None = None,
+    reuse_buffers: bool = True,
+) -> DataLoader:
+    """A DataLoader over batches ``start_batch, start_batch + 1, ...`` of ``dataset``.
+
+    Each item is ``(feats [N*M, T, F], utt_ids)``.  Batches come in order whatever
+    ``num_workers`` is; starting at ``k`` yields exactly batches ``k..`` of an uninterrupted
+    run (resume after a checkpoint at step k).  With workers, batch buffers are recycled once
+    nothing refers to them any more (``reuse_buffers``; keeping a batch is always safe; not with
+    ``pin_memory``, where the pinned copy is what the caller gets; only for
+    :class:`BatchBuffers` datasets, other datasets get a plain DataLoader over the same indices).
+    """
+    if not 0 <= start_batch <= len(dataset):
+        raise ValueError(f"start_batch {start_batch} is outside [0, {len(dataset)}]")
+    kwargs: dict[str, Any] = {}
+    if num_workers > 0:
+        kwargs.update(
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            multiprocessing_context=multiprocessing_context,
+            worker_init_fn=procs.worker_init,  # workers die with the trainer, even when it is SIGKILLed
+        )
+    pooled = (
+        num_workers > 0
+        and reuse_buffers
+        and not pin_memory
+        and isinstance(dataset, BatchBuffers)
+        and hasattr(torch._C, "_storage_Use_Count")
+    )
+    cls = _PooledLoader if pooled else DataLoader
+    return cls(
+        dataset,
+        batch_size=None,
+        sampler=_IndexSampler(start_batch, len(dataset)),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        collate_fn=_identity,
+        **kwargs,
+    )
+
+
+def _identity(x: Any) -> Any:
+    return x

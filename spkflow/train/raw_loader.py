@@ -1,0 +1,230 @@
+"""N x M training loader on raw audio: crops of waveform, augmented, then fbank, in the workers.
+
+``feats_type: raw`` (the training config's ``frontend``) next to the ark path of
+:mod:`spkflow.train.loader`.  Batch ``b`` of epoch ``e`` is ``(feats [N*M, T, F], utt_ids, speed_index [N])``:
+
+* ``T`` is the same per-batch crop length as the ark path (:func:`spkflow.train.batches.crop_frames`).
+* Crops come from the voiced part of the utterance, as in the ark path: stage 2's ``vad.scp``
+  marks voiced frames; every voiced frame contributes its hop (``frame_shift`` samples) to a
+  "voiced waveform", and a crop is a window of it long enough for ``T`` frames (with wrap-around
+  when the utterance is shorter, as the ark path).  The start frame is drawn the same way as the
+  ark path draws it (from the voiced frame count); the crop's frames straddle the joins of voiced
+  runs where the ark path concatenates whole frames.  Without VAD (or when every frame or none is
+  voiced) the whole waveform is used.
+* Speed perturbation (``augment.speed.factors``): one factor per speaker of the batch (drawn
+  from the batch generator); a crop of ``ceil(samples * factor)`` samples is resampled to the
+  length needed (:func:`spkflow.augment.wave.speed_perturb`), so every crop has ``T`` frames; the
+  factor index is returned so that a classification loss can count a perturbed speaker as a new
+  class, as the ark path's feature-domain speed perturbation does.
+* The crop is then augmented (:class:`spkflow.augment.wave.WaveAugment`) and turned into fbank with
+  :func:`spkflow.features.fbank.compute_fbank` (stage 2's options, so an un-augmented raw crop equals
+  the ark path's features of the same samples); ``mean_norm`` is ``"crop"`` or ``"none"`` (the
+  per-utterance mean of the stored features does not describe an augmented crop).
+* Determinism: the crop starts and speed factors come from a generator seeded by (seed, epoch,
+  batch), the augmentation of crop ``i`` from one seeded by (seed, epoch, batch, i): a batch is a
+  pure function of the files and those numbers, whatever the number of workers, and a resume at
+  batch k gives the batches of an uninterrupted run (``test/test_raw_loader.py``).
+
+Throughput against the ark path, and why the augmentation is on the fly rather than stored
+copies: ``docs/augmentation.md`` (``test/bench/bench_loader.py --raw``).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from spkflow.augment.wave import AUDIO_CACHE, speed_perturb
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.ark import KaldiArkReader
+from spkflow.data.audio import AudioReader
+from spkflow.data.tables import read_kv
+from spkflow.features.fbank import FbankOptions, compute_fbank, num_frames
+from spkflow.train.batches import crop_frames
+from spkflow.train.loader import BatchBuffers
+
+__all__ = ["NxMWaveDataset", "samples_for_frames"]
+
+_LOADER_PURPOSE = 0x6C6F6164  # "load": the same per-batch stream as the ark path (crop starts)
+_SPEED_PURPOSE = 0x73706564  # "sped"
+_AUG_PURPOSE = 0x61756720  # "aug "
+RAW_MEAN_NORM = ("crop", "none")
+
+
+def samples_for_frames(frames: int, opts: FbankOptions) -> int:
+    """The fewest samples for which :func:`spkflow.features.fbank.num_frames` gives ``frames``."""
+    shift, size = opts.window_shift, opts.window_size
+    n = (frames - 1) * shift + size if opts.snip_edges else max(1, frames * shift - shift // 2)
+    while num_frames(n, opts) < frames:
+        n += 1
+    return n
+
+
+class NxMWaveDataset(BatchBuffers, Dataset):
+    """Batch ``b`` -> ``(feats [N*M, T, F], utt_ids, speed_index LongTensor [N])``; see the module doc.
+    ``speed_index`` is all zeros without speed perturbation (N = len(batch) // num_utt).
+
+    Parameters
+    ----------
+    data_dir: the training data dir (``wav.scp``, optional ``segments``, ``utt2spk``).
+    batches: the epoch's batch list (speaker-major, ``num_utt`` utterances per speaker).
+    fbank: stage 2's :class:`FbankOptions` (or its dict).
+    vad_scp: stage 2's ``vad.scp`` (needed when ``use_vad``).
+    augment: a :class:`spkflow.augment.wave.WaveAugment` or None; its ``speed_factors`` set the
+        speed perturbation.
+    utt2spk: the speaker of each utterance (kept out of babble; default: ``data_dir/utt2spk``).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        batches: Sequence[Sequence[str]],
+        *,
+        fbank: FbankOptions | Mapping[str, Any] | None = None,
+        seed: int = 0,
+        epoch: int = 0,
+        crop: int | tuple[int, int] = (140, 180),
+        use_vad: bool = True,
+        vad_scp: str | os.PathLike[str] | None = None,
+        mean_norm: str = "none",
+        augment: Any = None,
+        num_utt: int = 1,
+        utt2spk: Mapping[str, str] | None = None,
+    ) -> None:
+
+        if fbank is None:
+            fbank = FbankOptions()
+        self.fbank = fbank if isinstance(fbank, FbankOptions) else FbankOptions.from_dict(dict(fbank))
+        self.rate = int(self.fbank.sample_frequency)
+        self.audio = AudioReader(data_dir, sample_rate=self.rate)
+        self.batches = [list(b) for b in batches]
+        self.seed, self.epoch = int(seed), int(epoch)
+        self.crop_range = (crop, crop) if isinstance(crop, int) else (int(crop[0]), int(crop[1]))
+        if not 1 <= self.crop_range[0] <= self.crop_range[1]:
+            raise ValueError(f"crop must be >= 1 frames (min <= max), got {crop}")
+        if mean_norm not in RAW_MEAN_NORM:
+            raise ValueError(f"mean_norm must be one of {RAW_MEAN_NORM} on raw audio, got {mean_norm!r}")
+        self.mean_norm = mean_norm
+        self.augment = augment
+        self.speed = list(augment.speed_factors) if augment is not None and augment.speed_factors else None
+        self.num_utt = int(num_utt)
+        self.vad: KaldiArkReader | None = None
+        if use_vad:
+            path = vad_scp or Path(data_dir) / "vad.scp"
+            if not Path(path).is_file():
+                raise InputError(path, None, "use_vad needs stage 2's vad.scp; pass vad_scp or use_vad=False")
+            self.vad = KaldiArkReader(path)
+        if utt2spk is None:
+            spk_path = Path(data_dir) / "utt2spk"
+            utt2spk = read_kv(spk_path) if spk_path.is_file() else {}
+        self.utt2spk = dict(utt2spk)
+        for b, batch in enumerate(self.batches):
+            if self.speed and len(batch) % self.num_utt:
+                raise ValueError(f"batch {b}: {len(batch)} utterances is not a multiple of M={self.num_utt}")
+            for u in batch:
+                if u not in self.audio:
+                    raise KeyError(f"batch {b} (line {b + 1} of the batch list): utterance '{u}' is not in {data_dir}")
+                if self.vad is not None and u not in self.vad:
+                    raise KeyError(f"batch {b}: utterance '{u}' is not in {self.vad.scp}")
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def crop_length(self, b: int) -> int:
+        """Frames of batch ``b``'s crops: :func:`spkflow.train.batches.crop_frames` over the crop range."""
+        return crop_frames(self.seed, self.epoch, b, *self.crop_range)
+
+    def batch_numel(self) -> int:
+        if not self.batches:
+            return 0
+        return max(len(b) for b in self.batches) * self.crop_range[1] * self.fbank.dim
+
+    def _voiced_samples(self, utt: str, wave: np.ndarray) -> np.ndarray | None:
+        """Sample indices of the voiced waveform (None: the whole waveform)."""
+        if self.vad is None:
+            return None
+        v = self.vad.read(utt, cache_header=False)
+        frames = num_frames(len(wave), self.fbank)
+        if len(v) != frames:
+            raise UtteranceError(
+                utt, self.audio.source(utt), f"{len(v)} VAD frames in {self.vad.scp} but the audio gives {frames}"
+            )
+        k = np.flatnonzero(v > 0.5)
+        if not 0 < len(k) < frames:
+            return None
+        shift = self.fbank.window_shift
+        idx = (k[:, None] * shift + np.arange(shift)[None, :]).ravel()
+        return np.minimum(idx, len(wave) - 1)
+
+    def _stream(self, utt: str) -> tuple[np.ndarray, int]:
+        """(the voiced waveform of ``utt``, or the whole one; its number of frames as the ark
+        path counts them: voiced frames, or all frames)."""
+
+        wave = AUDIO_CACHE.read(self.audio, utt)
+        idx = self._voiced_samples(utt, wave)
+        if idx is not None:
+            return wave[idx], len(idx) // self.fbank.window_shift
+        frames = num_frames(len(wave), self.fbank)
+        if frames <= 0:
+            raise UtteranceError(utt, self.audio.source(utt), f"{len(wave)} samples is shorter than one frame")
+        return wave, frames
+
+    def __getitem__(
+        self, index: int | tuple[int, torch.Tensor | None]
+    ) -> tuple[torch.Tensor, list[str], torch.Tensor, dict[str, int]]:
+        """``(feats [N*M, T, F], utts, speed index [N], counts)``; ``counts``: crops per applied
+        operation (``speed`` for a factor other than 1, then :class:`WaveAugment`'s names) and ``crops``."""
+        b, into = index if isinstance(index, tuple) else (index, None)
+        utts = self.batches[b]
+        T = self.crop_length(b)
+        need = samples_for_frames(T, self.fbank)
+        shift = self.fbank.window_shift
+        num_spk = len(utts) // self.num_utt if self.speed else 0
+        speed_idx = np.zeros(max(1, len(utts) // self.num_utt), dtype=np.int64)  # [N]: all 0 without speed
+        factors = np.ones(len(utts))
+        if self.speed:
+            srng = np.random.default_rng([self.seed, self.epoch, b, _SPEED_PURPOSE])
+            speed_idx = srng.integers(len(self.speed), size=num_spk)
+            factors = np.asarray(self.speed)[np.repeat(speed_idx, self.num_utt)]
+        # samples read per crop, and the frames they span (the ark path's T for factor 1)
+        reads = [need if f == 1.0 else int(math.ceil(need * f)) + 2 for f in factors]
+        spans = np.array([T if f == 1.0 else -(-(r - need) // shift) + T for f, r in zip(factors, reads, strict=True)])
+        streams = [self._stream(u) for u in utts]
+        n = np.array([frames for _, frames in streams], dtype=np.int64)
+        # the start frame exactly as the ark path draws it (same generator, same bounds for factor 1)
+        rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
+        starts = rng.integers(0, np.where(n >= spans, n - spans + 1, n)).tolist()
+        out = self.batch_tensor((len(utts), T, self.fbank.dim), into)
+        buf = out.numpy()
+        counts: collections.Counter[str] = collections.Counter(crops=len(utts))
+        for i, u in enumerate(utts):
+            wave = streams[i][0]
+            pos = starts[i] * shift + np.arange(reads[i])
+            if pos[-1] >= len(wave):
+                pos %= len(wave)
+            x = wave[pos]
+            if factors[i] != 1.0:
+                x = speed_perturb(x, float(factors[i]))
+                if len(x) < need:
+                    x = np.pad(x, (0, need - len(x)), mode="wrap")
+                x = x[:need]
+                counts["speed"] += 1
+            if self.augment is not None:
+                arng = np.random.default_rng([self.seed, self.epoch, b, _AUG_PURPOSE, i])
+                x = self.augment(x, arng, speaker=self.utt2spk.get(u), counts=counts)
+            try:
+                feats = compute_fbank(x, self.rate, self.fbank)
+            except ValueError as e:
+                raise UtteranceError(u, self.audio.source(u), str(e)) from e
+            buf[i] = feats[:T]
+        if self.mean_norm == "crop":
+            buf -= buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+        return out, list(utts), torch.from_numpy(np.asarray(speed_idx, dtype=np.int64)), dict(counts)
