@@ -255,7 +255,19 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
         fi
         exit 1
     fi
-    grep -E "epoch [0-9]+ done|model.pth" "${spk_exp}/train.log" | sed 's/^.*INFO: //' | while read -r _line; do log "${_line}"; done
+    # one line for the whole run; every epoch is in train.log and history.json
+    _summary=$(python - "${spk_exp}/history.json" <<'PYEOF' 2> /dev/null || true
+import json, sys
+h = json.load(open(sys.argv[1]))["history"]
+eers = [(r["epoch"], r["valid_eer"]) for r in h if r.get("valid_eer") is not None]
+line = f"{len(h)} epochs, {h[-1]['steps']} steps, {sum(r['seconds'] for r in h) / 60:.1f} min; train loss {h[0]['train_loss']:.3f} -> {h[-1]['train_loss']:.3f}"
+if eers:
+    best = min(eers, key=lambda e: e[1])
+    line += f"; validation EER {eers[-1][1]:.2f}% at epoch {eers[-1][0]} (lowest {best[1]:.2f}% at epoch {best[0]})"
+print(line)
+PYEOF
+)
+    log "Trained: ${_summary:-see ${spk_exp}/history.json}; $(grep -o 'model.pth = .*' "${spk_exp}/train.log" | tail -1)"
     log "Stage 4 output: ${spk_exp}/model.pth, config.yaml, history.json, curves.png"
 fi
 
