@@ -18,9 +18,9 @@ import pytest
 import soundfile as sf
 import yaml
 
-from conftest import ROOT
-from test_embed import make_mixed_data, make_spkflow_model_dir
-from test_make_fbank import write_data_dir
+from helpers.audio import make_mixed_data, write_data_dir_by_prefix
+from helpers.models import make_spkflow_model_dir
+from helpers.paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
 PY = Path(sys.executable)
@@ -134,7 +134,7 @@ def test_api_equals_stage5_on_real_speech(model_dir, tmp_path, corpus):
     assert len(files) == 9, files
     entries = {f"s{i % 3}-u{i:02d}": str(p) for i, p in enumerate(files)}
     data = tmp_path / "data"
-    write_data_dir(data, entries)
+    write_data_dir_by_prefix(data, entries)
     ref = stage5(model_dir, data, tmp_path / "out")
     emb = Embedder.from_pretrained(model_dir)
     got = {u: emb.embed_file(p) for u, p in entries.items()}

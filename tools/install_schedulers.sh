@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages of a real single-node Slurm and Sun Grid Engine, used by the
-# job-runner tests (test/test_slurm_pl.py, test/test_queue_pl.py) to check utils/slurm.pl
+# job-runner tests (test/schedulers/test_slurm_pl.py, test/schedulers/test_queue_pl.py) to check utils/slurm.pl
 # and utils/queue.pl against the real schedulers.
 #   sudo bash tools/install_schedulers.sh [--slurm-only|--sge-only]
 # Idempotent and quick when everything is installed (it only asks dpkg). Needs root.
-# The install does not configure or start any daemon: test/schedulers.py does that in a
+# The install does not configure or start any daemon: test/helpers/schedulers.py does that in a
 # temporary state directory at test time and stops them afterwards.
 set -euo pipefail
 
@@ -46,7 +46,7 @@ log "installing: ${missing[*]}"
 
 export DEBIAN_FRONTEND=noninteractive
 # Grid Engine's debconf questions: without them the master name is written empty and the
-# cell is not configured (see test/schedulers.py for the rest of the single-host set-up).
+# cell is not configured (see test/helpers/schedulers.py for the rest of the single-host set-up).
 if ${want_sge}; then
     host=$(hostname)
     debconf-set-selections <<EOF

@@ -4,7 +4,7 @@ What it guarantees: every ark file is memory-mapped once per process and read at
 the scp (no system call per read); for float matrices only the requested rows are touched,
 compressed matrices (Kaldi's CompressedMatrix formats) are decoded only for those rows; headers
 are cached; a malformed scp line, a duplicate key or an unreadable ark names the scp and line.
-The values equal kaldiio's reading of the same scp (``test/test_loader.py``).  Used by the
+The values equal kaldiio's reading of the same scp (``test/train/test_loader.py``).  Used by the
 training loaders (:mod:`spkflow.train.loader`, :mod:`spkflow.train.raw_loader`) and validation.
 """
 

@@ -7,7 +7,7 @@ What it guarantees
   ESPnet's frontend one utterance at a time and the encoder under :class:`PaddingMask` (which
   makes convolutions, max pooling and the SE squeeze blind to padding), or one utterance at a
   time when the encoder has a layer whose padding behaviour we cannot control; it reproduces
-  ESPnet's single-utterance numbers (identical in ``test/test_embed_espnet.py``).
+  ESPnet's single-utterance numbers (identical in ``test/embed/test_embed_espnet.py``).
 * **Weights that fit.**  Built with ``SpeakerTask.build_model`` from the config, weights loaded
   with ``weights_only=True`` (a truncated or code-holding file is refused naming it); every key
   other than the training loss's must match in name and shape.
@@ -21,7 +21,7 @@ ECAPA/x-vector speaker recipes) ignores the lengths, returns the *padded* length
 and its ``normalize: mn`` subtracts a mean taken over the padding too.  The encoders
 (``ecapa_tdnn``, ``xvector``, ``rawnet3``, ...) take no lengths: their convolutions read padded
 frames and the SE / AFMS blocks average over them.  So a zero-padded batch changes every
-embedding but the longest one's (``test/test_embed_espnet.py``: L2-normalised differences above
+embedding but the longest one's (``test/embed/test_embed_espnet.py``: L2-normalised differences above
 0.01 for a tiny ECAPA).  The pooling gets the *frontend's* frame count even when the encoder
 shortens the time axis (``xvector``: 6 frames fewer), so ESPnet's statistics divide by a count
 a little larger than the frames summed; :class:`EspnetEmbedder` reproduces ESPnet's

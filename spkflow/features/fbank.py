@@ -5,7 +5,7 @@ What it guarantees
 * :func:`compute_fbank` on a float waveform in [-1, 1] equals Kaldi's ``compute-fbank-feats``
   on the same samples as 16-bit integers (that is ``torchaudio.compliance.kaldi.fbank`` on the
   waveform scaled by 32768) with the same options, within 1e-3 max abs on the log scale
-  (``test/test_features.py`` checks 16 kHz audio and the 8 kHz -> 16 kHz path).  Audio at another
+  (``test/features/test_features.py`` checks 16 kHz audio and the 8 kHz -> 16 kHz path).  Audio at another
   rate is first resampled to ``--sample-frequency`` with :func:`spkflow.data.audio.resample`.
 * A waveform shorter than one frame raises ``ValueError`` (the job turns it into an
   :class:`~spkflow.core.errors.UtteranceError` naming the utterance) instead of Kaldi's empty matrix.

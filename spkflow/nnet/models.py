@@ -7,7 +7,7 @@ What it guarantees
   :class:`~spkflow.core.checks.ConfigError` that names the config file and the key and lists the
   accepted ones (never silently ignored).
 * **Padding invariance**: an utterance padded at the end inside a batch gets the embedding it
-  gets alone (``test/test_models.py`` checks max |diff| <= 1e-4 between L2-normalised
+  gets alone (``test/nnet/test_models.py`` checks max |diff| <= 1e-4 between L2-normalised
   vectors, in eval mode).  Training batches are N x M crops of one length, so no padding
   reaches BatchNorm statistics in training.
 * :func:`load_model_dir` rebuilds a trained model from ``config.yaml`` + ``model.pth`` (a plain
@@ -261,7 +261,7 @@ class ResNet(SpeakerEmbedder):
 
     What this guarantees that espnet2's ``ResNetEncoder.forward`` does not: a padded utterance
     in a batch gets the embedding it gets alone (eval mode, max |diff| <= 1e-4 after L2
-    normalisation; ``test/test_models.py``).  espnet2's forward convolves across the padded
+    normalisation; ``test/nnet/test_models.py``).  espnet2's forward convolves across the padded
     frames, whose values after BatchNorm are not zero, so the last valid frames of each stage
     change with the padding, and it has no lengths for the pooling.  :meth:`encode` runs the
     same modules but zeroes the padded frames before every convolution with a time kernel of

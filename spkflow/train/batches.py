@@ -7,7 +7,7 @@ numpy; :class:`NxMBatchSampler` serves the plan to a ``torch.utils.data.DataLoad
 line, N*M utterance ids, speaker-major).
 
 Guarantees (each is tested with hypothesis on random spk2utt shapes in
-``test/test_batches_properties.py``):
+``test/train/test_batches_properties.py``):
 
 a. Every batch holds exactly N distinct speakers and M distinct utterances of each,
    speaker-major (the M utterances of its first speaker, then the second, ...).  With

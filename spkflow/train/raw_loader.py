@@ -23,7 +23,7 @@
 * Determinism: the crop starts and speed factors come from a generator seeded by (seed, epoch,
   batch), the augmentation of crop ``i`` from one seeded by (seed, epoch, batch, i): a batch is a
   pure function of the files and those numbers, whatever the number of workers, and a resume at
-  batch k gives the batches of an uninterrupted run (``test/test_raw_loader.py``).
+  batch k gives the batches of an uninterrupted run (``test/train/test_raw_loader.py``).
 
 Throughput against the ark path, and why the augmentation is on the fly rather than stored
 copies: ``docs/augmentation.md`` (``test/bench/bench_loader.py --raw``).

@@ -10,7 +10,7 @@ What it guarantees (the reasoning behind it: docs/training.md):
 * **Resume**: ``checkpoint.pth`` (tensors and plain containers only, ``weights_only=True``) is
   written atomically at the end of every epoch and mid-epoch when ``max_steps`` or
   SIGINT/SIGTERM stops training at a step boundary; a resumed run continues the exact batch
-  sequence and ends with the weights of an uninterrupted one (``test/test_trainer.py``).
+  sequence and ends with the weights of an uninterrupted one (``test/train/test_trainer.py``).
   ESPnet's and WeSpeaker's trainers resume at epoch boundaries only and re-draw the order.
 * **DDP** (``torchrun``, ``WORLD_SIZE > 1``): rank r of W trains on lines r, r+W, ... of each
   epoch's batch list, cut to floor(B/W) lines; rank 0 validates and writes files; a non-finite

@@ -27,7 +27,7 @@ Training (ECAPA, GE2E on N x M batches of --crop frames, Adam, AMP on CUDA with 
 The ratio loader / model says which is the limit (>= 0.9: the model; below: the loader).
 
 Prints one table per part and, with --json, writes every figure. On the CPU use small sizes
-(test/test_bench_gpu.py runs it in seconds so that it cannot rot).
+(test/embed/test_bench_gpu.py runs it in seconds so that it cannot rot).
 """
 
 from __future__ import annotations

@@ -1,0 +1,294 @@
+"""Unit tests of stage 5 (spkflow.embed.run, spkflow.embed.base, spkflow.data.jobs): batch planning, job
+outputs and resume bookkeeping, merge checks and speaker means, scp alignment, padding invariance of the spkflow path.
+
+Everything runs in process on small synthetic audio and a tiny real spkflow model (random
+weights, BatchNorm statistics made non-trivial so that padding would show)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers.audio import make_mixed_data, make_speakers
+from helpers.models import l2, make_spkflow_model_dir
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.embed.base import plan_batches, split_by_frames
+from spkflow.embed.run import (
+    JobWriter,
+    MergeError,
+    align_scp,
+    committed_entries,
+    merge_embeddings,
+    read_commit_log,
+    run_job,
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_spkflow_model_dir(tmp_path_factory.mktemp("model") / "spk_tiny")
+
+
+@pytest.fixture(scope="module")
+def embedder(model_dir: Path):
+    from spkflow.embed.native import SpkflowEmbedder
+
+    return SpkflowEmbedder(model_dir)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    durs=st.lists(st.one_of(st.none(), st.floats(0.05, 30.0)), min_size=0, max_size=60),
+    batch_size=st.integers(1, 9),
+    max_frames=st.integers(20, 4000),
+)
+def test_plan_batches_covers_once_and_respects_bounds(durs, batch_size, max_frames):
+    utts = [f"u{i:03d}" for i in range(len(durs))]
+    durations = dict(zip(utts, durs, strict=True))
+    batches = plan_batches(utts, durations, batch_size, max_frames)
+    flat = [u for b in batches for u in b]
+    assert sorted(flat) == utts  # every utterance exactly once
+    assert all(1 <= len(b) <= batch_size for b in batches)
+    for b in batches:
+        known = [durations[u] for u in b if durations[u] is not None]
+        if len(known) == len(b) and len(b) > 1:
+            longest = max(int(np.ceil(d * 100)) for d in known)
+            assert len(b) * max(1, longest) <= max_frames
+    # longest first among known durations; unknown ones at the end
+    order = [durations[u] for u in flat]
+    known_part = [d for d in order if d is not None]
+    assert known_part == sorted(known_part, reverse=True)
+    if None in order:
+        assert all(d is None for d in order[order.index(None) :])
+    assert plan_batches(utts, durations, batch_size, max_frames) == batches  # deterministic
+
+
+@settings(max_examples=60, deadline=None)
+@given(lens=st.lists(st.integers(1, 500), min_size=1, max_size=40), max_frames=st.integers(1, 2000))
+def test_split_by_frames_bound(lens, max_frames):
+    parts = split_by_frames(list(enumerate(lens)), lambda it: it[1], max_frames)
+    assert sorted(i for p in parts for i, _ in p) == list(range(len(lens)))
+    for p in parts:
+        assert len(p) == 1 or len(p) * max(n for _, n in p) <= max_frames
+
+
+# ----------------------------------------------------------------------------- job outputs
+
+
+def test_commit_log_ignores_torn_tail_and_lost_ark(tmp_path):
+    rng = np.random.default_rng(0)
+    vecs = {f"a-{i}": rng.standard_normal(8).astype(np.float32) for i in range(5)}
+    with JobWriter(tmp_path, 1) as w:
+        w.write(list(vecs.items())[:3])
+        w.write(list(vecs.items())[3:])
+    log_path = tmp_path / "xvector.1.scp"
+    lines = log_path.read_text().splitlines()
+    assert len(lines) == 5
+    # a kill while appending: the last line is incomplete
+    with open(log_path, "a") as f:
+        f.write("a-9 " + str(tmp_path / "xvector.1.1.ark"))
+    # a commit whose ark disappeared
+    (tmp_path / "xvector.7.scp").write_text(f"b-1 {tmp_path}/xvector.7.1.ark:12\n")
+    got = dict(read_commit_log(log_path))
+    assert list(got) == list(vecs)
+    entries = committed_entries(tmp_path)
+    assert set(entries) == set(vecs)
+    for k, spec in entries.items():
+        np.testing.assert_array_equal(kaldiio.load_mat(spec), vecs[k])
+    # a second attempt of the same job appends to the log but writes a new ark
+    with JobWriter(tmp_path, 1) as w2:
+        assert w2.attempt == 2 and w2.ark_path.endswith("xvector.1.2.ark")
+        w2.write([("a-9", vecs["a-0"])])
+    assert set(committed_entries(tmp_path)) == set(vecs) | {"a-9"}
+
+
+def _data_dir(root: Path, spk2utt: dict[str, list[str]]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = sorted((u, s) for s, us in spk2utt.items() for u in us)
+    (root / "utt2spk").write_text("".join(f"{u} {s}\n" for u, s in pairs))
+    (root / "spk2utt").write_text("".join(f"{s} {' '.join(sorted(us))}\n" for s, us in sorted(spk2utt.items())))
+    (root / "wav.scp").write_text("".join(f"{u} /nonexistent/{u}.wav\n" for u, _ in pairs))
+    return root
+
+
+def test_merge_lists_missing_and_extra_keys_and_writes_nothing(tmp_path):
+    data = _data_dir(tmp_path / "data", {"a": ["a-1", "a-2", "a-3"], "b": ["b-1", "b-2"]})
+    rng = np.random.default_rng(1)
+    with JobWriter(tmp_path / "jobs", 1) as w:
+        w.write([(u, rng.standard_normal(4)) for u in ("a-1", "a-3", "b-2", "c-9")])
+    with pytest.raises(MergeError) as err:
+        merge_embeddings(data, tmp_path / "jobs", tmp_path / "out")
+    msg = str(err.value)
+    assert "2 utterance(s) without an embedding: a-2 b-1" in msg
+    assert "1 embedding(s) of utterances not in the data dir: c-9" in msg
+    assert not (tmp_path / "out" / "xvector.scp").exists()
+
+
+def test_merge_order_means_and_bad_speakers(tmp_path):
+    spk2utt = {"b": ["b-1", "b-2", "b-3"], "a": ["a-1", "a-2"], "c": ["c-1"]}
+    data = _data_dir(tmp_path / "data", spk2utt)
+    rng = np.random.default_rng(2)
+    vecs = {
+        u: (rng.standard_normal(6) * rng.uniform(0.5, 5)).astype(np.float32) for u in ("b-3", "a-2", "b-1", "a-1")
+    }  # completion order, not data-dir order
+    jobs = tmp_path / "jobs"
+    with JobWriter(jobs, 2) as w:
+        w.write(list(vecs.items())[:2])
+    with JobWriter(jobs, 1) as w:
+        w.write(list(vecs.items())[2:])
+    (jobs / "bad_utts.1").write_text("b-2 /x/b-2.wav: audio file not found\nc-1 /x/c-1.wav: audio file not found\n")
+    # without skip_bad the failed utterances are missing: the merge fails and says why
+    with pytest.raises(MergeError, match="of which 2 failed"):
+        merge_embeddings(data, jobs, tmp_path / "out")
+    rep = merge_embeddings(data, jobs, tmp_path / "out", skip_bad=True)
+    out = tmp_path / "out"
+    assert rep.num_utts == 4 and rep.num_spks == 2 and rep.dim == 6 and rep.empty_spks == ["c"]
+    xv = kaldiio.load_scp(str(out / "xvector.scp"))
+    assert list(xv) == ["a-1", "a-2", "b-1", "b-3"]  # utt2spk (LC_ALL=C) order
+    for u, v in vecs.items():
+        assert xv[u].dtype == np.float32
+        np.testing.assert_array_equal(xv[u], v)
+    sp = kaldiio.load_scp(str(out / "spk_xvector.scp"))
+    assert list(sp) == ["a", "b"]  # c has no embedded utterance: reported, not averaged over nothing
+    np.testing.assert_allclose(sp["a"], (vecs["a-1"] + vecs["a-2"]) / 2, rtol=1e-6)
+    np.testing.assert_allclose(sp["b"], (vecs["b-1"] + vecs["b-3"]) / 2, rtol=1e-6)
+    assert (out / "bad_utts").read_text().splitlines() == [
+        "b-2 /x/b-2.wav: audio file not found",
+        "c-1 /x/c-1.wav: audio file not found",
+    ]
+    assert (out / "bad_spks").read_text().split()[0] == "c"
+    # the ark is readable sequentially in the same order
+    assert [k for k, _ in kaldiio.load_ark(str(out / "xvector.ark"))] == list(xv)
+    # l2 means weigh every utterance equally
+    merge_embeddings(data, jobs, tmp_path / "out_l2", skip_bad=True, spk_mean="l2")
+    sp2 = kaldiio.load_scp(str(tmp_path / "out_l2" / "spk_xvector.scp"))
+    np.testing.assert_allclose(sp2["b"], (l2(vecs["b-1"]) + l2(vecs["b-3"])) / 2, rtol=1e-5)
+
+
+def test_merge_refuses_unsorted_data_dir(tmp_path):
+    data = _data_dir(tmp_path / "data", {"a": ["a-1", "a-2"]})
+    (data / "utt2spk").write_text("a-2 a\na-1 a\n")
+    with pytest.raises(InputError, match=r"utt2spk:2: not sorted"):
+        merge_embeddings(data, tmp_path / "jobs", tmp_path / "out")
+
+
+# ----------------------------------------------------------------------------- alignment
+
+
+def test_align_scp_filters_sorts_and_reports_first_mismatch(tmp_path):
+    data = _data_dir(tmp_path / "data", {"a": ["a-1", "a-2"], "b": ["b-1"]})
+    scp = tmp_path / "xvector.scp"
+    scp.write_text("b-1 x.ark:30\nzz-9 x.ark:40\na-2 x.ark:20\na-1 x.ark:10\n")
+    summary = align_scp(data, scp)
+    assert scp.read_text() == "a-1 x.ark:10\na-2 x.ark:20\nb-1 x.ark:30\n"
+    assert "1 dropped" in summary
+    # speaker-level files are aligned with spk2utt
+    spk = tmp_path / "spk_xvector.scp"
+    spk.write_text("b y.ark:2\na y.ark:1\n")
+    align_scp(data, spk)
+    assert spk.read_text() == "a y.ark:1\nb y.ark:2\n"
+    # a missing key: the first differing line is named and the file is left untouched
+    bad = tmp_path / "bad.scp"
+    original = "b-1 x.ark:30\na-1 x.ark:10\n"
+    bad.write_text(original)
+    with pytest.raises(InputError, match=r"line 2 should be 'a-2'.*but is 'b-1'; 1 key\(s\)"):
+        align_scp(data, bad)
+    assert bad.read_text() == original
+    dup = tmp_path / "dup.scp"
+    dup.write_text("a-1 x.ark:1\na-1 x.ark:2\n")
+    with pytest.raises(InputError, match=r"dup.scp:2: duplicate key"):
+        align_scp(data, dup)
+
+
+# ----------------------------------------------------------------------------- spkflow path
+
+
+def test_spkflow_batched_equals_alone(embedder, tmp_path):
+    """Mixed lengths (0.3 s to 6 s) in one batch: each embedding equals the one alone."""
+    data = make_speakers(tmp_path, num_spk=2, num_utt=4, min_sec=0.3, max_sec=6.0, seed=5)
+    prep = embedder.preparer(data)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    xs = [prep(u) for u in utts]
+    lens = [x.shape[0] for x in xs]
+    assert len(set(lens)) >= len(xs) - 2 and max(lens) > 3 * min(lens)  # mixed lengths, lots of padding
+    batched = embedder.embed(xs)
+    alone = np.concatenate([embedder.embed([x]) for x in xs])
+    assert np.abs(l2(batched) - l2(alone)).max() <= 1e-4
+
+
+def test_features_from_a_stage2_dump_equal_features_from_audio(model_dir, embedder, tmp_path):
+    """--feats-dir: feats.scp (+ vad.scp) written as stage 2 does give the same model input."""
+    from spkflow.data.audio import AudioReader
+    from spkflow.embed.native import SpkflowEmbedder
+    from spkflow.features.fbank import compute_fbank, compute_vad
+
+    data = make_mixed_data(tmp_path, num_spk=1, num_utt=3)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    reader = AudioReader(data, sample_rate=16000)
+    utts = reader.keys()
+    with (
+        kaldiio.WriteHelper(f"ark,scp:{dump}/feats.ark,{dump}/feats.scp") as wf,
+        kaldiio.WriteHelper(f"ark,scp:{dump}/vad.ark,{dump}/vad.scp") as wv,
+    ):
+        for u in utts:
+            feats = compute_fbank(reader.read(u), 16000, embedder.fbank)
+            wf[u] = feats
+            wv[u] = compute_vad(feats, embedder.vad)
+    from_feats = SpkflowEmbedder(model_dir, feats_dir=dump).preparer(data)
+    from_audio = embedder.preparer(data)
+    for u in utts:
+        np.testing.assert_allclose(from_feats(u), from_audio(u), atol=1e-5)
+    with pytest.raises(UtteranceError, match="not in feats.scp"):
+        from_feats("s9-u9")
+
+
+def test_run_job_bad_utterance_then_skip_and_resume(embedder, tmp_path):
+    data = make_speakers(tmp_path, num_spk=2, num_utt=3, seed=3)
+    victim = "spk001-utt01"
+    wav = (data / "wav.scp").read_text().replace(f"{victim} ", f"{victim} /nonexistent/dir/")
+    (data / "wav.scp").write_text(wav)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    jobs = tmp_path / "jobs"
+    with pytest.raises(UtteranceError) as err:
+        run_job(embedder, data, utts, jobs, 1, batch_size=2, num_workers=0, progress=False)
+    assert err.value.utt == victim and "not found" in str(err.value)
+    before = set(committed_entries(jobs))
+    assert victim not in before
+    rep = run_job(embedder, data, utts, jobs, 1, batch_size=2, num_workers=0, skip_bad=True, progress=False)
+    assert rep.resumed == len(before) and rep.computed == len(utts) - 1 - len(before)
+    assert set(rep.bad) == {victim}
+    assert (jobs / "bad_utts.1").read_text().startswith(f"{victim} ")
+    assert set(committed_entries(jobs)) == set(utts) - {victim}
+    # the second run committed only what the first lacked: one line per utterance in total
+    lines = [ln.split()[0] for p in sorted(jobs.glob("xvector.*.scp")) for ln in p.read_text().splitlines()]
+    assert sorted(lines) == sorted(set(utts) - {victim})
+
+
+def test_model_dir_errors(tmp_path):
+    from spkflow.embed import load_embedder
+
+    with pytest.raises(InputError, match="model directory not found"):
+        load_embedder("spkflow", tmp_path / "nope")
+    assert not (tmp_path / "nope").exists()  # a refused model dir is not created
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"empty/config.yaml: not found"):
+        load_embedder("spkflow", tmp_path / "empty")
+    config = "model: {name: ecapa_tdnn}\n"
+    (tmp_path / "empty" / "config.yaml").write_text(config)
+    with pytest.raises(InputError, match=r"model.pth: not found"):
+        load_embedder("spkflow", tmp_path / "empty")
+    with pytest.raises(ValueError, match="--toolkit"):
+        load_embedder("kaldi", tmp_path / "empty")
+    # refusals leave the model dir as it was: nothing written into it, the config untouched
+    assert sorted(os.listdir(tmp_path / "empty")) == ["config.yaml"]
+    assert (tmp_path / "empty" / "config.yaml").read_text() == config

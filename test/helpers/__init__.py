@@ -1,0 +1,11 @@
+"""Helpers shared by the test suite, by concern (test files import from here, never from each other).
+
+paths       the repository root, the TEMPLATE recipe, the db.sh variables
+audio       synthetic voices, speakers and mixed-rate audio, and the Kaldi data dirs listing them
+models      tiny spkflow model dirs with random weights, BatchNorm statistics, L2 normalisation
+procs       processes: /proc, a small disk, running the venv's Python
+corpora     mini copies of each corpus's layout, data-dir validity
+recipes     a recipe in a mirror of the project, the extraction script and its environment
+train       a training set-up (data dir, features, batch lists, config) and the trainer's CLI arguments
+schedulers  a real single-host Slurm and Grid Engine (the fixtures conftest.py imports)
+"""

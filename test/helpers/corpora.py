@@ -1,0 +1,106 @@
+"""Corpora: mini copies of each release's layout with real audio files, and the validity checks a
+prepared data dir must pass (the real corpora: the db.sh variables, :func:`helpers.paths.db_var`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from helpers.paths import ROOT
+from spkflow.data.datadir import DataDir
+from spkflow.data.tables import check_sorted_unique
+
+
+def tone(path: Path, seconds: float, rate: int = 16000, freq: float = 220.0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = np.arange(int(round(seconds * rate))) / rate
+    fmt = "FLAC" if path.suffix.lower() == ".flac" else "WAV"
+    sf.write(path, (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32), rate, format=fmt, subtype="PCM_16")
+
+
+def make_speechocean_mini(
+    root: Path,
+    spk_train: tuple[str, ...] = ("0001", "1027", "0005"),
+    spk_test: tuple[str, ...] = ("0003", "9601"),
+    n_train: int = 3,
+    n_test: int = 2,
+) -> Path:
+    """speechocean762 layout: WAVE/SPEAKERnnnn/<utt>.WAV + train/ test/ Kaldi lists (tabs,
+    relative paths, utt ids <0spk><4 digits>, spk2age unsorted).  Some audio is stored as
+    .flac while wav.scp says .WAV (the shared copy's conversion)."""
+    for split, spks, n in (("train", spk_train, n_train), ("test", spk_test, n_test)):
+        lines: dict[str, list[str]] = {k: [] for k in ("wav.scp", "utt2spk", "text", "spk2age", "spk2gender")}
+        for s_i, spk in enumerate(spks):
+            for u in range(n):
+                utt = f"0{spk}{u * 7 + 3:04d}"
+                ext = ".WAV" if (s_i + u) % 2 else ".flac"
+                tone(root / "WAVE" / f"SPEAKER{spk}" / f"{utt}{ext}", 0.25 + 0.05 * u)
+                lines["wav.scp"].append(f"{utt}\tWAVE/SPEAKER{spk}/{utt}.WAV")
+                lines["utt2spk"].append(f"{utt} {spk}")
+                lines["text"].append(f"{utt}\tWE CALL IT BEAR {u}")
+            lines["spk2age"].append(f"{spk}\t{30 - s_i}")
+            lines["spk2gender"].append(f"{spk}\t{'mf'[s_i % 2]}")
+        d = root / split
+        d.mkdir(parents=True, exist_ok=True)
+        for name, ls in lines.items():
+            if name == "wav.scp":
+                ls = ls[1:] + ls[:1]  # partly unsorted, like the release
+            (d / name).write_text("\n".join(ls) + "\n")
+    return root
+
+
+def make_dsp20_mini(
+    root: Path,
+    spks: tuple[str, ...] = ("15307110189", "15307130120", "15307130191"),
+    words: int = 3,
+    rounds: int = 3,
+    ext: str = ".flac",
+) -> Path:
+    for spk in spks:
+        for w in range(words):
+            for r in range(1, rounds + 1):
+                tone(root / "speech_data" / spk / f"{spk}-{w:02d}-{r:02d}{ext}", 0.2)
+    (root / "LICENSE").write_text("MIT\n")
+    return root
+
+
+def make_fsdd_mini(root: Path, spks: tuple[str, ...] = ("george", "jackson", "theo"), n: int = 2) -> Path:
+    for spk in spks:
+        for digit in range(3):
+            for i in range(n):
+                tone(root / "recordings" / f"{digit}_{spk}_{i}.wav", 0.3, rate=8000)
+    return root
+
+
+def make_librispeech_mini(root: Path) -> Path:
+    layout = {"test-clean": {"121": ["121726"], "61": ["70968", "70970"]}, "train-clean-100": {"19": ["198"]}}
+    for subset, spks in layout.items():
+        for spk, chapters in spks.items():
+            for ch in chapters:
+                d = root / subset / spk / ch
+                trans = []
+                for u in range(2):
+                    tone(d / f"{spk}-{ch}-{u:04d}.flac", 0.4)
+                    trans.append(f"{spk}-{ch}-{u:04d} HELLO WORLD {u}")
+                (d / f"{spk}-{ch}.trans.txt").write_text("\n".join(trans) + "\n")
+    (root / "SPEAKERS.TXT").write_text(
+        "; ID |SEX| SUBSET |MINUTES| NAME\n121 | F | test-clean | 8.0 | Anne\n"
+        "61 | M | test-clean | 8.1 | Bob\n19 | F | train-clean-100 | 25.2 | Kara\n"
+    )
+    return root
+
+
+def assert_valid(d: Path) -> None:
+    """Our checks, and utils/validate_data_dir.sh when it exists."""
+    DataDir(d).validate(no_feats=True, no_text=True)
+    for name in os.listdir(d):
+        if (d / name).is_file() and name != "trials":
+            check_sorted_unique(d / name)
+    script = ROOT / "utils" / "validate_data_dir.sh"
+    if script.exists():
+        r = subprocess.run([str(script), "--no-feats", "--no-text", str(d)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr

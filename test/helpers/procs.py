@@ -1,0 +1,72 @@
+"""Processes for the reliability tests: children and liveness from /proc, a disk that fills up,
+the venv's Python run with the project's environment."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from helpers.paths import ROOT
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = f"{ROOT / '.venv' / 'bin'}:{ROOT / 'utils'}:{e['PATH']}"
+    e["OMP_NUM_THREADS"] = "1"
+    return e
+
+
+def process_children() -> dict[int, list[int]]:
+    """``ppid -> [pid]`` of every process now (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    return children
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, kib: int) -> Iterator[Callable[[], None] | None]:
+    """``path`` on a file system of ``kib`` KiB, to run out of space for real: a tmpfs mounted for
+    the test (needs root).  Elsewhere ``path`` is a plain directory and the yielded preexec_fn
+    caps the size of every file a child writes (RLIMIT_FSIZE: EFBIG instead of ENOSPC)."""
+    path.mkdir(parents=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(path)]
+    mounted = subprocess.run(mount, capture_output=True).returncode == 0
+    try:
+        if mounted:
+            yield None
+        else:
+            yield lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (kib * 1024, kib * 1024))
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def run_py(args: list[str | Path], preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
+    e = env()
+    e["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=300,
+        preexec_fn=preexec,
+    )

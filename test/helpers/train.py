@@ -1,0 +1,108 @@
+"""A training set-up on real files made here (data dir, stage-2 features, stage-3 batch lists,
+trials, config) and the trainer's command-line arguments for it."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from helpers.audio import make_speakers
+
+TINY_MODEL = {
+    "name": "ecapa_tdnn",
+    "channels": 16,
+    "scale": 4,
+    "embed_dim": 8,
+    "specaug": {"freq_width": 3, "time_width": 4},
+}
+
+
+def make_train_setup(
+    root: Path,
+    num_spk: int = 6,
+    num_utt: int = 4,
+    N: int = 3,
+    M: int = 2,
+    epochs: int = 2,
+    model: dict[str, Any] | None = None,
+    loss: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Data dir + stage-2 features + stage-3 batch lists + trials + a training config."""
+    from spkflow.features.fbank import FbankOptions, VadOptions
+    from spkflow.features.jobs import extract_job, merge_jobs
+    from spkflow.train.batches import plan_epoch, write_batch_list
+
+    data = make_speakers(root, num_spk=num_spk, num_utt=num_utt, min_sec=0.5, max_sec=0.9)
+    utts = [line.split()[0] for line in (data / "utt2spk").read_text().splitlines()]
+    (root / "list").write_text("".join(u + "\n" for u in utts))
+    fb = FbankOptions(num_mel_bins=20)
+    conf = root / "conf"
+    conf.mkdir()
+    (conf / "fbank.conf").write_text(fb.to_kaldi_conf())
+    (conf / "vad.conf").write_text(VadOptions().to_kaldi_conf())
+    feats = root / "feats"
+    feats.mkdir()
+    extract_job(data, root / "list", root / "arks", "train", 1, fb, VadOptions(), progress=False)
+    merge_jobs(data, feats, root / "arks", "train", 1)
+    batches = root / "exp" / "batches"
+    batches.mkdir(parents=True)
+    for e in range(1, epochs + 1):
+        write_batch_list(batches / f"epoch{e}.txt", plan_epoch(data / "spk2utt", N, M, seed=0, epoch=e))
+    spk = {u: u.split("-")[0] for u in utts}
+    trials = [f"{a} {b} {'target' if spk[a] == spk[b] else 'nontarget'}\n" for a, b in itertools.combinations(utts, 2)]
+    (data / "trials").write_text("".join(trials))
+    config = {
+        "frontend": {"vad": True, "mean_norm": False},
+        "model": dict(model or TINY_MODEL),
+        "loss": dict(loss or {"name": "ge2e"}),
+        "optim": {"name": "adam", "lr": 0.01},
+        "scheduler": {"name": "warmup_cosine", "warmup_steps": 2},
+        "train": {
+            "crop_min_frames": 20,
+            "crop_max_frames": 30,
+            "select": "average",
+            "average_last": 2,
+            "log_every": 1,
+            "input_stats_utts": 10,
+        },
+    }
+    return {
+        "data": data,
+        "feats": feats,
+        "batches": batches,
+        "conf": conf,
+        "config": config,
+        "epochs": epochs,
+        "root": root,
+    }
+
+
+def cli_args(setup: dict[str, Any], out: Path, config_path: Path) -> list[str]:
+    return [
+        "--config",
+        str(config_path),
+        "--train-data",
+        str(setup["data"]),
+        "--train-feats",
+        str(setup["feats"]),
+        "--batches-dir",
+        str(setup["batches"]),
+        "--num-epochs",
+        str(setup["epochs"]),
+        "--out-dir",
+        str(out),
+        "--valid-data",
+        str(setup["data"]),
+        "--valid-feats",
+        str(setup["feats"]),
+        "--fbank-conf",
+        str(setup["conf"] / "fbank.conf"),
+        "--vad-conf",
+        str(setup["conf"] / "vad.conf"),
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--num-threads",
+        "1",
+    ]
