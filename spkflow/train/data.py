@@ -34,9 +34,12 @@ from spkflow.core.errors import InputError
 from spkflow.data.ark import KaldiArkReader
 from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.train.batches import read_batch_list
+from spkflow.train.loader import NxMCropDataset
+from spkflow.train.raw_loader import NxMWaveDataset
 
 __all__ = [
     "complete_config",
+    "epoch_dataset",
     "features_needed",
     "infer_num_utt",
     "input_stats",
@@ -103,6 +106,49 @@ def train_features(
         raise InputError(scp, None, f"not found, and {'; '.join(why)} needs it: run stage 2 for the training set")
     reader = KaldiArkReader(scp)
     return reader, reader.read_rows(first_utt, 0, 1).shape[1]
+
+
+def epoch_dataset(
+    frontend: Mapping[str, Any],
+    train_data: str,
+    train_feats: str,
+    batches: list[list[str]],
+    *,
+    seed: int,
+    epoch: int,
+    crop: tuple[int, int],
+    wave_aug: Any,
+    feats: KaldiArkReader | None,
+    num_utt: int,
+    utt2spk: Mapping[str, str],
+) -> NxMWaveDataset | NxMCropDataset:
+    """An epoch's N x M crops, indexed by batch: fbank of (augmented) audio crops with a
+    ``wave_aug`` (``frontend.feats_type: raw``), else crops of stage 2's arks."""
+    if wave_aug is not None:
+        return NxMWaveDataset(
+            train_data,
+            batches,
+            fbank=frontend["fbank"],
+            seed=seed,
+            epoch=epoch,
+            crop=crop,
+            use_vad=bool(frontend["vad"]),
+            vad_scp=os.path.join(train_feats, "vad.scp"),
+            mean_norm="crop" if frontend["mean_norm"] else "none",
+            augment=wave_aug,
+            num_utt=num_utt,
+            utt2spk=utt2spk,
+        )
+    return NxMCropDataset(
+        os.path.join(train_feats, "feats.scp"),
+        batches,
+        seed=seed,
+        epoch=epoch,
+        crop=crop,
+        use_vad=bool(frontend["vad"]),
+        mean_norm="utterance" if frontend["mean_norm"] else "none",
+        feats=feats,
+    )
 
 
 def input_stats(train_feats: str, frontend: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:

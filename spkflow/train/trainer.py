@@ -25,7 +25,10 @@ What it guarantees (the reasoning behind it: docs/training.md):
   ``average_last`` epochs, best validation EER, or last) into ``model.pth``, a plain state dict.
 * **Outputs** in ``out_dir``: ``config.yaml`` (complete, with stage 2's fbank/VAD options in
   ``frontend``, so stage 5 rebuilds the input), ``checkpoint.pth``, ``epoch<E>.pth``,
-  ``model.pth``, ``history.json`` and ``curves.png``.
+  ``model.pth`` (and, for a loss with weights, ``epoch<E>.loss.pth`` and ``loss.pth`` of the same
+  epochs), ``history.json`` (with gradient-norm statistics), ``curves.png`` and ``tensorboard/``
+  (:mod:`spkflow.train.monitor`).  The learning rate follows the global batch
+  (:mod:`spkflow.train.optim`); train.log states both.
 
 Why about 680 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
 parts only; optimiser, run state, data and validation helpers are their own modules
@@ -61,11 +64,17 @@ from spkflow.nnet.checkpoint import load_checkpoint, load_init, restore, save_ch
 from spkflow.nnet.losses import batch_labels, build_loss
 from spkflow.nnet.models import SpeakerEmbedder, build_model
 from spkflow.train.config import normalize_train_config
-from spkflow.train.data import complete_config, infer_num_utt, input_stats, rank_batches, train_features
-from spkflow.train.loader import NxMCropDataset, make_loader
+from spkflow.train.data import (
+    complete_config,
+    epoch_dataset,
+    infer_num_utt,
+    input_stats,
+    rank_batches,
+    train_features,
+)
+from spkflow.train.loader import make_loader
 from spkflow.train.monitor import Monitor
 from spkflow.train.optim import build_optimizer, build_scheduler, describe_schedule, lr_scale
-from spkflow.train.raw_loader import NxMWaveDataset
 from spkflow.train.state import (
     StopFlag,
     average_state_dicts,
@@ -507,32 +516,18 @@ class Trainer:
 
     def _dataset(self, run: _Run, batches: list[list[str]]) -> Any:
         """The epoch's N x M crops (indexed by batch): a pure function of (files, seed, epoch, batch)."""
-
-        fe = run.cfg["frontend"]
-        if run.wave_aug is not None:
-            return NxMWaveDataset(
-                self.opts.train_data,
-                batches,
-                fbank=fe["fbank"],
-                seed=run.seed,
-                epoch=run.epoch,
-                crop=run.crop,
-                use_vad=bool(fe["vad"]),
-                vad_scp=os.path.join(self.opts.train_feats, "vad.scp"),
-                mean_norm="crop" if fe["mean_norm"] else "none",
-                augment=run.wave_aug,
-                num_utt=self.num_utt,
-                utt2spk=self.utt2spk,
-            )
-        return NxMCropDataset(
-            os.path.join(self.opts.train_feats, "feats.scp"),
+        return epoch_dataset(
+            run.cfg["frontend"],
+            self.opts.train_data,
+            self.opts.train_feats,
             batches,
             seed=run.seed,
             epoch=run.epoch,
             crop=run.crop,
-            use_vad=bool(fe["vad"]),
-            mean_norm="utterance" if fe["mean_norm"] else "none",
+            wave_aug=run.wave_aug,
             feats=run.feats,
+            num_utt=self.num_utt,
+            utt2spk=self.utt2spk,
         )
 
     def _agree(self, run: _Run, values: list[float]) -> torch.Tensor:
