@@ -152,7 +152,8 @@ fi
 
 if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     log "Stage 2: fbank + energy VAD with ${fbank_conf}, ${nj} jobs: data/<set> -> ${dumpdir}/fbank/<set>"
-    # Every set a later stage reads: training, validation, evaluation and embedding sets.
+    # Every set a later stage reads: training, validation, evaluation and embedding sets; not the
+    # training set when stage 4 trains on its audio alone (spkflow.bin.train_inputs says "audio").
     # scripts/feats/make_fbank.sh copies data/<set> to the dump dir and adds feats.scp, vad.scp,
     # utt2num_frames and per-utterance CMVN stats; with --skip_bad true unreadable utterances
     # are listed in bad_utts and left out of the copy.
