@@ -5,7 +5,8 @@
 #
 # Writes <out-dir>/{scores,metrics.json,det.png,score_hist.png} (scores: utt1 utt2 score
 # target|nontarget); with --cohort-scp the scores are AS-normalised (metrics.json keeps the
-# plain cosine figures under "raw"); with --results-md EXP also rewrites EXP/RESULTS.md.
+# plain cosine figures under "raw"); with --qmf also scores.qmf (calibrated, log-likelihood
+# ratios) and metrics.json's "qmf"; with --results-md EXP also rewrites EXP/RESULTS.md.
 # Callable from any directory (it finds the project through its own path, like the other stage
 # scripts). A trials file needs target and non-target trials. The set's earlier outputs are
 # removed first and the new ones appear only when all are written (metrics.json last), so after
@@ -24,6 +25,8 @@ cohort_size=200   # top-K cohort entries for AS-norm
 mean_scp=         # embeddings whose mean is subtracted before scoring (centring), e.g. the cohort
 backend=          # fitted linear backend (.npz, python -m spkflow.bin.fit_backend) applied to the embeddings first
 eval_mean=false   # centre on this set's own mean (its trial utterances, no labels) instead of the training mean
+qmf=              # a QMF (python -m spkflow.bin.fit_qmf): calibrated scores in <out-dir>/scores.qmf, figures in metrics.json
+utt2dur=          # the set's utt2dur (for a QMF with the duration measure)
 skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
 model_tag=        # experiment tag recorded in metrics.json
 set_name=         # name of the evaluation set (default: basename of <out-dir>)
@@ -37,6 +40,8 @@ Usage: $0 [options] <trials> <xvector.scp> <out-dir>
   --mean-scp FILE       subtract the mean of these embeddings before scoring (default: none)
   --backend FILE        WCCN/LDA backend (.npz) applied to trial and cohort embeddings first (not with --mean-scp)
   --eval-mean BOOL      centre on this set's own mean instead of the training mean (default: ${eval_mean}; not with --mean-scp)
+  --qmf FILE            apply this QMF (JSON): <out-dir>/scores.qmf and metrics.json's "qmf" (default: none)
+  --utt2dur FILE        the set's durations, for a QMF that uses them
   --skip-missing BOOL   skip trials whose utterance has no embedding (default: ${skip_missing})
   --model-tag TAG       experiment tag for metrics.json
   --set-name NAME       set name (default: basename of <out-dir>)
@@ -55,8 +60,9 @@ mkdir -p "${outdir}"
 jobs_lock "${outdir}"   # before anything there is removed: no other run scores into ${outdir} now
 # No complete-looking result of an earlier run, whatever fails below (spkflow.bin.score removes
 # them too, but it may not get to start).
-rm -f "${outdir}/metrics.json" "${outdir}/scores" "${outdir}/det.png" "${outdir}/score_hist.png"
-for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"} ${backend:+"${backend}"}; do
+rm -f "${outdir}/metrics.json" "${outdir}/scores" "${outdir}/scores.qmf" "${outdir}/det.png" "${outdir}/score_hist.png"
+for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"} ${backend:+"${backend}"} \
+        ${qmf:+"${qmf}"} ${utt2dur:+"${utt2dur}"}; do
     [ -f "${f}" ] || { log "Error: ${f} not found"; exit 1; }
 done
 
@@ -64,6 +70,8 @@ opts=()
 [ -n "${cohort_scp}" ] && opts+=(--cohort-scp "${cohort_scp}" --cohort-size "${cohort_size}")
 [ -n "${mean_scp}" ] && opts+=(--mean-scp "${mean_scp}")
 [ -n "${backend}" ] && opts+=(--backend "${backend}")
+[ -n "${qmf}" ] && opts+=(--qmf "${qmf}")
+[ -n "${utt2dur}" ] && opts+=(--utt2dur "${utt2dur}")
 opts+=(--eval-mean "${eval_mean}")
 opts+=(--skip-missing "${skip_missing}")
 [ -n "${model_tag}" ] && opts+=(--model-tag "${model_tag}")
@@ -73,7 +81,7 @@ opts+=(--skip-missing "${skip_missing}")
 own_mean=
 [ "${eval_mean}" = true ] && own_mean=" (centred on the set)"
 mkdir -p "${outdir}/log"
-log "Scoring ${trials} with ${xvector_scp}${backend:+ (backend ${backend})}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})}${own_mean} -> ${outdir} (log: ${outdir}/log/score.log)"
+log "Scoring ${trials} with ${xvector_scp}${backend:+ (backend ${backend})}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})}${own_mean}${qmf:+ (QMF ${qmf})} -> ${outdir} (log: ${outdir}/log/score.log)"
 if ! "${python}" -m spkflow.bin.score --trials "${trials}" --xvector-scp "${xvector_scp}" \
         --outdir "${outdir}" "${opts[@]}" > "${outdir}/log/score.log" 2>&1; then
     tail -n 5 "${outdir}/log/score.log" >&2

@@ -7,7 +7,8 @@
 #       [--valid-data data/test --valid-feats dump/fbank/test] [--fbank-conf F --vad-conf F] \
 #       [--resume true] [--num-threads 0] [--train-opts "..."] TRAIN_DIR BATCHES_DIR EXP_DIR
 #
-# TRAIN_DIR: the stage-2 features dir of the training set (feats.scp, vad.scp, utt2spk);
+# TRAIN_DIR: the stage-2 features dir of the training set (feats.scp, vad.scp, utt2spk), or its
+# data dir (wav.scp, utt2spk) for a config that trains on audio alone (spkflow.bin.train_inputs);
 # BATCHES_DIR: epoch<E>.txt of stage 3; EXP_DIR gets what spkflow.bin.train writes.
 # Launch, by the number of processes (P = ngpu when ngpu > 0, else nproc):
 #   K = 1, P = 1: python -m spkflow.bin.train
@@ -91,7 +92,8 @@ is_pos_int "${num_nodes}" || die "--num-nodes '${num_nodes}': want a positive in
 is_pos_int "${nproc}" || die "--nproc '${nproc}': want a positive integer"
 [[ "${ngpu}" =~ ^[0-9]+$ ]] || die "--ngpu '${ngpu}': want an integer >= 0"
 case "${resume}" in true|false) ;; *) die "--resume '${resume}': want true or false" ;; esac
-[ -f "${train_dir}/feats.scp" ] || die "${train_dir}/feats.scp not found (run stage 2)"
+[ -f "${train_dir}/feats.scp" ] || [ -f "${train_dir}/wav.scp" ] \
+    || die "${train_dir}: neither feats.scp (stage 2) nor wav.scp (a data dir, for a config that trains on audio)"
 [ -f "${train_config}" ] || die "training config ${train_config} not found"
 for _e in $(seq 1 "${num_epochs}"); do
     [ -f "${batches_dir}/epoch${_e}.txt" ] \

@@ -23,7 +23,11 @@ What it guarantees
   babble is the sum of several utterances of *other* speakers (the target's speaker, known from the
   sources' ``utt2spk``, is excluded), each at unit power before the sum.
 * Order (as Kaldi's ``reverberate_data_dir.py`` and ESPnet's preprocessor): reverberation, then
-  additive noise, then band-limiting (a channel), then gain; each with its own probability.
+  additive noise, then band-limiting (a channel), then gain; each with its own probability, or,
+  with ``reverb_noise: exclusive``, reverberation *or* noise from one draw (WeSpeaker's rule:
+  with probability 0.6 one of the two).  The kind of an additive source is drawn uniformly over
+  the kinds (ESPnet) or, with ``noise.kind_draw: files``, in proportion to their files
+  (WeSpeaker draws one file from all of MUSAN).
   Speed perturbation changes the crop length and the speaker identity, so the loader applies it
   (:mod:`spkflow.train.raw_loader`): one factor per speaker of a batch, perturbed speakers are new voices.
 * What was applied is countable: :class:`WaveAugment` adds one to ``counts[op]`` for each operation
@@ -69,11 +73,20 @@ __all__ = [
 ]
 
 #: the ``augment:`` section with its defaults (everything off)
-AUGMENT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "speed": {"factors": None},  # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch (new voices)
+AUGMENT_DEFAULTS: dict[str, Any] = {
+    "speed": {
+        "factors": None,  # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch (new voices)
+        "perturb": True,  # false: the classes stay speaker x factor, every crop at factor 1.0 (WeSpeaker's
+        # large-margin fine-tuning keeps the base model's classifier and feeds unperturbed audio)
+    },
     "reverb": {"prob": 0.0, "data_dir": None},  # RIR data dir (wav.scp)
+    # independent: reverb and noise each with its own probability (ESPnet, Kaldi) | exclusive: one
+    # draw gives reverb (reverb.prob), noise (noise.prob) or neither, never both (WeSpeaker: 0.3 + 0.3)
+    "reverb_noise": "independent",
     "noise": {
-        "prob": 0.0,  # probability that a crop gets one additive source, of a kind drawn uniformly
+        "prob": 0.0,  # probability that a crop gets one additive source
+        "kind_draw": "uniform",  # uniform: a kind uniformly, then a file of it (ESPnet) | files: a file
+        # uniformly among all kinds' files, kinds in proportion to their sizes (WeSpeaker's one MUSAN pool)
         "data_dirs": {},  # kind -> data dir, e.g. {noise: data/musan_noise, music: ..., babble: data/train}
         "snr": {},  # kind -> [low, high] dB (defaults in DEFAULT_SNR)
         "num_sources": {},  # kind -> [low, high] utterances summed (default [3, 7] for babble/speech, else [1, 1])
@@ -112,9 +125,19 @@ def normalize_augment_config(cfg: Mapping[str, Any] | None, source: str = "confi
         given = cfg.get(name)
         if given is None:
             continue
+        if not isinstance(defaults, dict):
+            out[name] = given
+            continue
         check_keys(f"augment.{name}", given, defaults, source)
         out[name].update(copy.deepcopy(dict(given)))
-    out["speed"]["factors"] = check_factors(source, "augment.speed.factors", out["speed"]["factors"])
+    sp = out["speed"]
+    sp["factors"] = check_factors(source, "augment.speed.factors", sp["factors"])
+    check_value(source, "augment.speed.perturb", sp["perturb"], "bool")
+    if not sp["perturb"] and (not sp["factors"] or 1.0 not in sp["factors"]):
+        raise _config_error(
+            source, "speed.perturb", "false keeps the classes of speed.factors and feeds factor 1.0: list 1.0 there"
+        )
+    check_choice(source, "augment.reverb_noise", out["reverb_noise"], ("independent", "exclusive"))
     rv = out["reverb"]
     rv["prob"] = prob("reverb.prob", rv["prob"])
     if rv["data_dir"] is not None:
@@ -123,6 +146,11 @@ def normalize_augment_config(cfg: Mapping[str, Any] | None, source: str = "confi
         raise _config_error(source, "reverb.data_dir", "reverb.prob > 0 needs an RIR data dir")
     nz = out["noise"]
     nz["prob"] = prob("noise.prob", nz["prob"])
+    check_choice(source, "augment.noise.kind_draw", nz["kind_draw"], ("uniform", "files"))
+    if out["reverb_noise"] == "exclusive" and rv["prob"] + nz["prob"] > 1.0:
+        raise _config_error(
+            source, "reverb_noise", f"exclusive needs reverb.prob + noise.prob <= 1, got {rv['prob']} + {nz['prob']}"
+        )
     for sub in ("data_dirs", "snr", "num_sources"):
         if not isinstance(nz[sub], Mapping):
             raise _config_error(source, f"noise.{sub}", f"must be a mapping kind -> value, got {nz[sub]!r}")
@@ -388,7 +416,20 @@ class WaveAugment:
 
     @property
     def speed_factors(self) -> list[float] | None:
+        """The speed classes: a classification loss counts speaker x factor."""
         return self.cfg["speed"]["factors"]
+
+    @property
+    def speed_perturb(self) -> bool:
+        """Whether crops are perturbed (false: every crop at factor 1.0, in its class)."""
+        return bool(self.cfg["speed"]["perturb"])
+
+    def _kind(self, rng: np.random.Generator) -> str:
+        """The additive source's kind: uniform over kinds, or in proportion to their files."""
+        if self.cfg["noise"]["kind_draw"] == "files":
+            sizes = np.array([len(self.noise[k]) for k in self.kinds], dtype=np.float64)
+            return self.kinds[int(rng.choice(len(self.kinds), p=sizes / sizes.sum()))]
+        return self.kinds[int(rng.integers(len(self.kinds)))]
 
     def __call__(
         self,
@@ -406,11 +447,17 @@ class WaveAugment:
         # one child stream per stage: turning a stage on or off (an ablation) leaves the draws of
         # the others as they were
         r_rev, r_noise, r_band, r_gain = rng.spawn(4)
-        if self.rirs is not None and r_rev.random() < c["reverb"]["prob"]:
+        p_rev = c["reverb"]["prob"] if self.rirs is not None else 0.0
+        u = r_rev.random()
+        if u < p_rev:
             y = reverberate(y, self.rirs.whole(self.rirs.pick(r_rev)))
             done.append("reverb")
-        if self.kinds and r_noise.random() < c["noise"]["prob"]:
-            kind = self.kinds[int(r_noise.integers(len(self.kinds)))]
+        if c["reverb_noise"] == "exclusive":  # the same draw: reverb, noise or neither
+            noisy = bool(self.kinds) and p_rev <= u < p_rev + c["noise"]["prob"]
+        else:
+            noisy = bool(self.kinds) and r_noise.random() < c["noise"]["prob"]
+        if noisy:
+            kind = self._kind(r_noise)
             lo, hi = c["noise"]["num_sources"][kind]
             count = int(r_noise.integers(lo, hi + 1))
             src = self.noise[kind]

@@ -4,7 +4,7 @@
         --xvector-scp exp/spk_x/embed/test/xvector.scp --outdir exp/spk_x/eval/test \\
         [--cohort-scp exp/spk_x/embed/train/spk_xvector.scp --cohort-size 200] \\
         [--mean-scp exp/spk_x/embed/train/spk_xvector.scp | --backend exp/spk_x/backend/wccn.npz] \\
-        [--eval-mean true] \\
+        [--eval-mean true] [--qmf exp/spk_x/qmf/qmf.json --utt2dur data/test/utt2dur] \\
         [--skip-missing] [--model-tag spk_x] [--results-md exp/spk_x]
 
 Argument parsing only; the work is :func:`spkflow.score.evaluation.evaluate_set`.  On failure (exit 1,
@@ -70,6 +70,14 @@ def get_parser() -> argparse.ArgumentParser:
         metavar="EXP_DIR",
         help="afterwards rewrite EXP_DIR/RESULTS.md from EXP_DIR/eval/*/metrics.json",
     )
+    p.add_argument(
+        "--qmf",
+        default=None,
+        metavar="JSON",
+        help="a QMF (python -m spkflow.bin.fit_qmf): its calibrated scores go to <outdir>/scores.qmf, "
+        "their figures to metrics.json's 'qmf'",
+    )
+    p.add_argument("--utt2dur", default=None, help="the set's utt2dur (for a QMF with the duration measure)")
     add_bool_option(p, "--plots", default=True, old_negative="--no-plots", bare=True, help="draw the PNG plots")
     return p
 
@@ -92,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             model_tag=args.model_tag,
             set_name=args.set_name,
             plots=args.plots,
+            qmf_path=args.qmf,
+            utt2dur=args.utt2dur,
         )
     except (InputError, ValueError, OSError) as err:  # bad input (e.g. a mean of another dimension), a full disk
         logging.error("%s", err)
@@ -99,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             _refresh_results_md(args.results_md)
         return 1
     norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
+    if "qmf" in m:
+        norm += f" (QMF: EER {m['qmf']['eer']:.2f}%, Cllr {m['qmf']['cllr']:.3f})"
     logging.info(
         "%s: EER %.2f%% minDCF(0.01) %.4f minDCF(0.05) %.4f, %d target / %d non-target trials, "
         "%d skipped, %s scoring%s -> %s",

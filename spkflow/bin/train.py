@@ -31,7 +31,11 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="training config (YAML; see spkflow/train/config.py)")
     p.add_argument("--train-data", required=True, help="training data dir (utt2spk)")
-    p.add_argument("--train-feats", required=True, help="its features dir (feats.scp, vad.scp) from stage 2")
+    p.add_argument(
+        "--train-feats",
+        required=True,
+        help="its features dir (feats.scp, vad.scp) from stage 2; not read when the config trains on audio alone",
+    )
     p.add_argument("--batches-dir", required=True, help="dir with epoch<E>.txt batch lists from stage 3")
     p.add_argument("--num-epochs", type=int, required=True, help="epochs to train (batch lists 1..E)")
     p.add_argument("--out-dir", required=True, help="experiment dir (config.yaml, checkpoints, model.pth)")

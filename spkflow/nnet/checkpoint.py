@@ -1,4 +1,5 @@
-"""Checkpoint files (``checkpoint.pth``, ``epoch<E>.pth``, ``model.pth``): write atomically, load safely.
+"""Checkpoint files (``checkpoint.pth``, ``epoch<E>.pth``, ``epoch<E>.loss.pth``, ``model.pth``,
+``loss.pth``): write atomically, load safely.
 
 What it guarantees
 ------------------
@@ -61,9 +62,9 @@ def default_hint(path: str | os.PathLike[str]) -> str:
     name = os.path.basename(os.fspath(path))
     if name == "checkpoint.pth":
         return "remove it, or re-run stage 4 with --resume false to train afresh"
-    if re.fullmatch(r"epoch\d+\.pth", name):
+    if re.fullmatch(r"epoch\d+(\.loss)?\.pth", name):
         return "re-run stage 4 with --resume false to train afresh"
-    if name == "model.pth":
+    if name in ("model.pth", "loss.pth"):
         return "re-run stage 4 (it rebuilds model.pth from the epoch snapshots) or pass --resume false"
     return "re-run stage 4 or pass --resume false"
 
@@ -171,22 +172,28 @@ def _why(err: BaseException) -> str:
 
 def load_init(src: str | os.PathLike[str], model: Any, loss: Any) -> str:
     """Fine-tuning (``train.init_from``): load a trained model's weights into ``model`` and, when
-    ``src`` is a stage-4 dir, its ``checkpoint.pth``'s loss weights (the AAM classifier) into
-    ``loss`` (a loss without parameters is skipped).  ``src`` is such a dir or a model.pth.  A
-    missing file, or weights that do not fit, is a :class:`CheckpointError` naming the file.
-    Returns what was loaded, for the log."""
+    ``src`` is a stage-4 dir, its loss weights (the AAM classifier) into ``loss`` (a loss without
+    parameters is skipped): from ``loss.pth``, the classifier of the same epochs as ``model.pth``
+    (averaged alike), or, for a run that predates it, from ``checkpoint.pth`` (the last epoch's).
+    ``src`` is such a dir or a model.pth.  A missing file, or weights that do not fit, is a
+    :class:`CheckpointError` naming the file.  Returns what was loaded, for the log."""
     src = Path(src)
     model_path = src / "model.pth" if src.is_dir() else src
     if not model_path.is_file():
         raise CheckpointError(model_path, "train.init_from: no such file (a stage-4 dir or its model.pth)")
     restore(model_path, {"model": load_checkpoint(model_path)}, {"model": model})
     loaded = str(model_path)
-    ck_path = src / "checkpoint.pth"
-    if src.is_dir() and any(True for _ in loss.parameters()) and ck_path.is_file():
-        hint = (
-            "the classifier fits only the same training speakers (and speed_perturb factors); "
-            "point train.init_from at the model.pth to start the classifier afresh"
-        )
+    if not src.is_dir() or not any(True for _ in loss.parameters()):
+        return loaded
+    hint = (
+        "the classifier fits only the same training speakers (and speed factors); "
+        "point train.init_from at the model.pth to start the classifier afresh"
+    )
+    loss_path, ck_path = src / "loss.pth", src / "checkpoint.pth"
+    if loss_path.is_file():
+        restore(loss_path, {"loss": load_checkpoint(loss_path)}, {"loss": loss}, hint=hint)
+        return loaded + f" + the loss's weights of {loss_path} (the epochs of model.pth)"
+    if ck_path.is_file():
         restore(ck_path, load_checkpoint(ck_path), {"loss": loss}, hint=hint)
-        loaded += f" + the loss's weights of {ck_path}"
+        loaded += f" + the loss's weights of {ck_path} (its last epoch: no loss.pth in {src})"
     return loaded

@@ -121,20 +121,24 @@ class SpeakerLoss(nn.Module):
         """Set step-dependent hyper-parameters before step ``step`` (0-based); none by default."""
 
 
-def margin_at(step: int, steps_per_epoch: int, final: float, start_epoch: int, end_epoch: int) -> float:
-    """The AAM margin before optimiser step ``step`` (0-based) under a linear warm-up.
+def margin_at(
+    step: int, steps_per_epoch: int, final: float, start_epoch: int, end_epoch: int, shape: str = "linear"
+) -> float:
+    """The AAM margin before optimiser step ``step`` (0-based) under a warm-up.
 
-    0 until the start of (1-based) epoch ``start_epoch``, then rising linearly per step to
-    ``final`` at the start of epoch ``end_epoch``, ``final`` after.  A pure function of the
-    step, so a resumed run sees the margins of an uninterrupted one.  (WeSpeaker's
-    MarginScheduler ramps per iteration too, exponentially by default; this one is linear.)
+    0 until the start of (1-based) epoch ``start_epoch``, then rising per step to ``final`` at
+    the start of epoch ``end_epoch``, ``final`` after: linearly, or with ``shape="exp"`` as
+    WeSpeaker's MarginScheduler (``increase_type: exp``) does, ``final x (1 - 0.001 ** p)`` at the
+    fraction ``p`` of the ramp (fast at first, then flattening).  A pure function of the step,
+    so a resumed run sees the margins of an uninterrupted one, whatever the world size.
     """
     begin, end = (start_epoch - 1) * steps_per_epoch, (end_epoch - 1) * steps_per_epoch
     if step <= begin:
         return 0.0
     if step >= end:
         return float(final)
-    return float(final) * (step - begin) / (end - begin)
+    p = (step - begin) / (end - begin)
+    return float(final) * (1.0 - 0.001**p if shape == "exp" else p)
 
 
 class _ScaledCosine(SpeakerLoss):
@@ -249,7 +253,7 @@ class AAMSoftmaxLoss(SpeakerLoss):
         K: int = 3,
         mp: float = 0.06,
         k_top: int = 5,
-        margin_warmup: Mapping[str, int] | None = None,
+        margin_warmup: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.final_margin = float(margin)
@@ -323,7 +327,9 @@ class AAMSoftmaxLoss(SpeakerLoss):
     def schedule(self, step: int, steps_per_epoch: int) -> None:
         if self.margin_warmup is not None:
             w = self.margin_warmup
-            m = margin_at(step, steps_per_epoch, self.final_margin, w["start_epoch"], w["end_epoch"])
+            m = margin_at(
+                step, steps_per_epoch, self.final_margin, w["start_epoch"], w["end_epoch"], w.get("shape", "linear")
+            )
             if m != self.margin:
                 self.set_margin(m)
 
@@ -344,12 +350,13 @@ _ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_margin_warmup(value: Any, source: str) -> dict[str, int]:
-    """``{start_epoch: S, end_epoch: E}`` with integers 1 <= S < E, else a ConfigError."""
+def _check_margin_warmup(value: Any, source: str) -> dict[str, Any]:
+    """``{start_epoch: S, end_epoch: E, shape: linear|exp}`` with integers 1 <= S < E, else a ConfigError."""
     if not isinstance(value, Mapping):
         raise ConfigError(f"{source}: loss.margin_warmup must be a mapping {{start_epoch, end_epoch}}, got {value!r}")
-    check_keys("loss.margin_warmup", dict(value), ("start_epoch", "end_epoch"), source=source)
-    out = {}
+    check_keys("loss.margin_warmup", dict(value), ("start_epoch", "end_epoch", "shape"), source=source)
+    out: dict[str, Any] = {"shape": value.get("shape", "linear")}
+    check_choice(source, "loss.margin_warmup.shape", out["shape"], ("linear", "exp"))
     for key in ("start_epoch", "end_epoch"):
         v = value.get(key)
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:

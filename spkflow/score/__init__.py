@@ -1,9 +1,11 @@
 """Stage 6 and speaker identification: from embeddings to figures.
 
 ``scoring`` (trials, embeddings and cohorts read; cosine scores, AS-norm), ``backend`` (WCCN /
-LDA fitted on training embeddings), ``metrics`` (EER, minDCF, DET), ``evaluation`` (one test set
-end to end, ``metrics.json``, RESULTS.md), ``plots`` (DET, score histograms, training curves,
-confusion matrices), ``sid`` (closed- and open-set identification).
+LDA fitted on training embeddings), ``metrics`` (EER, minDCF, DET), ``calibration`` (linear
+logistic calibration, Cllr, actual DCF), ``qmf`` (quality measures, calibration trials from the
+training set), ``evaluation`` (one test set end to end, ``metrics.json``, RESULTS.md; the QMF
+fit), ``plots`` (DET, score histograms, training curves, confusion matrices), ``sid`` (closed-
+and open-set identification).
 
 May import: ``core``, ``data``.
 """

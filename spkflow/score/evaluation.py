@@ -29,6 +29,7 @@ one markdown table per set.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import glob
 import json
@@ -36,24 +37,47 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
+from spkflow.data.tables import read_kv
 from spkflow.score.backend import Backend, l2_rows
+from spkflow.score.calibration import LogisticCalibration, actual_dcf, cllr
 from spkflow.score.metrics import compute_metrics, det_curve
 from spkflow.score.plots import plot_det, plot_score_hist
-from spkflow.score.scoring import read_cohort, read_embeddings, read_mean, read_trials, score_trials, write_scores
+from spkflow.score.qmf import draw_trials, fit_qmf, load_qmf, qmf_features, read_durations, save_qmf
+from spkflow.score.scoring import (
+    ScoreResult,
+    Trials,
+    read_cohort,
+    read_embeddings,
+    read_mean,
+    read_trials,
+    score_trials,
+    write_scores,
+)
 
-__all__ = ["evaluate_set", "remove_outputs", "write_results_md", "P_TARGETS", "OUTPUTS"]
+__all__ = [
+    "ScoringSetup",
+    "evaluate_set",
+    "fit_qmf_file",
+    "remove_outputs",
+    "score_set",
+    "write_results_md",
+    "P_TARGETS",
+    "OUTPUTS",
+]
 
 log = logging.getLogger(__name__)
 
 P_TARGETS = (0.01, 0.05)
 #: What :func:`evaluate_set` writes to its ``outdir``, in the order stale copies are removed.
-OUTPUTS = ("metrics.json", "scores", "det.png", "score_hist.png")
+OUTPUTS = ("metrics.json", "scores", "scores.qmf", "det.png", "score_hist.png")
 
 
 def _set_vectors(emb: dict[str, np.ndarray], source: str) -> np.ndarray:
@@ -76,6 +100,80 @@ def _now() -> str:
     return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
+@dataclass
+class ScoringSetup:
+    """How stage 6 turns embeddings into scores: centring (``mean_scp`` or the set's own mean),
+    a linear backend, AS-norm with a cohort; the same for the test sets and the QMF's
+    calibration trials."""
+
+    cohort_scp: str | None = None
+    cohort_size: int = 200
+    mean_scp: str | None = None
+    backend_path: str | None = None
+    eval_mean: bool = False
+
+    def check(self) -> None:
+        if self.backend_path and self.mean_scp:
+            raise ValueError(
+                f"{self.backend_path}: a backend subtracts its own training mean; "
+                f"do not centre on {self.mean_scp} as well"
+            )
+        if self.eval_mean and self.mean_scp:
+            raise ValueError(f"{self.mean_scp}: centre on the training mean or on the set's own (eval_mean), not both")
+
+
+def score_set(
+    trials: Trials,
+    xvector_scp: str,
+    setup: ScoringSetup,
+    *,
+    skip_missing: bool = False,
+    utt2spk: Mapping[str, str] | None = None,
+) -> tuple[ScoreResult, dict[str, float], str]:
+    """Score ``trials`` with the embeddings of ``xvector_scp`` as ``setup`` says.  Returns the
+    result, each utterance's raw embedding norm (the QMF's magnitude) and the backend's name.
+    ``utt2spk`` (calibration trials drawn from the cohort's own speakers): an utterance's speaker
+    is left out of its AS-norm cohort."""
+    setup.check()
+    emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
+    magnitudes = {k: float(np.linalg.norm(v)) for k, v in emb.items()}
+    cohort, exclude = None, None
+    if setup.cohort_scp:
+        if utt2spk is None:
+            cohort = read_cohort(setup.cohort_scp)
+        else:
+            vectors = read_embeddings(setup.cohort_scp)
+            row = {k: i for i, k in enumerate(vectors)}
+            cohort = np.stack(list(vectors.values()))
+            exclude = {u: row[utt2spk[u]] for u in emb if utt2spk.get(u) in row}
+    mean = read_mean(setup.mean_scp) if setup.mean_scp else None
+    own = _set_vectors(emb, xvector_scp) if setup.eval_mean else None
+    if own is not None and not setup.backend_path:
+        mean = own.mean(axis=0)  # raw, as mean_scp's
+    backend_name = "cosine"
+    if setup.backend_path:
+        backend = Backend.load(setup.backend_path)
+        backend_name = backend.name
+        if own is not None:  # the backend's mean lives among L2-normalised vectors
+            backend = backend.centred_on(l2_rows(own).mean(axis=0))
+        keys = list(emb)
+        if keys:
+            emb = dict(zip(keys, _transform(backend, np.stack([emb[k] for k in keys]), xvector_scp), strict=True))
+        if cohort is not None:
+            cohort = _transform(backend, cohort, setup.cohort_scp or "")
+    result = score_trials(
+        trials,
+        emb,
+        emb_source=xvector_scp,
+        skip_missing=skip_missing,
+        cohort=cohort,
+        cohort_size=setup.cohort_size,
+        mean=mean,
+        cohort_exclude=exclude,
+    )
+    return result, magnitudes, backend_name
+
+
 def evaluate_set(
     trials_path: str,
     xvector_scp: str,
@@ -90,6 +188,8 @@ def evaluate_set(
     model_tag: str = "",
     set_name: str | None = None,
     plots: bool = True,
+    qmf_path: str | None = None,
+    utt2dur: str | None = None,
 ) -> dict[str, Any]:
     """Score one set and write ``scores``, ``metrics.json`` and the plots to ``outdir``;
     returns the metrics dict (what ``metrics.json`` holds).  ``cohort_scp`` enables AS-norm,
@@ -99,43 +199,20 @@ def evaluate_set(
     ``eval_mean`` centres on the scored set's own mean instead, taken over the embeddings of the
     utterances its trials name (no labels used): the backend's mean is replaced by that of their
     L2-normalised vectors, or without a backend their raw mean is subtracted as ``mean_scp``'s
-    would be (not combined with ``mean_scp``)."""
+    would be (not combined with ``mean_scp``).  ``qmf_path``: a QMF fitted by :func:`fit_qmf_file`;
+    its calibrated scores (log-likelihood ratios) go to ``scores.qmf`` and their figures (EER,
+    minDCF, Cllr, actual DCF) to ``metrics.json``'s ``qmf``; ``utt2dur``: the set's durations
+    (needed by a QMF with the ``duration`` measure)."""
 
     set_name = set_name or os.path.basename(os.path.normpath(outdir))
-    if backend_path and mean_scp:
-        raise ValueError(
-            f"{backend_path}: a backend subtracts its own training mean; do not centre on {mean_scp} as well"
-        )
-    if eval_mean and mean_scp:
-        raise ValueError(f"{mean_scp}: centre on the training mean or on the set's own (eval_mean), not both")
+    setup = ScoringSetup(cohort_scp, cohort_size, mean_scp, backend_path, eval_mean)
+    setup.check()
     remove_outputs(outdir)
     trials = read_trials(trials_path)
-    emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
-    cohort = read_cohort(cohort_scp) if cohort_scp else None
-    mean = read_mean(mean_scp) if mean_scp else None
-    own = _set_vectors(emb, xvector_scp) if eval_mean else None
-    if own is not None and not backend_path:
-        mean = own.mean(axis=0)  # raw, as mean_scp's
-    backend_name = "cosine"
-    if backend_path:
-        backend = Backend.load(backend_path)
-        backend_name = backend.name
-        if own is not None:  # the backend's mean lives among L2-normalised vectors
-            backend = backend.centred_on(l2_rows(own).mean(axis=0))
-        keys = list(emb)
-        if keys:
-            emb = dict(zip(keys, _transform(backend, np.stack([emb[k] for k in keys]), xvector_scp), strict=True))
-        if cohort is not None:
-            cohort = _transform(backend, cohort, cohort_scp or "")
-    result = score_trials(
-        trials,
-        emb,
-        emb_source=xvector_scp,
-        skip_missing=skip_missing,
-        cohort=cohort,
-        cohort_size=cohort_size,
-        mean=mean,
-    )
+    qmf = load_qmf(qmf_path) if qmf_path else None
+    if qmf is not None and "duration" in qmf[1] and not utt2dur:
+        raise InputError(qmf_path, None, f"this QMF uses durations: give the utt2dur of {trials_path}'s set")
+    result, magnitudes, backend_name = score_set(trials, xvector_scp, setup, skip_missing=skip_missing)
     metrics: dict[str, Any] = {"set": set_name, "model_tag": model_tag}
     metrics.update(compute_metrics(result.scores, result.labels, P_TARGETS))
     metrics.update(
@@ -154,6 +231,10 @@ def evaluate_set(
             "date": _now(),
         }
     )
+    llr = None
+    if qmf is not None:
+        durations = read_durations(utt2dur) if utt2dur else None
+        llr, metrics["qmf"] = _apply_qmf(qmf, result, magnitudes, durations, utt2dur or "", qmf_path or "")
     curves = {}
     if result.score_norm != "none":
         metrics["raw"] = compute_metrics(result.raw_scores, result.labels, P_TARGETS)
@@ -167,11 +248,15 @@ def evaluate_set(
         curves = {f"{backend_name.upper()}, {k}": v for k, v in curves.items()}
         label = f"{backend_name.upper()}, {label}"
     curves[label] = det_curve(result.scores, result.labels)
+    if llr is not None:
+        curves[f"{label} + QMF"] = det_curve(llr, result.labels)
 
     os.makedirs(outdir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".score.", suffix=".tmp", dir=outdir)
     try:
         write_scores(os.path.join(tmp, "scores"), result)
+        if llr is not None:
+            write_scores(os.path.join(tmp, "scores.qmf"), dataclasses.replace(result, scores=llr))
         if plots:
             title = f"{set_name}" + (f" ({model_tag})" if model_tag else "")
             plot_det(curves, os.path.join(tmp, "det.png"), title=f"DET: {title}", p_targets=P_TARGETS)
@@ -190,6 +275,77 @@ def evaluate_set(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return metrics
+
+
+def _apply_qmf(
+    qmf: tuple[LogisticCalibration, tuple[str, ...]],
+    result: ScoreResult,
+    magnitudes: Mapping[str, float],
+    durations: Mapping[str, float] | None,
+    utt2dur: str,
+    qmf_path: str,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The QMF's log-likelihood ratios of ``result``'s trials and their figures for metrics.json."""
+    cal, measures = qmf
+    try:
+        x, _ = qmf_features(result, measures, durations=durations, magnitudes=magnitudes)
+    except KeyError as err:
+        raise InputError(utt2dur, None, f"no duration of {err.args[0]!r} (the QMF {qmf_path} uses durations)") from None
+    except ValueError as err:
+        raise InputError(qmf_path, None, f"cannot apply this QMF here: {err}") from None
+    llr = cal.llr(x)
+    figures: dict[str, Any] = compute_metrics(llr, result.labels, P_TARGETS)
+    figures["cllr"] = cllr(llr, result.labels)
+    for p in P_TARGETS:
+        figures[f"act_dcf_p{p}"] = actual_dcf(llr, result.labels, p)
+    figures.update(measures=list(measures), qmf=qmf_path, fitted_on=cal.fitted_on)
+    return llr, figures
+
+
+def fit_qmf_file(
+    xvector_scp: str,
+    utt2spk: str,
+    out: str,
+    setup: ScoringSetup,
+    *,
+    utt2dur: str | None = None,
+    num_trials: int = 20000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Fit a QMF on ``num_trials`` target and as many non-target trials drawn from the training
+    set (``utt2spk``, its embeddings ``xvector_scp``), scored as ``setup`` scores a test set
+    (each utterance's own speaker left out of the cohort), and write it to ``out`` (JSON).
+    Measures: ``duration`` with ``utt2dur``, ``magnitude``, ``imposter`` with a cohort.
+    Returns a summary for the log."""
+    have = set(read_kv(xvector_scp))
+    u2s = {u: s for u, s in read_kv(utt2spk).items() if u in have}
+    trials = draw_trials(u2s, num_trials, num_trials, seed=seed, source=utt2spk)
+    measures = [m for m, on in (("duration", utt2dur), ("magnitude", True), ("imposter", setup.cohort_scp)) if on]
+    result, magnitudes, _ = score_set(trials, xvector_scp, setup, utt2spk=u2s)
+    durations = read_durations(utt2dur) if utt2dur else None
+    if durations is not None:
+        lost = sorted(u for u in set(trials.enroll).union(trials.test) if u not in durations)
+        if lost:
+            raise InputError(utt2dur, None, f"no duration of {lost[0]!r} ({len(lost)} trial utterances lack one)")
+    n_tar, n_non = int(result.labels.sum()), int(len(result.labels) - result.labels.sum())
+    cal = fit_qmf(
+        result,
+        measures,
+        durations=durations,
+        magnitudes=magnitudes,
+        fitted_on=f"{n_tar} target + {n_non} non-target trials drawn from {utt2spk} (seed {seed})",
+    )
+    save_qmf(out, cal, measures)
+    llr = cal.llr(qmf_features(result, measures, durations=durations, magnitudes=magnitudes)[0])
+    return {
+        "measures": measures,
+        "n_target": n_tar,
+        "n_nontarget": n_non,
+        "eer_before": compute_metrics(result.scores, result.labels, P_TARGETS)["eer"],
+        "eer_after": compute_metrics(llr, result.labels, P_TARGETS)["eer"],
+        "cllr": cllr(llr, result.labels),
+        "weights": dict(zip(cal.names, cal.weights, strict=True)),
+    }
 
 
 def _transform(backend: Backend, x: np.ndarray, source: str) -> np.ndarray:
@@ -278,7 +434,8 @@ def write_results_md(exp_dir: str) -> str:
         "use the top-K cohort speakers of the training set; 'centred': the training speakers'",
         "mean embedding is subtracted first; 'WCCN' / 'LDA': the embeddings (trials and cohort) go",
         "through that backend, fitted on the training set's utterance embeddings, first; 'centred on",
-        "the set': the mean of the set's own embeddings (no labels) instead of the training mean.",
+        "the set': the mean of the set's own embeddings (no labels) instead of the training mean;",
+        "'+ QMF': the scores calibrated with quality measures (fitted on training-set trials), Cllr in bits.",
         "",
     ]
     header = (
@@ -308,9 +465,13 @@ def write_results_md(exp_dir: str) -> str:
         if m.get("score_norm", "none") != "none" and isinstance(m.get("raw"), dict):
             raw = dict(m["raw"], n_skipped=m.get("n_skipped", 0))
             lines.append(_row(raw, row_tag, model, loss, f"{back}cosine{centred}"))
-            lines.append(_row(m, row_tag, model, loss, f"{back}AS-norm (top {m.get('cohort_size', '?')}){centred}"))
+            scoring = f"{back}AS-norm (top {m.get('cohort_size', '?')}){centred}"
         else:
-            lines.append(_row(m, row_tag, model, loss, f"{back}cosine{centred}"))
+            scoring = f"{back}cosine{centred}"
+        lines.append(_row(m, row_tag, model, loss, scoring))
+        if isinstance(m.get("qmf"), dict):
+            q = dict(m["qmf"], n_skipped=m.get("n_skipped", 0))
+            lines.append(_row(q, row_tag, model, loss, f"{scoring} + QMF (Cllr {q.get('cllr', float('nan')):.3f})"))
         lines += _peer_rows(exp_dir, set_name, m.get("trials"))
         lines.append("")
     out = os.path.join(exp_dir, "RESULTS.md")

@@ -119,6 +119,8 @@ class ScoreResult:
     missing: list[str] = field(default_factory=list)  # utterances without an embedding
     score_norm: str = "none"  # "none" | "asnorm"
     cohort_size: int = 0  # cohort entries actually used (top-K)
+    enroll_mu: np.ndarray | None = None  # float64 [n]: AS-norm's cohort mean of each trial's sides
+    test_mu: np.ndarray | None = None  # (the 'imposter mean' quality measure of spkflow.score.qmf)
 
 
 def read_trials(path: str | os.PathLike[str]) -> Trials:
@@ -282,10 +284,13 @@ def read_mean(scp: str | os.PathLike[str]) -> np.ndarray:
     return total / count
 
 
-def asnorm_stats(emb: np.ndarray, cohort: np.ndarray, top_k: int, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+def asnorm_stats(
+    emb: np.ndarray, cohort: np.ndarray, top_k: int, chunk: int = 4096, exclude: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean and population std of each row's ``top_k`` largest cosine scores against ``cohort``.
 
     ``emb [U, D]`` and ``cohort [S, D]`` L2-normalised; returns ``(mu [U], sigma [U])``.
+    ``exclude [U]``: a cohort row each row must not use (its own speaker), -1 for none.
     """
     if not 2 <= top_k <= cohort.shape[0]:
         raise ValueError(f"AS-norm needs 2 <= top_k <= cohort size ({cohort.shape[0]}), got {top_k}")
@@ -293,6 +298,10 @@ def asnorm_stats(emb: np.ndarray, cohort: np.ndarray, top_k: int, chunk: int = 4
     sigma = np.empty(emb.shape[0])
     for start in range(0, emb.shape[0], chunk):
         s = emb[start : start + chunk] @ cohort.T  # [c, S]
+        if exclude is not None:
+            own = exclude[start : start + chunk]
+            rows = np.flatnonzero(own >= 0)
+            s[rows, own[rows]] = -np.inf
         top = np.partition(s, s.shape[1] - top_k, axis=1)[:, -top_k:]  # k largest, unordered
         mu[start : start + chunk] = top.mean(axis=1)
         sigma[start : start + chunk] = top.std(axis=1)
@@ -308,13 +317,15 @@ def score_trials(
     cohort: np.ndarray | None = None,
     cohort_size: int = 200,
     mean: np.ndarray | None = None,
+    cohort_exclude: Mapping[str, int] | None = None,
 ) -> ScoreResult:
     """Cosine-score ``trials`` with ``embeddings`` (L2-normalised here again, so any
     mapping of utterance id to vector works), AS-normalised against ``cohort [S, D]`` when
     given (top ``min(cohort_size, S)``).  ``mean [D]``, when given, is subtracted from every
     embedding and cohort vector first (centring).  Raises :class:`InputError` naming the trials file,
     line and utterance at the first trial whose utterance has no embedding, unless
-    ``skip_missing``."""
+    ``skip_missing``.  ``cohort_exclude``: utterance -> the cohort row it must not use (its own
+    speaker, when the trials come from the cohort's speakers: the QMF's calibration trials)."""
     n = len(trials)
     index: dict[str, int] = {}
     e_idx = np.fromiter((index.setdefault(u, len(index)) for u in trials.enroll), dtype=np.int64, count=n)
@@ -391,10 +402,16 @@ def score_trials(
         used = np.flatnonzero(have)
         mu = np.zeros(len(utts))
         sigma = np.ones(len(utts))
-        mu[used], sigma[used] = asnorm_stats(mat[used], cohort, k)
+        excl = None
+        if cohort_exclude is not None:
+            if k >= cohort.shape[0]:
+                raise ValueError(f"leaving a speaker out of the cohort needs more than top-{k} entries")
+            excl = np.array([cohort_exclude.get(utts[i], -1) for i in used], dtype=np.int64)
+        mu[used], sigma[used] = asnorm_stats(mat[used], cohort, k, exclude=excl)
         result.scores = 0.5 * ((raw - mu[e_idx]) / sigma[e_idx] + (raw - mu[t_idx]) / sigma[t_idx])
         result.score_norm = "asnorm"
         result.cohort_size = k
+        result.enroll_mu, result.test_mu = mu[e_idx], mu[t_idx]
     return result
 
 

@@ -3,9 +3,10 @@
 ``spk2utt`` and ``batches`` (N x M batch plans: exhaustive, deterministic, distributed,
 resumable), ``config`` (the training config's schema: every key checked at load), ``loader`` and
 ``raw_loader`` (crops of stage-2 arks, or fbank of augmented audio crops), ``data`` (input
-statistics and batch lists per rank), ``optim`` (optimiser and schedule), ``state`` (RNG state,
-averaging, stop flag, progress), ``validation`` (EER while training), ``trainer`` (the loop, DDP,
-resume).
+statistics, batch lists per rank, what stage 4 reads), ``optim`` (optimiser and schedule, scaled
+to the global batch), ``state`` (RNG state, averaging, stop flag, progress, model.pth /
+loss.pth), ``monitor`` (step lines, gradient norms, TensorBoard events), ``validation`` (EER
+while training), ``trainer`` (the loop, DDP, resume).
 
 May import: ``core``, ``data``, ``features``, ``augment``, ``nnet``, ``score``, ``embed``.
 """

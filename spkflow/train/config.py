@@ -52,11 +52,15 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "decay_1d": True,  # false: biases, norm scales and the loss's scalars (any parameter of < 2
         # dimensions) are not decayed, only weight matrices and kernels (timm's and nanoGPT's habit)
         "momentum": 0.9,  # sgd only
+        "nesterov": False,  # sgd only: Nesterov momentum (WeSpeaker's SGD)
+        "lr_ref_batch": None,  # global batch (utterances per step over all ranks) at which `lr` is the peak;
+        # the trainer scales linearly: lr x global batch / lr_ref_batch (WeSpeaker: 64). null: lr as given
     },
     "scheduler": {
-        "name": "warmup_cosine",  # constant | warmup_cosine | exponential
-        "warmup_steps": 0,
-        "final_lr_ratio": 0.0,  # warmup_cosine: lr at the last step / peak lr
+        "name": "warmup_cosine",  # constant | warmup_cosine | warmup_exponential | exponential
+        "warmup_steps": 0,  # linear warm-up from 0 over this many steps (the same only at one world size) ...
+        "warmup_epochs": None,  # ... or over this many epochs (any world size; exclusive with warmup_steps)
+        "final_lr_ratio": 0.0,  # warmup_cosine / warmup_exponential: lr at the end / peak lr
         "gamma": 0.5,  # exponential: factor per epoch
     },
     "train": {
@@ -71,7 +75,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "valid_every": 1,  # validate after every N-th epoch and after the last (monitoring only)
         "valid_batch_size": 32,  # utterances per forward in validation
         "valid_max_frames": 3000,  # longer validation utterances are cut (memory bound)
-        "log_every": 10,  # steps between log lines
+        "log_every": 10,  # steps between log lines (and TensorBoard points)
+        "tensorboard": True,  # event files in <exp>/tensorboard (needs the tensorboard package; else skipped)
         "num_workers": 0,  # DataLoader workers for the training loader (0 = in process)
         "input_stats_utts": 500,  # utterances used to estimate the global mean/std of the input
         "input_stats_augmented": False,  # add the channel perturbation's curve mean/variance to them
@@ -95,6 +100,7 @@ _VALUES: dict[str, tuple[str, float | None, float | None]] = {
     "optim.weight_decay": ("number", 0.0, None),
     "optim.decay_1d": ("bool", None, None),
     "optim.momentum": ("number", 0.0, 1.0),
+    "optim.nesterov": ("bool", None, None),
     "scheduler.warmup_steps": ("int", 0, None),
     "scheduler.final_lr_ratio": ("number", 0.0, 1.0),
     "scheduler.gamma": ("number", 0.0, None),
@@ -108,6 +114,7 @@ _VALUES: dict[str, tuple[str, float | None, float | None]] = {
     "train.valid_batch_size": ("int", 1, None),
     "train.valid_max_frames": ("int", 1, None),
     "train.log_every": ("int", 1, None),
+    "train.tensorboard": ("bool", None, None),
     "train.num_workers": ("int", 0, None),
     "train.input_stats_utts": ("int", 1, None),
     "train.input_stats_augmented": ("bool", None, None),
@@ -165,11 +172,31 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     check_choice(source, "train.select", t["select"], ("best", "last", "average"))
     check_choice(source, "train.amp_dtype", t["amp_dtype"], ("float16", "bfloat16"))
     check_choice(source, "optim.name", out["optim"]["name"], ("adam", "adamw", "sgd"))
-    check_choice(source, "scheduler.name", out["scheduler"]["name"], ("constant", "warmup_cosine", "exponential"))
+    sc = out["scheduler"]
+    check_choice(
+        source, "scheduler.name", sc["name"], ("constant", "warmup_cosine", "warmup_exponential", "exponential")
+    )
+    _check_schedule(out["optim"], sc, source)
     # the builders' registries: names and keys of the model and the loss
     check_model_config(out["model"], source)
     check_loss_config(out["loss"], source)
     return out
+
+
+def _check_schedule(optim: dict[str, Any], sc: dict[str, Any], source: str) -> None:
+    """The keys of the rate's scaling and warm-up that depend on each other."""
+    if optim["lr_ref_batch"] is not None:
+        check_value(source, "optim.lr_ref_batch", optim["lr_ref_batch"], "int", 1, None)
+    if sc["warmup_epochs"] is not None:
+        check_value(source, "scheduler.warmup_epochs", sc["warmup_epochs"], "number", 0.0, None)
+        if sc["warmup_steps"]:
+            raise ConfigError(f"{source}: scheduler.warmup_epochs and scheduler.warmup_steps: give one of them")
+    if sc["name"] == "warmup_exponential" and not sc["final_lr_ratio"] > 0:
+        raise ConfigError(
+            f"{source}: scheduler.final_lr_ratio must be > 0 for warmup_exponential (lr x ratio^progress)"
+        )
+    if optim["nesterov"] and (optim["name"] != "sgd" or not optim["momentum"] > 0):
+        raise ConfigError(f"{source}: optim.nesterov needs optim.name sgd with momentum > 0")
 
 
 def load_train_config(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -12,6 +12,11 @@ Guarantees:
 * :func:`complete_config`: the training config with stage 2's fbank and VAD options and the
   batch shape filled in, checked against the features' dimension (InputError naming
   ``feats.scp``), so the ``config.yaml`` written beside a model rebuilds its input in stage 5.
+* :func:`features_needed` / :func:`train_features`: training on audio crops
+  (``frontend.feats_type: raw``) without VAD or global input statistics reads nothing of stage 2
+  for the training set; the feature dimension then comes from the fbank options (stage 2's
+  ``fbank.conf``), not from an ark.  Whatever does need stage 2's features of the training set
+  says so by name when they are missing.
 """
 
 from __future__ import annotations
@@ -29,8 +34,18 @@ from spkflow.core.errors import InputError
 from spkflow.data.ark import KaldiArkReader
 from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.train.batches import read_batch_list
+from spkflow.train.loader import NxMCropDataset
+from spkflow.train.raw_loader import NxMWaveDataset
 
-__all__ = ["complete_config", "infer_num_utt", "input_stats", "rank_batches"]
+__all__ = [
+    "complete_config",
+    "epoch_dataset",
+    "features_needed",
+    "infer_num_utt",
+    "input_stats",
+    "rank_batches",
+    "train_features",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +74,81 @@ def infer_num_utt(batch: Sequence[str], utt2spk: Mapping[str, str]) -> int:
     while m < len(batch) and utt2spk.get(batch[m]) == spk:
         m += 1
     return max(m, 1)
+
+
+def features_needed(cfg: Mapping[str, Any]) -> list[str]:
+    """Why stage 4 reads stage 2's output for the training set under ``cfg`` (a normalised
+    training config): the config keys that need it, none when it trains on audio alone."""
+    why = []
+    if cfg["frontend"]["feats_type"] != "raw":
+        why.append("frontend.feats_type ark (crops of stage 2's feature arks)")
+    if cfg["frontend"]["vad"]:
+        why.append("frontend.vad (stage 2's vad.scp)")
+    if cfg["model"].get("input_norm", "global") == "global":
+        why.append("model.input_norm global (input statistics from stage 2's features)")
+    return why
+
+
+def train_features(
+    cfg: Mapping[str, Any], train_feats: str, fbank_conf: str | None, first_utt: str
+) -> tuple[KaldiArkReader | None, int]:
+    """(a reader of ``<train_feats>/feats.scp`` or None, the input's feature dimension).  A
+    config that trains on audio alone (:func:`features_needed` empty) reads no ark: the dimension
+    is that of ``fbank_conf`` (or ``frontend.fbank``, or the default options)."""
+    scp = os.path.join(train_feats, "feats.scp")
+    why = features_needed(cfg)
+    if not why:
+        if fbank_conf:
+            return None, FbankOptions.from_kaldi_conf(fbank_conf).dim
+        given = cfg["frontend"].get("fbank")
+        return None, (FbankOptions.from_dict(given) if given else FbankOptions()).dim
+    if not os.path.isfile(scp):
+        raise InputError(scp, None, f"not found, and {'; '.join(why)} needs it: run stage 2 for the training set")
+    reader = KaldiArkReader(scp)
+    return reader, reader.read_rows(first_utt, 0, 1).shape[1]
+
+
+def epoch_dataset(
+    frontend: Mapping[str, Any],
+    train_data: str,
+    train_feats: str,
+    batches: list[list[str]],
+    *,
+    seed: int,
+    epoch: int,
+    crop: tuple[int, int],
+    wave_aug: Any,
+    feats: KaldiArkReader | None,
+    num_utt: int,
+    utt2spk: Mapping[str, str],
+) -> NxMWaveDataset | NxMCropDataset:
+    """An epoch's N x M crops, indexed by batch: fbank of (augmented) audio crops with a
+    ``wave_aug`` (``frontend.feats_type: raw``), else crops of stage 2's arks."""
+    if wave_aug is not None:
+        return NxMWaveDataset(
+            train_data,
+            batches,
+            fbank=frontend["fbank"],
+            seed=seed,
+            epoch=epoch,
+            crop=crop,
+            use_vad=bool(frontend["vad"]),
+            vad_scp=os.path.join(train_feats, "vad.scp"),
+            mean_norm="crop" if frontend["mean_norm"] else "none",
+            augment=wave_aug,
+            num_utt=num_utt,
+            utt2spk=utt2spk,
+        )
+    return NxMCropDataset(
+        os.path.join(train_feats, "feats.scp"),
+        batches,
+        seed=seed,
+        epoch=epoch,
+        crop=crop,
+        use_vad=bool(frontend["vad"]),
+        mean_norm="utterance" if frontend["mean_norm"] else "none",
+        feats=feats,
+    )
 
 
 def input_stats(train_feats: str, frontend: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,9 +185,11 @@ def complete_config(
     fbank_conf: str | None,
     vad_conf: str | None,
     data: Mapping[str, Any],
+    dim_source: str | None = None,
 ) -> dict[str, Any]:
     """A copy of ``cfg`` with ``frontend.fbank``/``frontend.vad_conf`` from stage 2's conf files,
-    ``model.input_dim`` and the ``data`` section (batch shape, speakers, ranks)."""
+    ``model.input_dim`` and the ``data`` section (batch shape, speakers, ranks).  ``dim_source``:
+    where ``feat_dim`` came from, named by a mismatch (default: ``<train_feats>/feats.scp``)."""
 
     cfg = json.loads(json.dumps(cfg))  # deep copy of plain data
     fe = cfg["frontend"]
@@ -109,7 +201,7 @@ def complete_config(
         fe["vad_conf"] = dataclasses.asdict(VadOptions.from_kaldi_conf(vad_conf))
     elif fe.get("vad_conf") is None:
         fe["vad_conf"] = dataclasses.asdict(VadOptions())
-    scp = os.path.join(train_feats, "feats.scp")
+    scp = dim_source or os.path.join(train_feats, "feats.scp")
     fb_dim = FbankOptions.from_dict(fe["fbank"]).dim
     if fb_dim != feat_dim:
         raise InputError(scp, None, f"features have {feat_dim} dimensions but the fbank options give {fb_dim}")

@@ -15,7 +15,9 @@
   from the batch generator); a crop of ``ceil(samples * factor)`` samples is resampled to the
   length needed (:func:`spkflow.augment.wave.speed_perturb`), so every crop has ``T`` frames; the
   factor index is returned so that a classification loss can count a perturbed speaker as a new
-  class, as the ark path's feature-domain speed perturbation does.
+  class, as the ark path's feature-domain speed perturbation does.  With ``augment.speed.perturb:
+  false`` every crop is read at factor 1.0 and labelled with 1.0's class (the base model's
+  classifier fine-tuned on unperturbed audio, as WeSpeaker's large-margin fine-tuning does).
 * The crop is then augmented (:class:`spkflow.augment.wave.WaveAugment`) and turned into fbank with
   :func:`spkflow.features.fbank.compute_fbank` (stage 2's options, so an un-augmented raw crop equals
   the ark path's features of the same samples); ``mean_norm`` is ``"crop"`` or ``"none"`` (the
@@ -115,6 +117,8 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         self.mean_norm = mean_norm
         self.augment = augment
         self.speed = list(augment.speed_factors) if augment is not None and augment.speed_factors else None
+        # speed.perturb false: the classes of the factors, every crop at 1.0 (large-margin fine-tuning)
+        self.fixed_speed = self.speed.index(1.0) if self.speed and not augment.speed_perturb else None
         self.num_utt = int(num_utt)
         self.vad: KaldiArkReader | None = None
         if use_vad:
@@ -190,7 +194,9 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         num_spk = len(utts) // self.num_utt if self.speed else 0
         speed_idx = np.zeros(max(1, len(utts) // self.num_utt), dtype=np.int64)  # [N]: all 0 without speed
         factors = np.ones(len(utts))
-        if self.speed:
+        if self.fixed_speed is not None:
+            speed_idx = np.full(num_spk, self.fixed_speed, dtype=np.int64)
+        elif self.speed:
             srng = np.random.default_rng([self.seed, self.epoch, b, _SPEED_PURPOSE])
             speed_idx = srng.integers(len(self.speed), size=num_spk)
             factors = np.asarray(self.speed)[np.repeat(speed_idx, self.num_utt)]

@@ -4,25 +4,36 @@ Guarantees:
 
 * :func:`rng_state` / :func:`set_rng_state` hold the torch (CPU and CUDA) and Python generators
   as tensors and plain lists, so a checkpoint that stores them loads with ``weights_only=True``.
-* The losses of a partly trained epoch are kept in the history as one ``{"partial": True}``
-  row (:func:`remember_partial`), so a resumed epoch reports the mean over all its steps.
+* The losses (and gradient norms) of a partly trained epoch are kept in the history as one
+  ``{"partial": True}`` row (:func:`remember_partial`), so a resumed epoch reports the mean over
+  all its steps.
 * :class:`StopFlag` turns SIGINT/SIGTERM into a flag read at step boundaries (the trainer
   checkpoints and stops there) and restores the previous handlers on exit.
 * :func:`average_state_dicts` averages floating tensors in float64 and keeps integer tensors
   (BatchNorm counters) of the last state; :func:`select_epochs` picks the epochs whose
   snapshots make ``model.pth`` (``train.select``).
+* :func:`write_final`: ``model.pth`` and, for a loss with weights (the AAM classifier),
+  ``loss.pth`` from the *same* epochs (``epoch<E>.pth`` / ``epoch<E>.loss.pth``), so fine-tuning
+  (``train.init_from``) starts from an embedder and a classifier of one checkpoint choice, as
+  WeSpeaker's averaged ``avg_model.pt`` holds both; then ``history.json`` and ``curves.png``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from spkflow.core.atomic import write_text_atomic
+from spkflow.nnet.checkpoint import load_checkpoint, save_checkpoint
+from spkflow.score.plots import plot_training_curves
 
 __all__ = [
     "StopFlag",
@@ -34,6 +45,7 @@ __all__ = [
     "rng_state",
     "select_epochs",
     "set_rng_state",
+    "write_final",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,15 +67,21 @@ def set_rng_state(st: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(list(st["cuda"]))
 
 
-def remember_partial(history: list[dict[str, Any]], epoch: int, losses: list[float]) -> None:
+def remember_partial(
+    history: list[dict[str, Any]], epoch: int, losses: list[float], grad_norms: list[float] | None = None
+) -> None:
     forget_partial(history, epoch)
-    history.append({"epoch": epoch, "partial": True, "losses": [float(v) for v in losses]})
+    row: dict[str, Any] = {"epoch": epoch, "partial": True, "losses": [float(v) for v in losses]}
+    if grad_norms is not None:
+        row["grad_norms"] = [float(v) for v in grad_norms]
+    history.append(row)
 
 
-def partial_losses(history: list[dict[str, Any]], epoch: int) -> list[float]:
+def partial_losses(history: list[dict[str, Any]], epoch: int, key: str = "losses") -> list[float]:
+    """The values kept by :func:`remember_partial` for ``epoch`` (``losses`` or ``grad_norms``)."""
     for r in history:
         if r.get("partial") and r.get("epoch") == epoch:
-            return list(r["losses"])
+            return list(r.get(key, []))
     return []
 
 
@@ -96,6 +114,30 @@ def select_epochs(history: Sequence[Mapping[str, Any]], select: str, average_las
     if select == "best":
         log.warning("train.select=best without validation: using the last epoch")
     return epochs[-1:]
+
+
+def write_final(out: Path, history: list[dict[str, Any]], tcfg: Mapping[str, Any]) -> list[int]:
+    """Write ``model.pth`` (+ ``loss.pth``), ``history.json`` and ``curves.png`` in ``out`` for the
+    epochs ``train.select`` picks; returns those epochs."""
+    select = tcfg["select"]
+    chosen = select_epochs(history, select, int(tcfg["average_last"]))
+    save_checkpoint(out / "model.pth", average_state_dicts([load_checkpoint(out / f"epoch{e}.pth") for e in chosen]))
+    losses = [out / f"epoch{e}.loss.pth" for e in chosen]
+    if all(p.is_file() for p in losses):
+        save_checkpoint(out / "loss.pth", average_state_dicts([load_checkpoint(p) for p in losses]))
+    else:
+        (out / "loss.pth").unlink(missing_ok=True)
+    summary = {"select": select, "epochs": chosen, "history": history}
+    write_text_atomic(out / "history.json", json.dumps(summary, indent=2) + "\n")
+    try:
+        rows = [
+            {k: v for k, v in r.items() if k in ("epoch", "train_loss", "valid_eer") or (k == "lr" and v > 0)}
+            for r in history
+        ]
+        plot_training_curves(rows, out / "curves.png", title=f"training: {out.name}")
+    except Exception as err:  # a plot must not fail a finished training
+        log.warning("could not draw curves.png: %s", err)
+    return chosen
 
 
 class StopFlag:

@@ -25,7 +25,10 @@ What it guarantees (the reasoning behind it: docs/training.md):
   ``average_last`` epochs, best validation EER, or last) into ``model.pth``, a plain state dict.
 * **Outputs** in ``out_dir``: ``config.yaml`` (complete, with stage 2's fbank/VAD options in
   ``frontend``, so stage 5 rebuilds the input), ``checkpoint.pth``, ``epoch<E>.pth``,
-  ``model.pth``, ``history.json`` and ``curves.png``.
+  ``model.pth`` (and, for a loss with weights, ``epoch<E>.loss.pth`` and ``loss.pth`` of the same
+  epochs), ``history.json`` (with gradient-norm statistics), ``curves.png`` and ``tensorboard/``
+  (:mod:`spkflow.train.monitor`).  The learning rate follows the global batch
+  (:mod:`spkflow.train.optim`); train.log states both.
 
 Why about 680 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
 parts only; optimiser, run state, data and validation helpers are their own modules
@@ -56,17 +59,22 @@ from spkflow.augment.fbank import FbankChannelPerturb, FbankSpeedPerturb
 from spkflow.augment.wave import WaveAugment, format_counts
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
-from spkflow.data.ark import KaldiArkReader
 from spkflow.data.tables import read_kv
 from spkflow.nnet.checkpoint import load_checkpoint, load_init, restore, save_checkpoint
 from spkflow.nnet.losses import batch_labels, build_loss
 from spkflow.nnet.models import SpeakerEmbedder, build_model
-from spkflow.score.plots import plot_training_curves
 from spkflow.train.config import normalize_train_config
-from spkflow.train.data import complete_config, infer_num_utt, input_stats, rank_batches
-from spkflow.train.loader import NxMCropDataset, make_loader
-from spkflow.train.optim import build_optimizer, build_scheduler
-from spkflow.train.raw_loader import NxMWaveDataset
+from spkflow.train.data import (
+    complete_config,
+    epoch_dataset,
+    infer_num_utt,
+    input_stats,
+    rank_batches,
+    train_features,
+)
+from spkflow.train.loader import make_loader
+from spkflow.train.monitor import Monitor
+from spkflow.train.optim import build_optimizer, build_scheduler, describe_schedule, lr_scale
 from spkflow.train.state import (
     StopFlag,
     average_state_dicts,
@@ -75,8 +83,8 @@ from spkflow.train.state import (
     progress_bar,
     remember_partial,
     rng_state,
-    select_epochs,
     set_rng_state,
+    write_final,
 )
 from spkflow.train.validation import Validator
 
@@ -173,6 +181,9 @@ class _Run:
     epoch_start: float = 0.0
     amp_dtype: torch.dtype = torch.float16  # train.amp_dtype (used when amp)
     wave_aug: Any = None  # spkflow.augment.wave.WaveAugment with frontend.feats_type raw, else None
+    grad_norm: float = 0.0  # the global gradient norm of the last step (before clipping)
+    step_lr: float = 0.0  # the learning rate the last step used
+    monitor: Any = None  # spkflow.train.monitor.Monitor: step lines, gradient norms, TensorBoard
 
 
 class Trainer:
@@ -273,7 +284,10 @@ class Trainer:
         params = [p for p in objective.parameters() if p.requires_grad]
         optimizer = build_optimizer(cfg["optim"], params)
         steps_per_epoch = len(first)
-        scheduler = build_scheduler(cfg["scheduler"], optimizer, steps_per_epoch * opts.num_epochs, steps_per_epoch)
+        global_batch = self.world_size * len(first[0])  # the lr follows it (optim.lr_ref_batch)
+        scale = lr_scale(cfg["optim"], global_batch)
+        total = steps_per_epoch * opts.num_epochs
+        scheduler = build_scheduler(cfg["scheduler"], optimizer, total, steps_per_epoch, scale)
         amp = bool(tcfg["amp"]) and device.type == "cuda"
         amp_dtype = getattr(torch, str(tcfg["amp_dtype"]))  # bfloat16 has float32's range: no scaler
         log.info(
@@ -289,6 +303,9 @@ class Trainer:
             device,
             torch.get_num_threads(),
             f", AMP {tcfg['amp_dtype']}" if amp else "",
+        )
+        log.info(
+            "%s", describe_schedule(cfg["optim"], cfg["scheduler"], global_batch, self.world_size, steps_per_epoch)
         )
         crop = (int(tcfg["crop_min_frames"]), int(tcfg["crop_max_frames"]))
         if speed is not None:  # read longer crops; after the warp every speaker has the configured length
@@ -356,8 +373,7 @@ class Trainer:
         self._init_distributed(device)
         self.out.mkdir(parents=True, exist_ok=True)
         first, num_spk = self._read_batches()
-        feats = KaldiArkReader(os.path.join(opts.train_feats, "feats.scp"))
-        feat_dim = feats.read_rows(first[0][0], 0, 1).shape[1]
+        feats, feat_dim = train_features(self.cfg, opts.train_feats, opts.fbank_conf, first[0][0])
         data = {
             "train_data": opts.train_data,
             "num_spk": num_spk,
@@ -373,13 +389,23 @@ class Trainer:
             fbank_conf=opts.fbank_conf,
             vad_conf=opts.vad_conf,
             data=data,
+            dim_source=None if feats is not None else opts.fbank_conf or "the default fbank options",
         )
         if self.is_main:
             write_text_atomic(self.out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
         run = self._build(cfg, device, first, num_spk, feats)
         self._resume_or_init(run)
+        tcfg = cfg["train"]
+        run.monitor = Monitor(
+            self.out,
+            main=self.is_main,
+            log_every=int(tcfg["log_every"]),
+            tensorboard=bool(tcfg["tensorboard"]),
+            purge_step=run.step or None,
+        )
         if self.is_main and run.epoch <= opts.num_epochs:  # a model.pth from an earlier, shorter run is stale now
-            (self.out / "model.pth").unlink(missing_ok=True)
+            for name in ("model.pth", "loss.pth"):
+                (self.out / name).unlink(missing_ok=True)
         if self.is_main and opts.valid_data:
             fe = cfg["frontend"]
             run.validator = Validator(
@@ -396,13 +422,16 @@ class Trainer:
     def run(self) -> list[dict[str, Any]]:
         run = self._setup()
         with StopFlag() as stop:
-            while run.epoch <= self.opts.num_epochs:
-                outcome = self._train_epoch(run, stop)
-                if outcome == "mid":  # stopped inside the epoch; the checkpoint is written
-                    return run.history
-                self._end_epoch(run)
-                if self._stop_between_epochs(run, stop, requested=outcome == "end"):
-                    return run.history
+            try:
+                while run.epoch <= self.opts.num_epochs:
+                    outcome = self._train_epoch(run, stop)
+                    if outcome == "mid":  # stopped inside the epoch; the checkpoint is written
+                        return run.history
+                    self._end_epoch(run)
+                    if self._stop_between_epochs(run, stop, requested=outcome == "end"):
+                        return run.history
+            finally:
+                run.monitor.close()
         self.stopped_by, self.stop_signal = None, 0  # every epoch was trained
         if self.is_main:
             self._finish(run.history, run.cfg)
@@ -436,6 +465,7 @@ class Trainer:
         run.net.train()
         run.epoch_start = time.time()
         run.losses = [] if run.start_batch == 0 else partial_losses(run.history, epoch)
+        run.monitor.start_epoch([] if run.start_batch == 0 else partial_losses(run.history, epoch, "grad_norms"))
         bar = progress_bar(len(batches), run.start_batch, epoch, opts.progress and self.is_main)
         aug_counts: collections.Counter[str] = collections.Counter()  # raw path: crops per augmentation
         try:
@@ -445,13 +475,22 @@ class Trainer:
                 flags = self._step(run, x, utts, index, stop, wave_speed[0] if wave_speed else None)
                 run.losses.append(float(flags[0]) / self.world_size)
                 bar.update(1)
-                self._log_step(run, index, len(batches))
+                run.monitor.step(
+                    epoch=epoch,
+                    step=run.step,
+                    batch=index + 1,
+                    num_batches=len(batches),
+                    loss=run.losses[-1],
+                    lr=run.step_lr,
+                    grad_norm=run.grad_norm,
+                    scalars=run.objective.loss.scalars(),
+                )
                 if flags[1] > 0 or flags[2] > 0:
                     self.stopped_by = "signal" if flags[1] > 0 else "max_steps"
                     self.stop_signal = (stop.signum or int(signal.SIGTERM)) if flags[1] > 0 else 0
                     if index + 1 == len(batches):
                         return "end"  # finish the epoch's bookkeeping, then stop
-                    remember_partial(run.history, epoch, run.losses)
+                    remember_partial(run.history, epoch, run.losses, run.monitor.norms)
                     self._save_checkpoint(run, epoch, index + 1)
                     log.info(
                         "stopped by %s at epoch %d batch %d (step %d); checkpoint %s",
@@ -477,32 +516,18 @@ class Trainer:
 
     def _dataset(self, run: _Run, batches: list[list[str]]) -> Any:
         """The epoch's N x M crops (indexed by batch): a pure function of (files, seed, epoch, batch)."""
-
-        fe = run.cfg["frontend"]
-        if run.wave_aug is not None:
-            return NxMWaveDataset(
-                self.opts.train_data,
-                batches,
-                fbank=fe["fbank"],
-                seed=run.seed,
-                epoch=run.epoch,
-                crop=run.crop,
-                use_vad=bool(fe["vad"]),
-                vad_scp=os.path.join(self.opts.train_feats, "vad.scp"),
-                mean_norm="crop" if fe["mean_norm"] else "none",
-                augment=run.wave_aug,
-                num_utt=self.num_utt,
-                utt2spk=self.utt2spk,
-            )
-        return NxMCropDataset(
-            os.path.join(self.opts.train_feats, "feats.scp"),
+        return epoch_dataset(
+            run.cfg["frontend"],
+            self.opts.train_data,
+            self.opts.train_feats,
             batches,
             seed=run.seed,
             epoch=run.epoch,
             crop=run.crop,
-            use_vad=bool(fe["vad"]),
-            mean_norm="utterance" if fe["mean_norm"] else "none",
+            wave_aug=run.wave_aug,
             feats=run.feats,
+            num_utt=self.num_utt,
+            utt2spk=self.utt2spk,
         )
 
     def _agree(self, run: _Run, values: list[float]) -> torch.Tensor:
@@ -555,8 +580,10 @@ class Trainer:
         run.scaler.unscale_(run.optimizer)
         clip = float(run.cfg["train"]["grad_clip"])
         norm = nn.utils.clip_grad_norm_(run.params, clip if clip > 0 else float("inf"))
+        run.grad_norm = float(norm)  # before clipping: train.log, history.json, TensorBoard
         if not run.scaler.is_enabled() and not math.isfinite(float(norm)):  # (a scaler skips such steps)
             self._diverged(f"non-finite gradient norm {float(norm)} at {self._where(epoch, index, utts)}")
+        run.step_lr = float(run.optimizer.param_groups[0]["lr"])
         run.scaler.step(run.optimizer)
         run.scaler.update()
         run.scheduler.step()
@@ -580,20 +607,6 @@ class Trainer:
     def _why(self) -> str:
         return "a signal" if self.stopped_by == "signal" else f"max_steps={self.opts.max_steps}"
 
-    def _log_step(self, run: _Run, index: int, num_batches: int) -> None:
-        if self.is_main and run.step % int(run.cfg["train"]["log_every"]) == 0:
-            extra = " ".join(f"{k}={v:.3f}" for k, v in run.objective.loss.scalars().items())
-            log.info(
-                "epoch %d step %d batch %d/%d loss %.4f lr %.3g %s",
-                run.epoch,
-                run.step,
-                index + 1,
-                num_batches,
-                run.losses[-1],
-                run.scheduler.get_last_lr()[0],
-                extra,
-            )
-
     def _end_epoch(self, run: _Run) -> None:
         """History row, ``epoch<E>.pth``, validation (rank 0), then the checkpoint at the next epoch."""
         epoch, losses = run.epoch, run.losses
@@ -605,9 +618,12 @@ class Trainer:
             "steps": run.step,
         }
         row.update({k: float(v) for k, v in run.objective.loss.scalars().items() if math.isfinite(v)})
+        row.update(run.monitor.epoch_stats())
         forget_partial(run.history, epoch)
         if self.is_main:
             save_checkpoint(self.out / f"epoch{epoch}.pth", run.objective.model.state_dict())
+            if any(True for _ in run.objective.loss.parameters()):  # the classifier, chosen as the model is
+                save_checkpoint(self.out / f"epoch{epoch}.loss.pth", run.objective.loss.state_dict())
             tcfg = run.cfg["train"]
             due = epoch % int(tcfg["valid_every"]) == 0 or epoch == self.opts.num_epochs
             if run.validator is not None and due:
@@ -617,6 +633,7 @@ class Trainer:
                 )
                 row["valid_seconds"] = round(time.time() - tv, 1)
             log.info("epoch %d done: %s", epoch, json.dumps(row))
+            run.monitor.end_epoch(row)
         run.history.append(row)
         run.epoch, run.start_batch = epoch + 1, 0
         self._save_checkpoint(run, run.epoch, 0)
@@ -663,20 +680,5 @@ class Trainer:
         save_checkpoint(self.out / CHECKPOINT, state)
 
     def _finish(self, history: list[dict[str, Any]], cfg: Mapping[str, Any]) -> None:
-        tcfg = cfg["train"]
-        select = tcfg["select"]
-        chosen = select_epochs(history, select, int(tcfg["average_last"]))
-        states = [load_checkpoint(self.out / f"epoch{e}.pth") for e in chosen]
-        final = average_state_dicts(states)
-        save_checkpoint(self.out / "model.pth", final)
-        summary = {"select": select, "epochs": chosen, "history": history}
-        write_text_atomic(self.out / "history.json", json.dumps(summary, indent=2) + "\n")
+        chosen = write_final(self.out, history, cfg["train"])
         log.info("model.pth = %s of epoch(s) %s", "average" if len(chosen) > 1 else "weights", chosen)
-        try:
-            rows = [
-                {k: v for k, v in r.items() if k in ("epoch", "train_loss", "valid_eer") or (k == "lr" and v > 0)}
-                for r in history
-            ]
-            plot_training_curves(rows, self.out / "curves.png", title=f"training: {self.out.name}")
-        except Exception as err:  # a plot must not fail a finished training
-            log.warning("could not draw curves.png: %s", err)

@@ -3,6 +3,7 @@ made here, real data dirs, real FLAC files, pyroomacoustics RIRs."""
 
 from __future__ import annotations
 
+import collections
 import re
 from pathlib import Path
 
@@ -343,3 +344,41 @@ def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
     both = [sys.executable, str(script), "--eval-mean", "--score-center"]
     bad = subprocess.run(both, capture_output=True, text=True)
     assert bad.returncode == 2 and "not both" in bad.stderr
+
+
+def test_reverb_noise_exclusive_and_kind_draw_by_files(sources):
+    """reverb_noise exclusive (WeSpeaker's rule): never both, each at its own probability from
+    one draw; independent (the default, ESPnet's): both happen.  kind_draw files: kinds in
+    proportion to their files (speech has 8, noise 2: 80% speech)."""
+    x = AudioBank(sources["speech"], SR).whole(0)
+    dirs = {"noise": str(sources["noise"]), "speech": str(sources["speech"])}
+
+    def rates(cfg: dict, n: int = 400) -> collections.Counter:
+        aug = WaveAugment(normalize_augment_config(cfg), SR)
+        counts: collections.Counter = collections.Counter()
+        for s in range(n):
+            done: collections.Counter = collections.Counter()
+            aug(x[:4000], np.random.default_rng([9, s]), speaker="spk000", counts=done)
+            counts.update(done)
+            counts["both"] += done["reverb"] and done["noise"]
+        return counts
+
+    base = {"reverb": {"prob": 0.3, "data_dir": str(sources["rirs"])}, "noise": {"prob": 0.3, "data_dirs": dirs}}
+    one = rates({**base, "reverb_noise": "exclusive", "noise": {**base["noise"], "kind_draw": "files"}})
+    assert one["both"] == 0 and 90 <= one["reverb"] <= 150 and 90 <= one["noise"] <= 150  # 120 expected each
+    assert one["noise.speech"] > 2.5 * one["noise.noise"]  # 8 : 2 files
+    indep = rates(base)
+    assert indep["both"] > 10 and abs(indep["noise.speech"] - indep["noise.noise"]) < 0.4 * indep["noise"]
+    with pytest.raises(ConfigError, match=r"augment\.reverb_noise: exclusive needs reverb\.prob \+ noise\.prob <= 1"):
+        normalize_augment_config(
+            {
+                **base,
+                "reverb_noise": "exclusive",
+                "reverb": {"prob": 0.7, "data_dir": "r"},
+                "noise": {**base["noise"], "prob": 0.5},
+            }
+        )
+    with pytest.raises(ConfigError, match=r"augment\.speed\.perturb: false keeps the classes"):
+        normalize_augment_config({"speed": {"factors": [0.9, 1.1], "perturb": False}})
+    with pytest.raises(ConfigError, match=r"augment\.noise\.kind_draw must be uniform \| files"):
+        normalize_augment_config({"noise": {"kind_draw": "weighted"}})

@@ -377,6 +377,10 @@ def test_margin_warmup_schedule_and_config_errors():
     assert [margin_at(s, 10, 0.2, 2, 4) for s in (0, 10, 15, 20, 30, 99)] == pytest.approx(
         [0.0, 0.0, 0.05, 0.1, 0.2, 0.2]
     )
+    # WeSpeaker's exponential ramp: final x (1 - 0.001 ** p), fast first, 0.2 from the end on
+    exp = [margin_at(s, 10, 0.2, 2, 4, "exp") for s in (10, 15, 20, 29, 30)]
+    assert exp == pytest.approx([0.0, 0.2 * (1 - 0.001**0.25), 0.2 * (1 - 0.001**0.5), 0.2 * (1 - 0.001**0.95), 0.2])
+    assert exp[2] > margin_at(20, 10, 0.2, 2, 4)  # above the linear ramp half-way
     cfg = {"name": "aamsoftmax", "margin": 0.2, "scale": 30, "margin_warmup": {"start_epoch": 1, "end_epoch": 3}}
     loss = build_loss(cfg, 8, num_classes=4)
     torch.manual_seed(0)
@@ -395,6 +399,7 @@ def test_margin_warmup_schedule_and_config_errors():
         ({"start_epoch": 0, "end_epoch": 3}, "start_epoch must be an integer epoch >= 1"),
         ({"start_epoch": 1, "end_epoch": 3, "start_step": 1}, "unknown key.*loss.margin_warmup.start_step"),
         ([1, 3], "margin_warmup must be a mapping"),
+        ({"start_epoch": 1, "end_epoch": 3, "shape": "cosine"}, r"loss\.margin_warmup\.shape must be linear \| exp"),
     ]:
         with pytest.raises(ConfigError, match=msg):
             build_loss({**cfg, "margin_warmup": bad}, 8, num_classes=4, source="conf/x.yaml")

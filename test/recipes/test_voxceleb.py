@@ -173,7 +173,7 @@ def test_smoke_recipe_runs_every_stage(tmp_path: Path, vox_tree: dict[str, Path]
         recipe,
         vox_tree,
         *("--train_config", "conf/train_smoke.yaml", "--num_spk", "8", "--num_utt", "2", "--num_epochs", "2"),
-        *("--nj", "2", "--ngpu", "0", "--gpu_inference", "false", "--cohort_size", "5"),
+        *("--nj", "2", "--ngpu", "0", "--gpu_inference", "false", "--cohort_size", "5", "--qmf_trials", "60"),
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
@@ -190,13 +190,13 @@ def test_smoke_recipe_runs_every_stage(tmp_path: Path, vox_tree: dict[str, Path]
         "rirs",
     ):
         assert_valid(data / name)
-    # VoxCeleb2: every m4a behind an ffmpeg pipe, and every one decoded into features in stage 2
+    # VoxCeleb2: every m4a behind an ffmpeg pipe; trained on from its audio, so stage 2 made no features of it
     wav = read_kv(data / "vox2_dev" / "wav.scp")
     assert len(wav) == 30 and all(Path(v.split()[0]).samefile(ffmpeg()) and v.endswith("|") for v in wav.values())
     assert len(DataDir(data / "vox2_dev").spks()) == 10
-    feats = read_kv(recipe / "dump" / "fbank" / "vox2_dev" / "feats.scp")
-    assert sorted(feats) == sorted(wav)
-    assert not (recipe / "dump" / "fbank" / "vox2_dev" / "bad_utts").exists()
+    assert not (recipe / "dump" / "fbank" / "vox2_dev").exists()
+    assert "No features of vox2_dev: conf/train_smoke.yaml trains on its audio" in out
+    assert (recipe / "dump" / "fbank" / "vox1_o" / "feats.scp").is_file()  # validation reads the test set's arks
     # utterance ids: speaker-prefixed, '/' -> '-', video ids starting with '-' kept
     assert "id10271--5uTnaMr_zI-00002" in read_kv(data / "vox1" / "utt2spk")
     assert len(DataDir(data / "vox1").utts()) == 30
@@ -214,8 +214,15 @@ def test_smoke_recipe_runs_every_stage(tmp_path: Path, vox_tree: dict[str, Path]
         assert trials[0] == f"{conv[0]} {conv[1]} {'target' if lab == '1' else 'nontarget'}"
         named = {x.replace(".wav", "").replace("/", "-") for line in src for x in line.split()[1:]}
         assert set(DataDir(data / name).utts()) == named
-        m = json.loads((recipe / "exp" / "spk_train_smoke" / "eval" / name / "metrics.json").read_text())
+        ev = recipe / "exp" / "spk_train_smoke" / "eval" / name
+        m = json.loads((ev / "metrics.json").read_text())
         assert 0.0 <= m["eer"] <= 100.0 and m["n_target"] + m["n_nontarget"] == len(src)
+        # QMF: calibrated scores beside the raw ones, their figures in metrics.json
+        q = m["qmf"]
+        assert q["measures"] == ["duration", "magnitude", "imposter"] and 0.0 <= q["eer"] <= 100.0 and q["cllr"] > 0
+        assert q["n_target"] + q["n_nontarget"] == len(src) and "act_dcf_p0.01" in q
+        calibrated = (ev / "scores.qmf").read_text().splitlines()
+        assert [x.split()[:2] for x in calibrated] == [x.split()[:2] for x in (ev / "scores").read_text().splitlines()]
     # augmentation sources: one utterance per file
     assert len(read_kv(data / "rirs" / "wav.scp")) == 12 and len(read_kv(data / "musan_noise" / "wav.scp")) == 3
     # scale facts before the feature work
@@ -223,6 +230,14 @@ def test_smoke_recipe_runs_every_stage(tmp_path: Path, vox_tree: dict[str, Path]
     assert facts < out.index("Stage 2: fbank") + 2000 and facts < out.index("make_fbank")
     assert "float32 arks" in out and "compressed" in out and "free at" in out
     assert "Successfully finished" in out
+    # the QMF: fitted on trials of the training set (its JSON names them), not on a test list
+    qmf = json.loads((recipe / "exp" / "spk_train_smoke" / "qmf" / "qmf.json").read_text())
+    assert "drawn from data/vox2_dev/utt2spk" in qmf["fitted_on"] and len(qmf["weights"]) == 7
+    assert "QMF (duration, magnitude, imposter) fitted on" in out
+    # the rate follows the global batch (train_smoke: 0.0005 at 8 utterances; 8 x 2 on one process)
+    train_log = (recipe / "exp" / "spk_train_smoke" / "train.log").read_text()
+    assert "global batch 16 (1 rank(s) x 16 utterances); peak lr 0.001 = optim.lr 0.0005 x 16 / 8" in train_log
+    assert re.search(r"step 1 batch 1/1 loss \S+ lr 0\.001 grad_norm \S+", train_log), train_log[-3000:]
     # margin warm-up (train_smoke: 0 -> 0.2 over epoch 1), logged per epoch
     hist = json.loads((recipe / "exp" / "spk_train_smoke" / "history.json").read_text())["history"]
     assert hist[0]["margin"] < 0.1 and hist[1]["margin"] == pytest.approx(0.2)  # epoch 1 ramps (1 step here)
@@ -250,7 +265,10 @@ def test_smoke_recipe_runs_every_stage(tmp_path: Path, vox_tree: dict[str, Path]
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     lm = recipe / "exp" / "spk_train_smoke_lm"
     log = (lm / "train.log").read_text()
-    assert "initialised from exp/spk_train_smoke/model.pth + the loss's weights of" in log
+    assert "initialised from exp/spk_train_smoke/model.pth + the loss's weights of exp/spk_train_smoke/loss.pth" in log
+    # speed classes kept, no crop perturbed (WeSpeaker's large-margin fine-tuning); reverb or noise still on
+    line = next(x for x in log.splitlines() if "augment: epoch 1" in x)
+    assert "16 crops: speed 0," in line and not re.search(r"reverb 0, noise 0 ", line), line
     assert json.loads((lm / "history.json").read_text())["history"][0]["margin"] == pytest.approx(0.5)
     assert (lm / "model.pth").is_file()
 

@@ -3,6 +3,7 @@ all batches of an epoch used once, and an interrupted DDP run resumes to the sam
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,19 +29,19 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return s
 
 
-def torchrun(setup: dict[str, Any], out: Path, *extra: str) -> subprocess.CompletedProcess:
+def torchrun(
+    setup: dict[str, Any], out: Path, *extra: str, nproc: int = 2, config: Path | None = None
+) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node nproc`` (plain ``python`` for one process) of spkflow.bin.train."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] if nproc > 1 else []
     cmd = [
         sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
+        *launch,
         "-m",
         "spkflow.bin.train",
-        *cli_args(setup, out, setup["config_path"]),
+        *cli_args(setup, out, config or setup["config_path"]),
         *extra,
     ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
@@ -94,3 +95,35 @@ def test_ddp_resume_matches_uninterrupted(setup: dict[str, Any], full_run: tuple
     b = torch.load(part / "model.pth", weights_only=True)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_schedule_per_sample_is_the_same_at_1_2_4_processes(setup: dict[str, Any], tmp_path: Path) -> None:
+    """Real runs of 1, 2 and 4 gloo processes on the same batch lists (8 batches of 2 x 2 per
+    epoch): with optim.lr_ref_batch and scheduler.warmup_epochs, the rate per utterance of each
+    step (train.log's lr / the global batch) is the same function of the samples seen, and
+    train.log states the global batch and the scaled peak rate."""
+    import re
+
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg["optim"] = {"name": "sgd", "lr": 0.05, "lr_ref_batch": 4}
+    cfg["scheduler"] = {"name": "warmup_cosine", "warmup_epochs": 0.5, "final_lr_ratio": 0.1}
+    path = tmp_path / "scaled.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    per_sample: dict[int, dict[int, float]] = {}
+    for w in (1, 2, 4):
+        r = torchrun(setup, tmp_path / f"w{w}", nproc=w, config=path)
+        log = r.stderr
+        peak = 0.05 * 4 * w / 4
+        assert (
+            f"global batch {4 * w} ({w} rank(s) x 4 utterances); peak lr {peak:.6g} = optim.lr 0.05 x {4 * w} / 4"
+            in log
+        )
+        assert f"warm-up from 0 over {0.5 * 8 / w:g} steps (0.5 epochs of {8 // w} steps)" in log
+        steps = {int(m[1]): float(m[2]) for m in re.finditer(r"step (\d+) batch \d+/\d+ loss \S+ lr (\S+)", log)}
+        assert sorted(steps) == list(range(1, 16 // w + 1)), steps  # log_every 1: every step
+        # step k (1-based) starts after (k - 1) x 4w samples; its rate per utterance
+        per_sample[w] = {(k - 1) * 4 * w: lr / (4 * w) for k, lr in steps.items()}
+    for w in (2, 4):
+        for seen, rate in per_sample[w].items():
+            assert rate == pytest.approx(per_sample[1][seen], rel=1e-5), (w, seen)
+    assert per_sample[1][0] == 0.0 and max(per_sample[1].values()) == pytest.approx(0.05 / 4, rel=1e-5)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+import yaml
 
 from helpers.audio import make_speakers, write_data_dir
 from spkflow.augment.sources import coloured_noise
@@ -217,3 +218,66 @@ def test_trainer_on_raw_augmented_audio_resumes_exactly(corpus, tmp_path):
 
     saved = yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())
     assert saved["frontend"]["feats_type"] == "raw" and saved["augment"]["noise"]["snr"]["babble"] == [13.0, 20.0]
+
+
+def test_speed_classes_without_perturbation(corpus):
+    """augment.speed.perturb false (large-margin fine-tuning): every speaker is labelled with
+    factor 1.0's class and no crop is resampled: the crops equal those without speed factors."""
+    kw = dict(fbank=FB, seed=7, epoch=2, crop=(30, 50), vad_scp=corpus["feats"] / "vad.scp", num_utt=2)
+    cfg = normalize_augment_config({"speed": {"factors": [0.9, 1.0, 1.1], "perturb": False}})
+    fixed = NxMWaveDataset(corpus["data"], corpus["batches"], augment=WaveAugment(cfg, SR), **kw)
+    plain = NxMWaveDataset(corpus["data"], corpus["batches"], **kw)
+    for b in range(len(fixed)):
+        x, _, s, c = fixed[b]
+        assert s.tolist() == [1] * len(s) and c.get("speed", 0) == 0
+        assert torch.equal(x, plain[b][0])
+
+
+def test_trainer_on_audio_reads_no_stage2_output(corpus, tmp_path):
+    """A config that trains on audio alone (feats_type raw, no VAD, input_norm none) trains from
+    a data dir without feats.scp or vad.scp: the input dimension comes from the fbank options;
+    with VAD (or global input statistics) the missing file is named with the key that needs it."""
+    from spkflow.core.errors import InputError
+    from spkflow.train.data import features_needed
+    from spkflow.train.trainer import Trainer, TrainOptions
+
+    torch.set_num_threads(1)
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in ("wav.scp", "utt2spk", "spk2utt"):
+        (data / f).write_text((corpus["data"] / f).read_text())
+    bdir = tmp_path / "batches"
+    bdir.mkdir()
+    (bdir / "epoch1.txt").write_text("".join(" ".join(b) + "\n" for b in corpus["batches"][:4]))
+    fbank_conf = tmp_path / "fbank.conf"
+    fbank_conf.write_text(FB.to_kaldi_conf())
+    cfg = train_config(corpus, {"speed": {"factors": [0.9, 1.0, 1.1]}})
+    cfg["frontend"]["vad"] = False
+    cfg["model"]["input_norm"] = "none"
+    cfg["train"]["num_workers"] = 0
+
+    def opts(config: dict, out: str) -> TrainOptions:
+        return TrainOptions(
+            config=config,
+            train_data=str(data),
+            train_feats=str(data),
+            batches_dir=str(bdir),
+            out_dir=str(tmp_path / out),
+            num_epochs=1,
+            num_utt=2,
+            fbank_conf=str(fbank_conf),
+            device="cpu",
+            progress=False,
+        )
+
+    from spkflow.train.config import normalize_train_config
+
+    assert features_needed(normalize_train_config(cfg)) == []
+    Trainer(opts(cfg, "exp")).run()
+    saved = yaml.safe_load((tmp_path / "exp" / "config.yaml").read_text())
+    assert saved["model"]["input_dim"] == FB.dim and (tmp_path / "exp" / "model.pth").is_file()
+    with_vad = {**cfg, "frontend": {**cfg["frontend"], "vad": True}}
+    with pytest.raises(
+        InputError, match=rf"{data / 'feats.scp'}: not found, and frontend\.vad \(stage 2's vad\.scp\) needs it"
+    ):
+        Trainer(opts(with_vad, "vad")).run()

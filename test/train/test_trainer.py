@@ -290,8 +290,18 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
         ("optim", "name", "adagrad", r"optim\.name must be adam \| adamw \| sgd, got 'adagrad'"),
         ("optim", "lr", "1e-3", r"optim\.lr must be a number, got '1e-3' \(YAML reads"),
         ("optim", "lr", -0.1, r"optim\.lr must be >= 0\.0, got -0\.1"),
-        ("scheduler", "name", "step", r"scheduler\.name must be constant \| warmup_cosine \| exponential"),
+        (
+            "scheduler",
+            "name",
+            "step",
+            r"scheduler\.name must be constant \| warmup_cosine \| warmup_exponential \| exponential",
+        ),
         ("scheduler", "warmup_steps", 1.5, r"scheduler\.warmup_steps must be an integer"),
+        ("scheduler", "warmup_epochs", 1, r"scheduler\.warmup_epochs and scheduler\.warmup_steps: give one"),
+        ("scheduler", "name", "warmup_exponential", r"scheduler\.final_lr_ratio must be > 0 for warmup_exponential"),
+        ("optim", "lr_ref_batch", 0, r"optim\.lr_ref_batch must be >= 1, got 0"),
+        ("optim", "nesterov", True, r"optim\.nesterov needs optim\.name sgd with momentum > 0"),
+        ("train", "tensorboard", "yes", r"train\.tensorboard must be true or false"),
         ("train", "amp", "yes", r"train\.amp must be true or false, got 'yes'"),
         ("train", "amp_dtype", "half", r"train\.amp_dtype must be float16 \| bfloat16, got 'half'"),
         ("train", "select", "first", r"train\.select must be best \| last \| average"),
@@ -556,6 +566,8 @@ def test_aam_margin_warmup_logged_and_resume_exact(tmp_path: Path) -> None:
     hb = json.loads((part / "history.json").read_text())["history"]
     assert [round(r["margin"], 6) for r in hb] == [round(r["margin"], 6) for r in full]
     assert [round(r["train_loss"], 5) for r in hb] == [round(r["train_loss"], 5) for r in full]
+    for key in ("grad_norm_p50", "grad_norm_p99", "grad_norm_max"):  # the resumed epoch kept its first norms
+        assert [r[key] for r in hb] == pytest.approx([r[key] for r in full], rel=1e-5), key
     a = torch.load(tmp_path / "full" / "model.pth", weights_only=True)
     b = torch.load(part / "model.pth", weights_only=True)
     for k in a:
@@ -589,10 +601,64 @@ def test_init_from_loads_trained_weights_and_names_a_mismatch(tmp_path: Path) ->
     s["config"]["model"] = {**s["config"]["model"], "embed_dim": s["config"]["model"].get("embed_dim", 8) + 4}
     with pytest.raises(CheckpointError, match=r"base/model\.pth.*'model' does not fit"):
         Trainer(options(s, tmp_path / "bad")).run()
-    # the same model, other speakers (speed perturbation triples the classes): names checkpoint.pth
+    # the same model, other speakers (speed perturbation triples the classes): names loss.pth
     s["config"]["model"] = dict(TINY_MODEL)
     s["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
-    with pytest.raises(CheckpointError, match=r"base/checkpoint\.pth.*'loss' does not fit.*same training speakers"):
+    with pytest.raises(CheckpointError, match=r"base/loss\.pth.*'loss' does not fit.*same training speakers"):
         Trainer(options(s, tmp_path / "bad2")).run()
     s["config"]["train"]["init_from"] = str(base / "model.pth")  # the model only: the classifier starts afresh
     Trainer(options(s, tmp_path / "ok", max_steps=1)).run()
+
+
+def test_loss_pth_holds_the_classifier_of_the_model_epochs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """With train.select average, loss.pth is the average of the same epochs' classifiers as
+    model.pth (not the last epoch's, which checkpoint.pth holds), and train.init_from starts from
+    that pair: at step 0 of the fine-tuning the classifier is loss.pth's."""
+    from spkflow.train.trainer import Trainer, average_state_dicts
+
+    s = make_train_setup(tmp_path, epochs=2, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30})
+    base = tmp_path / "base"
+    Trainer(options(s, base)).run()  # select average, average_last 2
+    per_epoch = [torch.load(base / f"epoch{e}.loss.pth", weights_only=True) for e in (1, 2)]
+    chosen = torch.load(base / "loss.pth", weights_only=True)
+    last = torch.load(base / "checkpoint.pth", weights_only=True)["loss"]
+    torch.testing.assert_close(chosen["inner.weight"], average_state_dicts(per_epoch)["inner.weight"])
+    assert not torch.equal(chosen["inner.weight"], last["inner.weight"])
+    s["config"]["train"]["init_from"] = str(base)
+    s["config"]["optim"]["lr"] = 0.0
+    with caplog.at_level("INFO"):
+        Trainer(options(s, tmp_path / "ft", max_steps=1, num_epochs=1)).run()
+    ft = torch.load(tmp_path / "ft" / "checkpoint.pth", weights_only=True)["loss"]
+    assert torch.equal(ft["inner.weight"], chosen["inner.weight"])
+    assert f"+ the loss's weights of {base / 'loss.pth'} (the epochs of model.pth)" in caplog.text
+
+
+def test_gradient_norms_and_tensorboard_events(tmp_path: Path) -> None:
+    """The gradient norm of each step (before clipping) is in train.log's step lines, its
+    percentiles in history.json, and, with the tensorboard package, loss, lr, margin, gradient
+    norm and validation EER are event scalars in <exp>/tensorboard beside history.json."""
+    pytest.importorskip("tensorboard")  # the optional extra (installed by .[test])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from spkflow.train.trainer import Trainer
+
+    loss = {"name": "aamsoftmax", "margin": 0.2, "scale": 30, "margin_warmup": {"start_epoch": 1, "end_epoch": 2}}
+    s = make_train_setup(tmp_path, epochs=2, loss=loss)
+    s["config"]["train"]["grad_clip"] = 0.0  # not clipped: the logged norm is the one the step used
+    out = tmp_path / "exp"
+    hist = Trainer(options(s, out)).run()
+    steps = hist[-1]["steps"]
+    for row in hist:
+        assert 0 < row["grad_norm_p50"] <= row["grad_norm_p99"] <= row["grad_norm_max"]
+        assert row["grad_norm_nonfinite"] == 0
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/margin", "epoch/valid_eer", "epoch/train_loss"} <= tags
+    assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, steps + 1))  # log_every 1
+    norms = [e.value for e in acc.Scalars("train/grad_norm")]
+    assert max(norms) == pytest.approx(max(r["grad_norm_max"] for r in hist), rel=1e-6)
+    eer = acc.Scalars("epoch/valid_eer")
+    assert [round(e.value, 4) for e in eer] == [round(r["valid_eer"], 4) for r in hist]
+    margins = [e.value for e in acc.Scalars("train/margin")]
+    assert margins[0] < margins[-1] == pytest.approx(0.2)

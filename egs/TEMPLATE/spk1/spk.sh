@@ -65,6 +65,9 @@ score_eval_mean=false  # centre on each test set's own mean instead (no labels u
 score_backend=cosine  # cosine | wccn | lda: a linear backend fitted on the training set's utterance embeddings
 backend_reg=0.1       # its within-class covariance shrinkage (spkflow.score.backend)
 score_skip_missing=false  # leave out trials naming an utterance without an embedding (counted) instead of failing
+score_qmf=false       # quality-measure calibration (QMF): fitted on trials drawn from the training set's embeddings,
+                      # calibrated scores in eval/<set>/scores.qmf and metrics.json's "qmf" (WeSpeaker's, ESPnet's qmf)
+qmf_trials=20000      # QMF: target trials drawn from the training set, and as many non-target
 
 help_message=$(cat <<EOM
 Usage: $0 [options]
@@ -76,7 +79,7 @@ Usage: $0 [options]
   --train_config, --tag, --resume, --train_threads
   --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
   --score_norm, --cohort_size, --score_center, --score_eval_mean, --score_backend cosine|wccn|lda, --backend_reg,
-  --score_skip_missing
+  --score_skip_missing, --score_qmf, --qmf_trials
 EOM
 )
 
@@ -116,7 +119,13 @@ if ${score_center} && ${score_eval_mean}; then
     exit 2
 fi
 train_cohort=false
-if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ]; then train_cohort=true; fi
+if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ] || ${score_qmf}; then train_cohort=true; fi
+# Stage 4 reads stage 2's output for the training set unless it trains on audio alone
+# (frontend.feats_type raw, no VAD, no global input statistics): then stages 2 and 4 skip it.
+train_reads=features
+if [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 2 ] && [ -f "${train_config}" ]; then
+    train_reads=$(python -m spkflow.bin.train_inputs --config "${train_config}") || exit 1
+fi
 
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1: data preparation (local/data.sh) into data/{${train_set},${test_sets// /,}}"
@@ -143,11 +152,16 @@ fi
 
 if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     log "Stage 2: fbank + energy VAD with ${fbank_conf}, ${nj} jobs: data/<set> -> ${dumpdir}/fbank/<set>"
-    # Every set a later stage reads: training, validation, evaluation and embedding sets.
+    # Every set a later stage reads: training, validation, evaluation and embedding sets; not the
+    # training set when stage 4 trains on its audio alone (spkflow.bin.train_inputs says "audio").
     # scripts/feats/make_fbank.sh copies data/<set> to the dump dir and adds feats.scp, vad.scp,
     # utt2num_frames and per-utterance CMVN stats; with --skip_bad true unreadable utterances
     # are listed in bad_utts and left out of the copy.
     _sets=$(echo "${train_set} ${valid_set} ${test_sets} ${embed_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++')
+    if [ "${train_reads}" = audio ] && [[ " ${valid_set} ${test_sets} " != *" ${train_set} "* ]]; then
+        log "No features of ${train_set}: ${train_config} trains on its audio (stage 5 reads audio too)"
+        _sets=$(echo "${_sets}" | grep -vx "${train_set}" || true)
+    fi
     # Scale facts before the work: hours of audio, estimated arks (float and compressed), free disk.
     # shellcheck disable=SC2046,SC2086  # _sets: a list of set names, split into words on purpose
     python -m spkflow.bin.scale_facts --fbank-conf "${fbank_conf}" --compress "${fbank_compress}" \
@@ -230,7 +244,11 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     # ngpu > 1 or nproc > 1: DDP through torchrun, rank r trains on lines r, r+W, ... of each list
     # (W = num_nodes x processes per node).
     _train_dir=${dumpdir}/fbank/${train_set}
-    [ -f "${_train_dir}/feats.scp" ] || { log "Error: ${_train_dir}/feats.scp not found (run stage 2)"; exit 1; }
+    if [ "${train_reads}" = audio ]; then
+        _train_dir=data/${train_set}   # audio crops: wav.scp, no stage-2 output
+    fi
+    [ -f "${_train_dir}/feats.scp" ] || [ "${train_reads}" = audio ] || {
+        log "Error: ${_train_dir}/feats.scp not found (run stage 2)"; exit 1; }
     for _epoch in $(seq 1 "${num_epochs}"); do
         [ -f "${spk_exp}/batches/epoch${_epoch}.txt" ] || {
             log "Error: ${spk_exp}/batches/epoch${_epoch}.txt not found (run stage 3 with --num_epochs ${num_epochs})"; exit 1; }
@@ -317,11 +335,31 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         fi
         _score_opts+=(--backend "${_backend}")
     fi
+    if ${score_qmf}; then
+        _qmf=${spk_exp}/qmf/qmf.json
+        mkdir -p "${spk_exp}/qmf/log"
+        _qmf_opts=(--xvector-scp "${spk_exp}/embed/${train_set}/xvector.scp" --utt2spk "data/${train_set}/utt2spk"
+                   --num-trials "${qmf_trials}" --out "${_qmf}" --eval-mean "${score_eval_mean}")
+        [ -f "data/${train_set}/utt2dur" ] && _qmf_opts+=(--utt2dur "data/${train_set}/utt2dur")
+        ${score_norm} && _qmf_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
+        ${score_center} && _qmf_opts+=(--mean-scp "${_cohort}")
+        [ "${score_backend}" != cosine ] && _qmf_opts+=(--backend "${_backend}")
+        log "Fitting the QMF on ${qmf_trials} + ${qmf_trials} trials of ${train_set} -> ${_qmf}"
+        if ! python -m spkflow.bin.fit_qmf "${_qmf_opts[@]}" > "${spk_exp}/qmf/log/fit_qmf.log" 2>&1; then
+            tail -n 3 "${spk_exp}/qmf/log/fit_qmf.log" >&2
+            log "Error: fitting the QMF failed, see ${spk_exp}/qmf/log/fit_qmf.log"
+            exit 1
+        fi
+        grep -o 'QMF (.*' "${spk_exp}/qmf/log/fit_qmf.log" | while read -r _line; do log "${_line}"; done
+        _score_opts+=(--qmf "${_qmf}")
+    fi
     for dset in ${test_sets}; do
         for _f in "data/${dset}/trials" "${spk_exp}/embed/${dset}/xvector.scp"; do
             [ -f "${_f}" ] || { log "Error: ${_f} not found (stage 1 writes trials, stage 5 embeddings)"; exit 1; }
         done
-        scripts/spk/score.sh "${_score_opts[@]}" "data/${dset}/trials" \
+        _set_opts=()
+        if ${score_qmf} && [ -f "data/${dset}/utt2dur" ]; then _set_opts+=(--utt2dur "data/${dset}/utt2dur"); fi
+        scripts/spk/score.sh "${_score_opts[@]}" "${_set_opts[@]}" "data/${dset}/trials" \
             "${spk_exp}/embed/${dset}/xvector.scp" "${spk_exp}/eval/${dset}"
     done
     log "Results: ${spk_exp}/RESULTS.md, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"

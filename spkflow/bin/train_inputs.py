@@ -1,0 +1,42 @@
+"""Say what stage 4 reads of the training set under a training config: `features` or `audio`.
+
+    python -m spkflow.bin.train_inputs --config conf/train.yaml     # prints: features | audio
+
+``audio``: the config trains on audio crops alone (``frontend.feats_type: raw``, no
+``frontend.vad``, no ``model.input_norm: global``), so ``spk.sh`` makes no stage-2 features of
+the training set and stage 4 reads its data dir; ``features``: stage 4 needs stage 2's output
+for it (the reasons go to stderr).  The rule is :func:`spkflow.train.data.features_needed`.
+Exit status 1 with one error line naming the file for a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from spkflow.core.checks import ConfigError
+from spkflow.train.config import load_train_config
+from spkflow.train.data import features_needed
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spkflow.bin.train_inputs", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="training config (YAML)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    try:
+        why = features_needed(load_train_config(args.config))
+    except ConfigError as err:
+        print(f"train_inputs: error: {err}", file=sys.stderr)
+        return 1
+    print("features" if why else "audio")
+    if why:
+        print(f"{args.config}: stage 4 reads stage 2's output of the training set: {'; '.join(why)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
