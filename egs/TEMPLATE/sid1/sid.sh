@@ -13,6 +13,7 @@
 #         8 open-set identification (DIR at FAR) and RESULTS.md.
 # Outputs: ${expdir}/<model tag>/sid/<set>/{enrol,test,folds,spk_model.scp,predictions,metrics.json,confusion.png}
 set -euo pipefail
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
