@@ -4,8 +4,8 @@
 resumable), ``config`` (the training config's schema: every key checked at load), ``loader`` and
 ``raw_loader`` (crops of stage-2 arks, or fbank of augmented audio crops), ``data`` (input
 statistics and batch lists per rank), ``optim`` (optimiser and schedule), ``state`` (RNG state,
-averaging, stop flag, progress), ``validation`` (EER while training), ``trainer`` (the loop, DDP,
-resume).
+averaging, stop flag, progress), ``resume`` (a resume's config against the checkpoint's: refused,
+or a new schedule), ``validation`` (EER while training), ``trainer`` (the loop, DDP, resume).
 
 May import: ``core``, ``data``, ``features``, ``augment``, ``nnet``, ``score``, ``embed``.
 """
