@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     from spkflow.train.config import load_train_config
     from spkflow.train.trainer import Trainer, TrainingDiverged, TrainOptions
 
+    stopped = 0
     try:
         config = load_train_config(args.config)
         opts = TrainOptions(
@@ -132,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(opts)
         trainer.run()
         if trainer.stopped_by == "signal":
-            return 128 + trainer.stop_signal  # the shell convention: the pipeline must not go on
+            stopped = 128 + trainer.stop_signal  # the shell convention: the pipeline must not go on
+            return stopped
     except (ConfigError, InputError, TrainingDiverged, OSError, KeyError) as err:
         # OSError: a failed write (spkflow.core.atomic names the file) or a missing file
         logging.getLogger("spkflow.bin.train").error("%s", err)
@@ -143,6 +145,14 @@ def main(argv: list[str] | None = None) -> int:
 
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        if stopped:
+            # Stopped by a signal, the checkpoint written (fsynced): leave now.  The interpreter's
+            # teardown (garbage collection under torch) takes seconds on a busy machine, beyond the
+            # grace time a supervisor (utils/supervise.sh, Slurm) gives before SIGKILL.
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(stopped)
     return 0
 
 

@@ -7,6 +7,7 @@
 # Stages: 1 data prep, 2 fbank + VAD, 3 N x M batch lists, 4 training,
 #         5 embedding extraction, 6 scoring (EER, minDCF, plots), 7 pack the model into one file.
 set -euo pipefail
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
@@ -48,6 +49,8 @@ short_speakers=drop   # speakers with fewer than num_utt utterances: drop | repe
 train_config=conf/train.yaml  # model, loss, optimiser, loader
 tag=                  # experiment tag (default: derived from train_config)
 resume=true           # continue from the last checkpoint in exp/<tag>
+resume_new_schedule=false  # true: resume although optim.lr/weight_decay, the scheduler or num_epochs changed
+                           # (applied from the checkpoint on, recorded in config.yaml); other changes are refused
 train_threads=0       # torch threads per training process (0: the CPUs this job may use / processes)
 
 # Embedding options (stage 5).
@@ -73,7 +76,7 @@ Usage: $0 [options]
   --train_set, --test_sets, --valid_set
   --fbank_conf, --vad_conf, --skip_bad, --fbank_compress
   --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
-  --train_config, --tag, --resume, --train_threads
+  --train_config, --tag, --resume, --resume_new_schedule, --train_threads
   --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
   --score_norm, --cohort_size, --score_center, --score_eval_mean, --score_backend cosine|wccn|lda, --backend_reg,
   --score_skip_missing
@@ -238,6 +241,7 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     _opts=(--cmd "${cuda_cmd}" --num-nodes "${num_nodes}" --ngpu "${ngpu}" --nproc "${nproc}"
            --train-config "${train_config}" --num-epochs "${num_epochs}" --num-utt "${num_utt}"
            --fbank-conf "${fbank_conf}" --vad-conf "${vad_conf}" --resume "${resume}"
+           --resume-new-schedule "${resume_new_schedule}"
            --num-threads "${train_threads}")
     if [ -n "${valid_set}" ] && [ -f "data/${valid_set}/trials" ] && [ -f "${dumpdir}/fbank/${valid_set}/feats.scp" ]; then
         _opts+=(--valid-data "data/${valid_set}" --valid-feats "${dumpdir}/fbank/${valid_set}")
@@ -248,11 +252,7 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     # num_nodes > 1, one Slurm job of num_nodes torchrun agents (c10d rendezvous); it keeps
     # an earlier train.log as train.log.<N> and names the failed ranks' logs.
     if ! scripts/spk/train.sh "${_opts[@]}" "${_train_dir}" "${spk_exp}/batches" "${spk_exp}"; then
-        if [ -f "${spk_exp}/checkpoint.pth" ]; then
-            log "Error: training failed or was stopped; ${spk_exp}/checkpoint.pth is kept: re-running stage 4 (--stage 4, same options) resumes from it"
-        else
-            log "Error: training failed before its first checkpoint, see ${spk_exp}/train.log"
-        fi
+        log "Error: stage 4 failed; scripts/spk/train.sh said why and what to do just above"
         exit 1
     fi
     # one line for the whole run; every epoch is in train.log and history.json
