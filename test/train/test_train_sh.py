@@ -189,9 +189,8 @@ def test_slurm_without_a_controller_is_named_as_the_cause(setup: dict[str, Any],
     r = subprocess.run(cmd, cwd=tmp_path, env=env(SLURM_CONF=str(conf)), capture_output=True, text=True, timeout=300)
     assert r.returncode == 1
     assert "Unable to contact slurm controller" in r.stderr, r.stderr
-    assert f"slurm.pl could not start the training job (its message is above), so {out}/train.log was never written" in (
-        r.stderr
-    )
+    why = f"slurm.pl could not start the training job (its message is above), so {out}/train.log was never written"
+    assert why in r.stderr
     assert f"see {out}/train.log" not in r.stderr and "No such file" not in r.stderr
     assert not (out / "train.log").exists() and not (out / LOCK_NAME).exists()
 
