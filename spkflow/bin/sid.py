@@ -50,7 +50,8 @@ _OUTPUTS = {
     "closed": (("predictions", "closed.json", "confusion.png"), ("top1", "top5", "n_speakers", "n_test")),
     "open": (
         ("open_trials", "open.json"),
-        ("folds", "n_known_trials", "n_impostor_trials", "open_backend", "dir_at_", "threshold_at_", "achieved_"),
+        ("folds", "n_known_trials", "n_impostor_trials", "open_top1", "open_backend", "dir_at_", "threshold_at_")
+        + ("achieved_",),
     ),
 }
 
@@ -64,8 +65,12 @@ def _forget(sid_dir: str, stage: str) -> None:
         files, stage_keys = _OUTPUTS[st]
         keys += stage_keys
         for name in files:
+            path = os.path.join(sid_dir, name)
+            if name.endswith(".json") and os.path.exists(path):  # the figures it merged, whatever they are
+                with contextlib.suppress(ValueError, OSError), open(path, encoding="utf-8") as f:
+                    keys += list(json.load(f))
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(sid_dir, name))
+                os.unlink(path)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(os.path.dirname(os.path.normpath(sid_dir)), "RESULTS.md"))
     path = os.path.join(sid_dir, "metrics.json")

@@ -375,5 +375,5 @@ def test_sid_recipe_leaves_nothing_stale_and_names_the_speakers_it_drops(tmp_pat
     assert not [f for f in stale if (sid / f).exists()]
     assert not (sid.parent / "RESULTS.md").exists()
     m = json.loads((sid / "metrics.json").read_text())
-    assert not {"top1", "n_test", "dir_at_far1", "n_known_trials"} & set(m)
+    assert not {"top1", "n_test", "dir_at_far1", "n_known_trials", "open_top1", "open_backend"} & set(m)
     assert m["num_enrol"] == 2  # the split's own figures stay: its files are still there
