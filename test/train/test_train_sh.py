@@ -209,3 +209,47 @@ def test_the_lock_holder_is_the_pid_a_user_signals(setup: dict[str, Any], tmp_pa
         first.kill()
     assert code == 130 and process_alive(first.pid) is False
     assert not (out / LOCK_NAME).exists()
+
+
+def test_stage3_leaves_the_batch_lists_of_a_training_in_progress_alone(setup: dict[str, Any], tmp_path: Path) -> None:
+    """spk.sh stage 3 of another run with other batch settings would remove the batch lists a
+    training of the same tag is reading: it is refused while that training holds the tag's lock."""
+    recipe = tmp_path / "recipe"
+    recipe.mkdir()
+    for name in ("spk.sh", "path.sh", "cmd.sh"):
+        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
+    shutil.copytree(setup["feats"], recipe / "dump" / "fbank" / "train", symlinks=True)
+    exp = recipe / "exp" / "spk_train"
+    args = [
+        "./spk.sh",
+        "--stage",
+        "3",
+        "--stop_stage",
+        "3",
+        "--num_epochs",
+        "2",
+        "--num_utt",
+        "2",
+        "--test_sets",
+        "none",
+    ]
+    r = subprocess.run([*args, "--num_spk", "2"], cwd=recipe, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before = {p.name: p.read_bytes() for p in (exp / "batches").glob("epoch*.txt")}
+    training = subprocess.Popen(["sleep", "300"])  # stands for a stage-4 run holding the tag's lock
+    try:
+        lock = [str(VENV_BIN / "python"), "-m", "spkflow.bin.lock", "acquire", "--pid", str(training.pid)]
+        subprocess.run([*lock, "--command", "train.sh", str(exp)], env=env(PYTHONPATH=str(ROOT)), check=True)
+        r = subprocess.run([*args, "--num_spk", "3"], cwd=recipe, env=env(), capture_output=True, text=True)
+        assert r.returncode == 1
+        assert f"{exp.relative_to(recipe)} is in use by another run: pid {training.pid} on " in r.stdout + r.stderr
+        assert {p.name: p.read_bytes() for p in (exp / "batches").glob("epoch*.txt")} == before
+    finally:
+        training.kill()
+        training.wait()
+    r = subprocess.run([*args, "--num_spk", "3"], cwd=recipe, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "taking over the stale lock" in r.stderr and "removing the old plans" in r.stdout
+    assert not (exp / LOCK_NAME).exists()

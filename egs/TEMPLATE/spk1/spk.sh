@@ -180,6 +180,11 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     _spk2utt=${dumpdir}/fbank/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || _spk2utt=data/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || { log "Error: no spk2utt: ${dumpdir}/fbank/${train_set}/spk2utt nor ${_spk2utt}"; exit 1; }
+    # The batch lists are what a training of ${spk_exp} reads: while another run trains there
+    # (stage 4 holds ${spk_exp}'s lock, scripts/spk/train.sh) they are not touched. Held for stage 3.
+    trap 'python -m spkflow.bin.lock release --pid "${spkflow_run_pid}" "${spk_exp}" || true' EXIT
+    trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP  # the EXIT trap runs on these too
+    python -m spkflow.bin.lock acquire --pid "${spkflow_run_pid}" --command "$0 (stage 3)" "${spk_exp}" || exit 1
     _bdir=${spk_exp}/batches
     mkdir -p "${_bdir}/log"
     # Plans already written are reused only if made from the same spk2utt and settings.
@@ -223,6 +228,8 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
                   END { if (nb && nc) printf "%s batches per epoch, coverage %s", span(bl, bh, ""), span(cl, ch, "%") }' \
                  "${_summary}" 2> /dev/null || true)
     log "${num_epochs} batch lists (${_made} planned, ${_kept} kept): ${_range:-see ${_summary}}; per epoch: ${_summary}"
+    python -m spkflow.bin.lock release --pid "${spkflow_run_pid}" "${spk_exp}"
+    trap - EXIT INT TERM HUP
 fi
 
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
