@@ -135,6 +135,12 @@ def descendants(pid: int | None = None) -> list[int]:
     return out
 
 
+def _say(text: str) -> None:
+    """A line on stderr; a closed stderr (its reader gone) must not stop the supervisor."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr, flush=True)
+
+
 def _signal_all(pids: Sequence[int], sig: int) -> None:
     for p in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -177,7 +183,7 @@ def supervise(argv: Sequence[str], grace: float = 5.0, name: str | None = None) 
     try:
         proc = subprocess.Popen(list(argv), env=env, close_fds=False, preexec_fn=child_setup)
     except OSError as err:
-        print(f"spkflow.bin.supervise: cannot run {argv[0]}: {err.strerror or err}", file=sys.stderr)
+        _say(f"spkflow.bin.supervise: cannot run {argv[0]}: {err.strerror or err}")
         return 127
     with contextlib.suppress(OSError):
         os.setpgid(proc.pid, proc.pid)  # also here, so a signal forwarded at once finds the group
@@ -195,16 +201,13 @@ def supervise(argv: Sequence[str], grace: float = 5.0, name: str | None = None) 
             if deadline is None:
                 # the script ended by itself and left these behind (after a signal they may be nested
                 # scripts still stopping in order: they get until the deadline)
-                print(f"{name}: stopping {len(left)} process(es) it left running: {left[:8]}", file=sys.stderr)
+                _say(f"{name}: stopping {len(left)} process(es) it left running: {left[:8]}")
                 _signal_all(left, signal.SIGTERM)
                 deadline = time.monotonic() + grace
             elif time.monotonic() >= deadline and left:
                 if not killed:
-                    print(
-                        f"{name}: killing {len(left)} process(es) still running {grace:g} s after "
-                        f"SIG{signal.Signals(stop_sig or signal.SIGTERM).name[3:]}",
-                        file=sys.stderr,
-                    )
+                    why = signal.Signals(stop_sig or signal.SIGTERM).name
+                    _say(f"{name}: killing {len(left)} process(es) still running {grace:g} s after {why}")
                     killed = True
                 _signal_all(left, signal.SIGKILL)
         if deadline is None:
