@@ -269,7 +269,7 @@ def test_missing_and_corrupt_model_files_are_named(packed, model_dir, tmp_path):
     cases: list[tuple[Path, str]] = [(tmp_path / "nope.zip", "model not found")]
     trunc = tmp_path / "truncated.zip"
     trunc.write_bytes(packed.read_bytes()[: packed.stat().st_size // 2])
-    cases.append((trunc, "not a readable zip file"))
+    cases.append((trunc, "truncated or damaged zip file"))
     weights = bytearray(zipfile.ZipFile(packed).read("model.pth"))
     weights[len(weights) // 2] ^= 0xFF
     cases.append((_rezip(packed, tmp_path / "flipped.zip", {"model.pth": bytes(weights)}), "member model.pth: sha256"))
@@ -286,6 +286,11 @@ def test_missing_and_corrupt_model_files_are_named(packed, model_dir, tmp_path):
     with zipfile.ZipFile(evil, "a") as z:
         z.writestr("../escape.txt", "x")
     cases.append((evil, "members are plain file names"))
+    # the last 100 bytes missing: zipfile alone found the zip directory of model.pth inside it
+    # and read the pack as a torch file
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(packed.read_bytes()[:-100])
+    cases.append((cut, r"truncated or damaged zip file \(\d+ bytes\): it does not end with its zip directory"))
     for path, msg in cases:
         with pytest.raises(InputError, match=msg) as err:
             Embedder.from_pretrained(path)

@@ -57,14 +57,18 @@ jobs_report_failed() {
 
 # jobs_lock DIR: lock DIR for this script (spkflow/core/lock.py), or exit 1 naming the run that holds
 # it; a stale lock (its run was killed on this host) is taken over, saying so.  Released on
-# every exit: normal, error (set -e) and INT/TERM/HUP.
+# every exit: normal, error (set -e) and INT/TERM/HUP.  The holder named is the script's pid as
+# its caller knows it: utils/supervise.sh's ${spkflow_run_pid} (the pid that a signal stops
+# whole), else $$.
 jobs_lock() {
     _jobs_lock_dir=$1
-    # armed before the lock exists (release only removes a lock naming $$): a signal that comes
-    # while the acquiring python runs is acted on when it returns, not swallowed, and releases
-    trap '"${python}" -m spkflow.bin.lock release --pid $$ "${_jobs_lock_dir}" || true' EXIT
+    _jobs_lock_pid=${spkflow_run_pid:-$$}
+    # armed before the lock exists (release only removes a lock naming that pid): a signal that
+    # comes while the acquiring python runs is acted on when it returns, not swallowed, and releases
+    trap '"${python}" -m spkflow.bin.lock release --pid "${_jobs_lock_pid}" "${_jobs_lock_dir}" || true' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'exit 129' HUP
-    "${python}" -m spkflow.bin.lock acquire --pid $$ --command "${jobs_command:-$0}" "${_jobs_lock_dir}" || exit 1
+    "${python}" -m spkflow.bin.lock acquire --pid "${_jobs_lock_pid}" --command "${jobs_command:-$0}" \
+        "${_jobs_lock_dir}" || exit 1
 }

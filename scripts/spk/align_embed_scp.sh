@@ -13,6 +13,7 @@
 set -euo pipefail
 
 root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "${root}/utils/supervise.sh"  # a signal to this pid stops everything the script starts
 export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
 export LC_ALL=C
 

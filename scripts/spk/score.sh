@@ -15,6 +15,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
+. "${root}/utils/supervise.sh"  # a signal to this pid stops everything the script starts
 export PATH=${root}/utils:${PATH}
 export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
 export LC_ALL=C

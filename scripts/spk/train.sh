@@ -5,7 +5,8 @@
 #   scripts/spk/train.sh [--cmd run.pl] [--num-nodes 1] [--ngpu 0] [--nproc 1] \
 #       [--train-config conf/train.yaml] [--num-epochs 10] [--num-utt M] \
 #       [--valid-data data/test --valid-feats dump/fbank/test] [--fbank-conf F --vad-conf F] \
-#       [--resume true] [--num-threads 0] [--train-opts "..."] TRAIN_DIR BATCHES_DIR EXP_DIR
+#       [--resume true] [--resume-new-schedule false] [--num-threads 0] [--train-opts "..."] \
+#       TRAIN_DIR BATCHES_DIR EXP_DIR
 #
 # TRAIN_DIR: the stage-2 features dir of the training set (feats.scp, vad.scp, utt2spk), or its
 # data dir (wav.scp, utt2spk) for a config that trains on audio alone (spkflow.bin.train_inputs);
@@ -18,25 +19,32 @@
 #                 rendezvous on the job's first node, --max_restarts 0) under
 #                 srun --kill-on-bad-exit=1. Needs CMD = slurm.pl; run.pl or queue.pl is an error.
 # What it guarantees:
+#   * One run per EXP_DIR: it is locked (spkflow.core.lock, scripts/lib/jobs.sh) before anything
+#     there is written, for the whole job whatever the launch; a second run is refused naming
+#     the first (host, pid, command). A signal to this script's pid stops the whole job
+#     (utils/supervise.sh), with a checkpoint.
 #   * EXP_DIR/train.log is this run's log (runner header, all ranks' output: rank 0 at INFO,
 #     the others' warnings and errors); the log of an earlier run is kept as train.log.<N>.
 #     Under DDP every rank also logs at INFO to EXP_DIR/log/train.rank<R>.log (kept alike).
 #   * Exact resume (--resume true, the default): a run continues from EXP_DIR/checkpoint.pth
 #     (written every epoch and, on SIGINT/SIGTERM, mid-epoch) with the same batch sequence,
-#     whatever the launch (the rank split depends on the world size K x P only).
+#     whatever the launch (the rank split depends on the world size K x P only). A training
+#     config that differs from the checkpoint's is refused, naming each key and both values;
+#     --resume-new-schedule true continues with a new lr / schedule / number of epochs
+#     (spkflow/train/resume.py).
 #   * A failed or killed run exits non-zero, names train.log and the log of each rank that
-#     torchrun reports failed (with its exit code or signal), and says how to resume: run
-#     the same command again. A run that ends before the last epoch (e.g. --max-steps) exits 1.
+#     torchrun reports failed (with its exit code or signal), shows the trainer's error and says
+#     what to do: run the same command again to resume (after a signal or crash, or once the
+#     error shown is fixed), never when that would fail the same way (a refused resume). A job
+#     runner that could not start the job (no Slurm controller) is said to be the cause.
+#     A run that ends before the last epoch (e.g. --max-steps) exits 1.
 set -euo pipefail
+jobs_command="$0 $*"   # names this run as the holder of EXP_DIR's lock
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "${root}/utils/supervise.sh"  # a signal to this pid stops everything the script starts
 export PATH=${root}/utils:${PATH}
 export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
-
-log() {
-    local fname=${BASH_SOURCE[1]##*/}
-    echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*" >&2
-}
 
 cmd=run.pl          # job runner: run.pl (this machine) | slurm.pl ... (needed for num_nodes > 1)
 num_nodes=1         # K: nodes (Slurm tasks), one torchrun agent each
@@ -50,6 +58,7 @@ valid_feats=        # its features dir
 fbank_conf=         # stage-2 fbank options, recorded in config.yaml
 vad_conf=           # stage-2 VAD options, recorded in config.yaml
 resume=true         # continue from EXP_DIR/checkpoint.pth (false: start afresh)
+resume_new_schedule=false  # true: resume even with a changed lr / scheduler / epochs (applied from the checkpoint on)
 num_threads=0       # torch threads per process (0: the CPUs of the job / processes per node)
 rdzv_port=0         # multi-node rendezvous port (0: derived from the Slurm job id)
 train_opts=         # more options for spkflow.bin.train (e.g. "--trace-batches")
@@ -70,18 +79,16 @@ Options:
   --valid-data DIR, --valid-feats DIR   validation set and its features
   --fbank-conf FILE, --vad-conf FILE    stage-2 options recorded in config.yaml
   --resume BOOL         continue from the checkpoint (default: ${resume})
+  --resume-new-schedule BOOL   resume with a changed lr / schedule / epochs (default: ${resume_new_schedule})
   --num-threads N       torch threads per process (default: ${num_threads}: automatic)
   --rdzv-port PORT      rendezvous port for --num-nodes > 1 (default: from the job id)
   --train-opts "..."    more options for python -m spkflow.bin.train
 EOF
 )
 
-. "${root}/utils/parse_options.sh"
+. "${root}/scripts/lib/jobs.sh"   # parses the options, sets ${python}, defines log and jobs_*
 
-if [ $# -ne 3 ]; then
-    echo "${help_message}" >&2
-    exit 1
-fi
+[ $# -eq 3 ] || jobs_usage
 train_dir=$1
 batches_dir=$2
 exp_dir=$3
@@ -92,6 +99,7 @@ is_pos_int "${num_nodes}" || die "--num-nodes '${num_nodes}': want a positive in
 is_pos_int "${nproc}" || die "--nproc '${nproc}': want a positive integer"
 [[ "${ngpu}" =~ ^[0-9]+$ ]] || die "--ngpu '${ngpu}': want an integer >= 0"
 case "${resume}" in true|false) ;; *) die "--resume '${resume}': want true or false" ;; esac
+case "${resume_new_schedule}" in true|false) ;; *) die "--resume-new-schedule '${resume_new_schedule}': want true or false" ;; esac
 [ -f "${train_dir}/feats.scp" ] || [ -f "${train_dir}/wav.scp" ] \
     || die "${train_dir}: neither feats.scp (stage 2) nor wav.scp (a data dir, for a config that trains on audio)"
 [ -f "${train_config}" ] || die "training config ${train_config} not found"
@@ -108,13 +116,6 @@ if [ "${num_nodes}" -gt 1 ] && [ "${runner}" != slurm.pl ]; then
         "(and conf/slurm.conf), or train on one node with --num-nodes 1"
 fi
 
-if [ -z "${python}" ]; then
-    spkflow_python=
-    # shellcheck source=utils/spkflow_python.sh
-    . "${root}/utils/spkflow_python.sh"
-    python=${spkflow_python}
-fi
-
 opts=(--config "${train_config}" --train-data "${train_dir}" --train-feats "${train_dir}"
       --batches-dir "${batches_dir}" --num-epochs "${num_epochs}" --out-dir "${exp_dir}"
       --num-threads "${num_threads}")
@@ -122,7 +123,7 @@ opts=(--config "${train_config}" --train-data "${train_dir}" --train-feats "${tr
 [ -n "${valid_data}" ] && opts+=(--valid-data "${valid_data}" --valid-feats "${valid_feats:-${valid_data}}")
 [ -n "${fbank_conf}" ] && opts+=(--fbank-conf "${fbank_conf}")
 [ -n "${vad_conf}" ] && opts+=(--vad-conf "${vad_conf}")
-opts+=(--resume "${resume}")
+opts+=(--resume "${resume}" --resume-new-schedule "${resume_new_schedule}")
 if [ "${ngpu}" -gt 0 ]; then
     nproc_per_node=${ngpu}; opts+=(--device cuda)
 else
@@ -143,6 +144,7 @@ else
     launch=("${python}")
 fi
 
+jobs_lock "${exp_dir}"   # before anything there is written (train.log included), held for the whole job
 mkdir -p "${exp_dir}/log"
 # One log per run: the earlier run's train.log (and rank logs) are kept with suffix .<N>.
 if [ -f "${exp_dir}/train.log" ]; then
@@ -164,20 +166,36 @@ if ${cmd} "${runner_opts[@]}" "${exp_dir}/train.log" "${launch[@]}" -m spkflow.b
     exit 0
 fi
 
-log "Error: training failed, see ${exp_dir}/train.log"
-grep -E "ERROR|Error|error:" "${exp_dir}/train.log" | tail -n 5 >&2 || tail -n 20 "${exp_dir}/train.log" >&2
+train_log=${exp_dir}/train.log
+checkpoint=${exp_dir}/checkpoint.pth
+if [ ! -f "${train_log}" ]; then  # e.g. slurm.pl without a controller: nothing was submitted
+    die "${runner} could not start the training job (its message is above), so ${train_log} was never written;" \
+        "nothing in ${exp_dir} changed: run the same command again once ${runner} can start jobs"
+fi
+log "Error: training failed, see ${train_log}"
+# the trainer's own error (one line, spkflow.bin.train), else what looks like one
+errors=$(grep -F "spkflow.bin.train: error:" "${train_log}" | awk '!seen[$0]++' | tail -n 3 || true)
+if [ -n "${errors}" ]; then
+    echo "${errors}" >&2
+else
+    grep -E "ERROR|Error|error:" "${train_log}" | tail -n 5 >&2 || tail -n 20 "${train_log}" >&2
+fi
 # torchrun's failure summary lists each failed worker as "rank : R (local_rank: L)" and
 # "exitcode : C (pid: ...)"; name those ranks' logs.
 awk '/^[[:space:]]*rank[[:space:]]*:/ { r = $3 }
-     /^[[:space:]]*exitcode[[:space:]]*:/ && r != "" { print r, $3; r = "" }' "${exp_dir}/train.log" \
+     /^[[:space:]]*exitcode[[:space:]]*:/ && r != "" { print r, $3; r = "" }' "${train_log}" \
     | sort -u -k1,1n | while read -r rank code; do
         how="exit code ${code}"
         [[ "${code}" == -* ]] && how="killed by signal ${code#-}"
         log "Failed: rank ${rank} (${how}), log: ${exp_dir}/log/train.rank${rank}.log"
     done
-if [ -f "${exp_dir}/checkpoint.pth" ]; then
-    log "Run the same command again (spk.sh: --stage 4) to resume from ${exp_dir}/checkpoint.pth"
+if grep -qF "refusing to resume" "${train_log}"; then
+    # spkflow/train/resume.py said what can be done; the same command would be refused the same way
+    log "${exp_dir}/config.yaml and ${checkpoint} are untouched; running the same command again would be" \
+        "refused the same way: do one of the things the error says"
+elif [ -f "${checkpoint}" ]; then
+    log "${errors:+Fix the error above; then }re-running stage 4 (spk.sh --stage 4, same options) resumes from ${checkpoint}"
 else
-    log "No checkpoint was written yet: running again starts from the beginning"
+    log "No checkpoint was written yet: running again starts from the beginning${errors:+ (once the error above is fixed)}"
 fi
 exit 1

@@ -8,14 +8,19 @@
     python -m spkflow.bin.sid open --xvector-scp ... --sid-dir exp/spk_x/sid/test [--far 0.01]
     python -m spkflow.bin.sid results --sid-root exp/spk_x/sid
 
-``split`` writes enrol / test / folds; ``enrol`` backend.npz + spk_model.{ark,scp} (speaker
+``split`` writes enrol / test / folds / dropped_spks (the speakers left out are named on the
+console with their number of utterances); ``enrol`` backend.npz + spk_model.{ark,scp} (speaker
 models, kaldi_ark); ``closed`` closed.json, predictions, confusion.png; ``open`` open.json,
 open_trials; both (re)write metrics.json (closed + open figures); ``results`` RESULTS.md.
+Before it reads anything, each of split / enrol / closed / open removes what it writes and what
+the stages after it (in this order) wrote: their files, their figures in metrics.json, and the
+sid root's RESULTS.md; after a failure no figure of an earlier run looks current.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import logging
@@ -36,10 +41,67 @@ from spkflow.score.sid import closed_set, confusion, enrol, gather, make_split, 
 log = logging.getLogger("spkflow.score.sid")
 
 
+# What each stage writes into a set's dir, and the metrics.json keys it sets (prefixes end in
+# "_"), in the recipe's order (sid.sh stages 6, 6, 7, 8): rerunning one makes the later ones stale.
+_STAGES = ("split", "enrol", "closed", "open")
+_OUTPUTS = {
+    "split": (("enrol", "test", "folds", "dropped_spks"), ("num_enrol", "split_seed", "n_dropped_speakers")),
+    "enrol": (("backend.npz", "spk_model.scp", "spk_model.ark"), ("n_enrol_utts",)),
+    "closed": (("predictions", "closed.json", "confusion.png"), ("top1", "top5", "n_speakers", "n_test")),
+    "open": (
+        ("open_trials", "open.json"),
+        ("folds", "n_known_trials", "n_impostor_trials", "open_top1", "open_backend", "dir_at_", "threshold_at_")
+        + ("achieved_",),
+    ),
+}
+
+
+def _forget(sid_dir: str, stage: str) -> None:
+    """Remove what ``stage`` and the stages after it wrote (files, metrics.json keys; the backend
+    key goes with enrol) and the sid root's RESULTS.md: what follows is rewritten or left absent."""
+    later = _STAGES[_STAGES.index(stage) :]
+    keys: list[str] = ["backend"] if "enrol" in later else []
+    for st in later:
+        files, stage_keys = _OUTPUTS[st]
+        keys += stage_keys
+        for name in files:
+            path = os.path.join(sid_dir, name)
+            if name.endswith(".json") and os.path.exists(path):  # the figures it merged, whatever they are
+                with contextlib.suppress(ValueError, OSError), open(path, encoding="utf-8") as f:
+                    keys += list(json.load(f))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(os.path.dirname(os.path.normpath(sid_dir)), "RESULTS.md"))
+    path = os.path.join(sid_dir, "metrics.json")
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        current = json.load(f)
+    kept = {k: v for k, v in current.items() if not any(k == x or (x.endswith("_") and k.startswith(x)) for x in keys)}
+    write_text_atomic(path, json.dumps(kept, indent=2, sort_keys=True) + "\n")
+
+
 def _split(args: argparse.Namespace) -> None:
 
-    split = make_split(read_spk2utt(args.spk2utt), args.num_enrol, args.seed, args.folds)
+    _forget(args.outdir, "split")
+    spk2utt = read_spk2utt(args.spk2utt)
+    split = make_split(spk2utt, args.num_enrol, args.seed, args.folds)
     write_split(split, args.outdir)
+    if split.dropped:
+        shown = ", ".join(f"{s} ({len(spk2utt[s])})" for s in split.dropped[:20])
+        more = f" and {len(split.dropped) - 20} more" if len(split.dropped) > 20 else ""
+        log.warning(
+            "%s: %d speaker(s) left out, with fewer than K + 1 = %d utterances (K = %d to enrol, at least one "
+            "to test): %s%s (utterances in brackets); listed in %s",
+            args.spk2utt,
+            len(split.dropped),
+            args.num_enrol + 1,
+            args.num_enrol,
+            shown,
+            more,
+            os.path.join(args.outdir, "dropped_spks"),
+        )
     _merge(
         args.outdir, {"num_enrol": args.num_enrol, "split_seed": args.seed, "n_dropped_speakers": len(split.dropped)}
     )
@@ -65,6 +127,7 @@ def _enrol(args: argparse.Namespace) -> None:
     import kaldiio
     import numpy as np
 
+    _forget(args.sid_dir, "enrol")
     emb, split = _load(args)
     utts = [u for s in split.enrol for u in split.enrol[s]]
     labels = [s for s in split.enrol for _ in split.enrol[s]]
@@ -93,6 +156,7 @@ def _closed(args: argparse.Namespace) -> None:
     import kaldiio
     import numpy as np
 
+    _forget(args.sid_dir, "closed")
     spk_scp, backend_npz = os.path.join(args.sid_dir, "spk_model.scp"), os.path.join(args.sid_dir, "backend.npz")
     for path in (spk_scp, backend_npz):
         if not os.path.exists(path):
@@ -133,6 +197,7 @@ def _closed(args: argparse.Namespace) -> None:
 
 def _open(args: argparse.Namespace) -> None:
 
+    _forget(args.sid_dir, "open")
     emb, split = _load(args)
     fars = sorted({0.01, 0.05, 0.1, args.far})
     metrics, trials = open_set(args.backend, emb, split, fars, args.lda_dim, args.xvector_scp)

@@ -4,14 +4,17 @@
         --train-feats dump/fbank/train --batches-dir exp/spk_x/batches --num-epochs 10 \\
         --out-dir exp/spk_x [--valid-data data/test --valid-feats dump/fbank/test] \\
         [--fbank-conf conf/fbank.conf --vad-conf conf/vad.conf] [--num-utt M] [--resume true|false] \\
+        [--resume-new-schedule true|false] \\
         [--max-steps K] [--device auto|cpu|cuda] [--progress true|false] [--trace-batches true|false]
 
 Several processes: ``torchrun --nproc_per_node P -m spkflow.bin.train ...`` (DDP; gloo on CPU,
 NCCL on GPU; several nodes: scripts/spk/train.sh --num-nodes K).  Under DDP each rank also logs
 at INFO to ``<out-dir>/log/train.rank<R>.log``; the console gets rank 0's INFO, others' warnings.
 Exit status: 0 done (or stopped by --max-steps, with a checkpoint), 128 + N
-stopped by signal N (SIGINT/SIGTERM, with a checkpoint: rerun to resume), 1 bad input or a
-non-finite loss (the message names the file/line or the batch), 2 bad arguments.
+stopped by signal N (SIGINT/SIGTERM, with a checkpoint: rerun to resume), 1 bad input, a
+non-finite loss, a failed write (the message names the file/line or the batch) or a resume
+refused because the config differs from the checkpoint's (the message names each key and
+both values), 2 bad arguments.  Errors are one line ``python -m spkflow.bin.train: error: ...``.
 The training itself is :class:`spkflow.train.trainer.Trainer`.
 """
 
@@ -51,6 +54,15 @@ def get_parser() -> argparse.ArgumentParser:
         old_negative="--no-resume",
         bare=True,
         help="continue from <out-dir>/checkpoint.pth when present",
+    )
+    add_bool_option(
+        p,
+        "--resume-new-schedule",
+        default=False,
+        bare=True,
+        help="resume even though optim.lr / weight_decay / momentum, the scheduler, grad_clip or the number "
+        "of epochs differ from the checkpoint's: they apply from the resume point and are recorded in "
+        "config.yaml (other differences are always refused; spkflow.train.resume)",
     )
     p.add_argument("--max-steps", type=int, default=None, help="stop after this global step (with a checkpoint)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
@@ -99,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     from spkflow.train.config import load_train_config
     from spkflow.train.trainer import Trainer, TrainingDiverged, TrainOptions
 
+    stopped = 0
     try:
         config = load_train_config(args.config)
         opts = TrainOptions(
@@ -114,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             fbank_conf=args.fbank_conf,
             vad_conf=args.vad_conf,
             resume=args.resume,
+            resume_new_schedule=args.resume_new_schedule,
             max_steps=args.max_steps,
             device=args.device,
             progress=args.progress,
@@ -123,16 +137,26 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(opts)
         trainer.run()
         if trainer.stopped_by == "signal":
-            return 128 + trainer.stop_signal  # the shell convention: the pipeline must not go on
-    except (ConfigError, InputError, TrainingDiverged, FileNotFoundError, KeyError) as err:
+            stopped = 128 + trainer.stop_signal  # the shell convention: the pipeline must not go on
+            return stopped
+    except (ConfigError, InputError, TrainingDiverged, OSError, KeyError) as err:
+        # OSError: a failed write (spkflow.core.atomic names the file) or a missing file
         logging.getLogger("spkflow.bin.train").error("%s", err)
-        print(f"{os.path.basename(sys.argv[0])}: error: {err}", file=sys.stderr)
+        print(f"{get_parser().prog}: error: {err}", file=sys.stderr)
         return 1
     finally:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        if stopped:
+            # Stopped by a signal, the checkpoint written (fsynced): leave now.  The interpreter's
+            # teardown (garbage collection under torch) takes seconds on a busy machine, beyond the
+            # grace time a supervisor (utils/supervise.sh, Slurm) gives before SIGKILL.
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(stopped)
     return 0
 
 

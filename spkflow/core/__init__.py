@@ -2,9 +2,10 @@
 
 ``errors`` (errors that name the file and line, or the utterance), ``atomic`` (outputs written
 under a temporary name and renamed into place), ``lock`` (one writer per output dir, holder
-named), ``procs`` (children that die with their parent), ``kaldi_opts`` (Kaldi's ``--opt=value``
-config files), ``checks`` (:class:`~spkflow.core.checks.ConfigError` and the ``check_*`` helpers
-every config reader uses), ``version``.
+named), ``procs`` (children that die with their parent; a script whose whole tree stops with
+it), ``kaldi_opts`` (Kaldi's ``--opt=value`` config files), ``checks``
+(:class:`~spkflow.core.checks.ConfigError` and the ``check_*`` helpers every config reader
+uses), ``version``.
 
 May import: nothing of spkflow.
 """

@@ -2,7 +2,9 @@
 
 Write to a temporary file in the same directory, ``fsync`` it, then ``os.replace`` it
 onto the final name (atomic on POSIX within one file system).  Readers therefore see
-either the old complete file or the new complete file, never a prefix of it.
+either the old complete file or the new complete file, never a prefix of it.  A write that
+fails (a full disk: ``ENOSPC``, which names no file) is re-raised as an ``OSError`` naming the
+output, and the temporary file is removed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w", encoding: str | 
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if err.filename is None:  # a failed write (a full disk) names no file: name the output
+            raise OSError(err.errno, err.strerror, path) from err
+        raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

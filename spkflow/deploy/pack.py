@@ -247,6 +247,14 @@ def read_packed(path: str | os.PathLike[str]) -> PackedModel:
         raise InputError(p, None, "packed model file not found")
     if p.is_dir():
         raise InputError(p, None, "is a directory, not a packed model file")
+    cut = _cut_short(p)
+    if cut:
+        raise InputError(
+            p,
+            None,
+            f"truncated or damaged zip file ({p.stat().st_size} bytes): {cut}; an interrupted copy or "
+            "download? Copy it again",
+        )
     try:
         with zipfile.ZipFile(p) as z:
             names = set(z.namelist())
@@ -287,6 +295,23 @@ def read_packed(path: str | os.PathLike[str]) -> PackedModel:
         raise InputError(p, None, f"cannot read the packed model: {type(exc).__name__}: {exc}") from None
     meta["sha256"] = _sha256(meta_raw)
     return PackedModel(p, meta, members)
+
+
+def _cut_short(path: Path) -> str | None:
+    """Why ``path`` does not end as a whole zip file does, with its end-of-central-directory record
+    (and its comment, if any) as the last bytes; None when it does.  Python's zipfile takes the
+    last such record in the final 64 KiB wherever it is, so a pack cut short is read as the zip
+    stored inside it (model.pth is one: a torch file)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - (22 + 0xFFFF)))
+        tail = f.read()
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0:
+        return "no zip directory at its end"
+    comment = int.from_bytes(tail[at + 20 : at + 22], "little")
+    if at + 22 + comment != len(tail):
+        return "it does not end with its zip directory (cut short)"
+    return None
 
 
 def unpack_model(path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:

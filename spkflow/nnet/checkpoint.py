@@ -5,7 +5,8 @@ What it guarantees
 ------------------
 * :func:`save_checkpoint` writes with ``torch.save`` to a temporary file beside the target,
   fsyncs and renames it (:mod:`spkflow.core.atomic`): a killed or failed write (a full disk
-  included) leaves the previous file, never a prefix of the new one.
+  included) leaves the previous file, never a prefix of the new one; a failed write is one
+  :class:`CheckpointError` line naming the file and why (torch's own error names none).
 * :func:`load_checkpoint` loads with ``weights_only=True`` (tensors and plain containers;
   nothing in the file is executed) onto the CPU and returns the dict.  Every failure is a
   :class:`CheckpointError` (an :class:`~spkflow.core.errors.InputError`) whose message names the
@@ -34,6 +35,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import shutil
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -71,11 +73,44 @@ def default_hint(path: str | os.PathLike[str]) -> str:
 
 def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
     """``torch.save`` ``state`` (as a dict; a state dict keeps its type) to a temporary file
-    beside ``path``, fsync, rename."""
+    beside ``path``, fsync, rename.  A failed write (a full disk: torch's writer raises
+    ``RuntimeError``, the file system ``OSError``) is a :class:`CheckpointError` naming ``path``,
+    saying why and that the file under that name, if any, is the previous one, intact."""
     import torch
 
-    with atomic_write(path, "wb") as f:
-        torch.save(state if isinstance(state, dict) else dict(state), f)
+    try:
+        with atomic_write(path, "wb") as f:
+            torch.save(state if isinstance(state, dict) else dict(state), f)
+    except (OSError, RuntimeError) as err:
+        raise CheckpointError(
+            path,
+            f"cannot write it ({_write_failure(err, path, _tensor_bytes(state))}); the file under this name, if "
+            "any, is the previous one, intact: free some space and run again (stage 4 resumes from checkpoint.pth)",
+        ) from None
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """The bytes of the tensors in ``obj`` (nested dicts, lists and tuples): about what torch.save writes."""
+    if isinstance(obj, Mapping):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    nbytes = getattr(obj, "nbytes", None)
+    return int(nbytes) if isinstance(nbytes, int) else 0
+
+
+def _write_failure(err: BaseException, path: str | os.PathLike[str], size: int) -> str:
+    """Why a write failed, with the size to write and the free space left where it was written."""
+    if isinstance(err, OSError) and err.strerror:
+        why = err.strerror
+    else:  # torch's writer: "[enforce fail at inline_container.cc:N] . unexpected pos ..." and the like
+        why = "the write failed: " + str(err).strip().splitlines()[0].split("] . ")[-1][:120]
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+        why += f"; about {size / 2**20:.1f} MiB to write, {free / 2**20:.1f} MiB free on its file system"
+    except OSError:
+        pass
+    return why
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, hint: str | None = None) -> dict[str, Any]:

@@ -5,8 +5,9 @@ resumable), ``config`` (the training config's schema: every key checked at load)
 ``raw_loader`` (crops of stage-2 arks, or fbank of augmented audio crops), ``data`` (input
 statistics, batch lists per rank, what stage 4 reads), ``optim`` (optimiser and schedule, scaled
 to the global batch), ``state`` (RNG state, averaging, stop flag, progress, model.pth /
-loss.pth), ``monitor`` (step lines, gradient norms, TensorBoard events), ``validation`` (EER
-while training), ``trainer`` (the loop, DDP, resume).
+loss.pth), ``resume`` (a resume's config against the checkpoint's: refused, or a new schedule),
+``monitor`` (step lines, gradient norms, TensorBoard events), ``validation`` (EER while
+training), ``trainer`` (the loop, DDP, resume).
 
 May import: ``core``, ``data``, ``features``, ``augment``, ``nnet``, ``score``, ``embed``.
 """

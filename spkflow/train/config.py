@@ -134,7 +134,8 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     """Check sections and trainer keys, fill defaults; returns a new dict."""
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"{source}: a training config must be a mapping of sections")
-    known = set(TRAIN_DEFAULTS) | {"model", "loss", "data", "augment"}
+    # resumed_with_changes: the trainer's record in config.yaml (spkflow.train.resume), not a setting
+    known = set(TRAIN_DEFAULTS) | {"model", "loss", "data", "augment", "resumed_with_changes"}
     check_keys("", cfg, known, source)
     for required in ("model", "loss"):
         if not isinstance(cfg.get(required), Mapping) or "name" not in cfg[required]:

@@ -12,6 +12,9 @@ What it guarantees (the reasoning behind it: docs/training.md):
   SIGINT/SIGTERM stops training at a step boundary; a resumed run continues the exact batch
   sequence and ends with the weights of an uninterrupted one (``test/train/test_trainer.py``).
   ESPnet's and WeSpeaker's trainers resume at epoch boundaries only and re-draw the order.
+  The checkpoint records its config: a resume with another one is refused, or takes a new
+  schedule with ``resume_new_schedule`` (:mod:`spkflow.train.resume`); ``config.yaml`` is
+  written only once the run has accepted its config.
 * **DDP** (``torchrun``, ``WORLD_SIZE > 1``): rank r of W trains on lines r, r+W, ... of each
   epoch's batch list, cut to floor(B/W) lines; rank 0 validates and writes files; a non-finite
   loss or a stop request on any rank stops every rank at the same step.
@@ -30,10 +33,8 @@ What it guarantees (the reasoning behind it: docs/training.md):
   (:mod:`spkflow.train.monitor`).  The learning rate follows the global batch
   (:mod:`spkflow.train.optim`); train.log states both.
 
-Why about 680 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
-parts only; optimiser, run state, data and validation helpers are their own modules
-(:mod:`spkflow.train.optim`, :mod:`spkflow.train.state`, :mod:`spkflow.train.data`,
-:mod:`spkflow.train.validation`).
+Why about 690 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
+parts only; optimiser, run state, data, resume and validation helpers are their own modules.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from spkflow.data.tables import read_kv
 from spkflow.nnet.checkpoint import load_checkpoint, load_init, restore, save_checkpoint
 from spkflow.nnet.losses import batch_labels, build_loss
 from spkflow.nnet.models import SpeakerEmbedder, build_model
-from spkflow.train.config import normalize_train_config
+from spkflow.train.config import TRAIN_DEFAULTS, normalize_train_config
 from spkflow.train.data import (
     complete_config,
     epoch_dataset,
@@ -75,6 +76,7 @@ from spkflow.train.data import (
 from spkflow.train.loader import make_loader
 from spkflow.train.monitor import Monitor
 from spkflow.train.optim import build_optimizer, build_scheduler, describe_schedule, lr_scale
+from spkflow.train.resume import accept_resume, apply_schedule
 from spkflow.train.state import (
     StopFlag,
     average_state_dicts,
@@ -121,6 +123,7 @@ class TrainOptions:
     fbank_conf: str | None = None  # stage 2's fbank.conf (recorded in config.yaml)
     vad_conf: str | None = None  # stage 2's vad.conf
     resume: bool = True
+    resume_new_schedule: bool = False  # accept a changed lr / schedule / epochs at resume (spkflow.train.resume)
     max_steps: int | None = None  # stop (with a checkpoint) after this global step
     device: str = "auto"  # auto | cpu | cuda
     progress: bool = True
@@ -225,7 +228,6 @@ class Trainer:
         return rank_batches(self.opts.batches_dir, epoch, self.opts.num_epochs, self.rank, self.world_size)
 
     def _labels(self, utts: Sequence[str], epoch: int, index: int) -> torch.Tensor:
-
         try:
             return batch_labels(utts, self.utt2spk, self.spk2idx, self.num_utt)
         except ValueError as err:
@@ -235,7 +237,6 @@ class Trainer:
     def _read_batches(self) -> tuple[list[list[str]], int]:
         """utt2spk, speaker indices, M; checks every epoch's batch list exists.  Returns this
         rank's batches of epoch 1 and N."""
-
         opts = self.opts
         self.utt2spk = read_kv(os.path.join(opts.train_data, "utt2spk"))
         self.spk2idx = {s: i for i, s in enumerate(sorted(set(self.utt2spk.values())))}
@@ -262,7 +263,6 @@ class Trainer:
         self, cfg: dict[str, Any], device: torch.device, first: list[list[str]], num_spk: int, feats: Any
     ) -> _Run:
         """Model, loss, optimiser and schedule, initialised from the seed (before any resume)."""
-
         opts, tcfg = self.opts, cfg["train"]
         seed = int(tcfg["seed"])
         torch.manual_seed(seed)
@@ -335,6 +335,15 @@ class Trainer:
         ckpt_path = self.out / CHECKPOINT
         if self.opts.resume and ckpt_path.is_file():
             ck = load_checkpoint(ckpt_path)
+            changes = accept_resume(  # ResumeRefused before anything is written
+                ck,
+                run.cfg,
+                checkpoint=ckpt_path,
+                source=self.opts.config_source,
+                allow_schedule=self.opts.resume_new_schedule,
+                defaults=TRAIN_DEFAULTS,
+            )
+            fresh = [dict(g) for g in run.optimizer.param_groups]  # the new config's hyperparameters
             parts = {
                 "model": run.objective.model,
                 "loss": run.objective.loss,
@@ -344,6 +353,8 @@ class Trainer:
             restore(ckpt_path, ck, parts, required=("epoch", "batch", "step"))
             if "scaler" in ck and run.amp:
                 run.scaler.load_state_dict(ck["scaler"])
+            if any(c.kind == "schedule" for c in changes):
+                apply_schedule(run.optimizer, run.scheduler, fresh)
             run.epoch, run.start_batch, run.step = int(ck["epoch"]), int(ck["batch"]), int(ck["step"])
             run.history = list(ck.get("history", []))
             set_rng_state(ck.get("rng", {}))
@@ -367,7 +378,6 @@ class Trainer:
             run.objective.to(run.device)
 
     def _setup(self) -> _Run:
-
         opts = self.opts
         device = self._device()
         self._init_distributed(device)
@@ -391,10 +401,10 @@ class Trainer:
             data=data,
             dim_source=None if feats is not None else opts.fbank_conf or "the default fbank options",
         )
-        if self.is_main:
-            write_text_atomic(self.out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
         run = self._build(cfg, device, first, num_spk, feats)
-        self._resume_or_init(run)
+        self._resume_or_init(run)  # a refused resume raises here: config.yaml is written once accepted
+        if self.is_main:
+            write_text_atomic(self.out / "config.yaml", yaml.safe_dump(run.cfg, sort_keys=False))
         tcfg = cfg["train"]
         run.monitor = Monitor(
             self.out,
@@ -674,6 +684,7 @@ class Trainer:
             "rng": rng_state(),
             "world_size": self.world_size,
             "sampler": {"seed": run.seed, "epoch": next_epoch, "position": next_batch},
+            "config": run.cfg,  # what a resume compares its config with (spkflow.train.resume)
         }
         if run.amp:
             state["scaler"] = run.scaler.state_dict()

@@ -268,7 +268,9 @@ def test_dataloader_worker_dies_with_a_sigkilled_parent(tmp_path, init):
 
 
 def test_training_loader_workers_die_with_parent():
-    """make_loader (the training loader) arms the same helper in its workers."""
+    """make_loader (the training loader) arms the same helper in its workers, which also leave
+    SIGINT / SIGTERM / SIGHUP to the trainer (a signal to the process group must not kill them
+    under a trainer that is writing its checkpoint)."""
     import torch
 
     from spkflow.train.loader import make_loader
@@ -282,9 +284,11 @@ def test_training_loader_workers_die_with_parent():
 
             buf = ctypes.c_int(0)
             ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0)  # PR_GET_PDEATHSIG
-            return buf.value
+            ignored = [signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+            return buf.value, all(ignored)
 
-    assert list(make_loader(Tiny(), num_workers=1)) == [signal.SIGKILL, signal.SIGKILL]
+    got = [(int(a), bool(b)) for a, b in make_loader(Tiny(), num_workers=1)]
+    assert got == [(signal.SIGKILL, True), (signal.SIGKILL, True)]
 
 
 # ----------------------------------------------------------------------------- merges

@@ -1,6 +1,7 @@
 """ONNX export (spkflow.deploy.export, python -m spkflow.bin.export): onnxruntime equals PyTorch within
 1e-4 on real speech of several lengths, for the ECAPA model and the GE2E d-vector LSTM (with and
-without projection, whole-utterance and sliding-window inference), batched with padding.
+without projection, whole-utterance and sliding-window inference), batched with padding; the
+export's own check (1e-5 of each embedding's norm) passes at any thread count and any norm.
 
 Real speech: the shipped corpora found through db.sh (skipped when absent, failed under CI), and
 audio made here for the always-on tests.  Tiny models with random weights."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -240,3 +242,30 @@ def test_onnx_file_without_spkflow_metadata_is_refused(ecapa, tmp_path):
     junk.write_bytes(b"not a protobuf at all")
     with pytest.raises(InputError, match="cannot load the ONNX model"):
         Embedder.from_pretrained(junk)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_the_documented_command_passes_at_any_thread_count_and_any_norm(tmp_path, threads):
+    """The check is relative to the embedding's norm: a model whose embeddings are 1000 times
+    longer (its last layer scaled; float errors scale with it) exports under OMP_NUM_THREADS 1 and
+    2, where an absolute bound of 1e-4 refused it (issue 35: the demo model, norms 60-80, was
+    refused or not by the thread count)."""
+    import os
+
+    import torch
+
+    md = make_spkflow_model_dir(tmp_path / "m", seed=5)
+    state = torch.load(md / "model.pth", weights_only=True)
+    for k in ("projector.fc.weight", "projector.fc.bias"):
+        state[k] = state[k] * 1000.0
+    torch.save(state, md / "model.pth")
+    out = tmp_path / "model.onnx"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=threads)
+    cmd = [str(PY), "-m", "spkflow.bin.export", "--model-dir", str(md), "--out", str(out)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rel, absolute = (
+        float(x) for x in re.search(r"= (\S+) of the embedding's norm .*, (\S+) absolute", p.stderr).groups()
+    )
+    assert rel <= 1e-5 and absolute > 1e-4  # the former absolute check would have refused it
+    assert out.exists()

@@ -1,5 +1,5 @@
-"""Processes for the reliability tests: children and liveness from /proc, a disk that fills up,
-the venv's Python run with the project's environment."""
+"""Processes for the reliability tests: children, trees, liveness and working directories from
+/proc, a disk that fills up, the venv's Python run with the project's environment."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import os
 import resource
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,6 +40,43 @@ def process_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants now."""
+    children = process_children()
+    todo, tree = [pid], []
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Live processes whose working directory is ``directory`` or below it: every process of a
+    recipe run (they all run in the recipe dir), whoever their parent is now."""
+    where = str(directory.resolve())
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                cwd = os.readlink(d / "cwd")
+            except OSError:
+                continue
+            if (cwd == where or cwd.startswith(where + "/")) and process_alive(int(d.name)):
+                out.append(int(d.name))
+    return out
+
+
+def wait_until(cond: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``cond`` every 50 ms until it holds or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
 
 
 @contextlib.contextmanager

@@ -106,3 +106,28 @@ def cli_args(setup: dict[str, Any], out: Path, config_path: Path) -> list[str]:
         "--num-threads",
         "1",
     ]
+
+
+def train_sh_command(setup: dict[str, Any], out: Path, config_path: Path, *opts: str) -> list[str]:
+    """scripts/spk/train.sh on ``setup`` into ``out``, as spk.sh stage 4 calls it, plus ``opts``."""
+    from helpers.paths import ROOT
+
+    return [
+        str(ROOT / "scripts" / "spk" / "train.sh"),
+        "--train-config",
+        str(config_path),
+        "--num-epochs",
+        str(setup["epochs"]),
+        "--num-threads",
+        "1",
+        "--fbank-conf",
+        str(setup["conf"] / "fbank.conf"),
+        "--vad-conf",
+        str(setup["conf"] / "vad.conf"),
+        "--train-opts",
+        "--no-progress --trace-batches",
+        *opts,  # last: they win (parse_options keeps the last value)
+        str(setup["feats"]),
+        str(setup["batches"]),
+        str(out),
+    ]

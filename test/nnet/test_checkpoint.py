@@ -8,6 +8,7 @@ training and extraction command lines are run as the stage scripts run them.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -179,13 +180,22 @@ def test_train_refuses_checkpoint_with_code(trained: dict[str, Any], tmp_path: P
 
 
 def test_train_resume_with_a_changed_config_names_checkpoint(trained: dict[str, Any], tmp_path: Path) -> None:
-    """A config changed since the checkpoint was written: torch's bare size-mismatch RuntimeError
-    becomes one line naming the checkpoint and the remedy."""
+    """A config changed since the checkpoint was written: refused naming the checkpoint, the key
+    and both values (spkflow.train.resume); where the checkpoint records no config and no
+    config.yaml is beside it, torch's bare size-mismatch RuntimeError becomes one line naming the
+    checkpoint and the remedy."""
     out = copy_run(trained, tmp_path)
     config = yaml.safe_load(trained["config_path"].read_text())
     config["model"]["channels"] = 24
     changed = dict(trained, config_path=tmp_path / "changed.yaml")
     changed["config_path"].write_text(yaml.safe_dump(config))
+    r = train(changed, out)
+    assert r.returncode == 1
+    assert_clear(r.stderr, out / "checkpoint.pth", "model.channels 16 -> 24", "cannot change", "--resume false")
+    ck = torch.load(out / "checkpoint.pth", weights_only=True)
+    del ck["config"]
+    torch.save(ck, out / "checkpoint.pth")
+    (out / "config.yaml").unlink()
     r = train(changed, out)
     assert r.returncode == 1
     assert_clear(r.stderr, out / "checkpoint.pth", "its 'model' does not fit", "size mismatch", "--resume false")
@@ -227,3 +237,56 @@ def test_extraction_refuses_bad_model(trained: dict[str, Any], tmp_path: Path, d
     assert r.returncode == 1
     assert_clear(r.stderr, out / "model.pth", what)
     assert not marker.exists()
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_naming_it(tmp_path: Path) -> None:
+    """The disk fills while epoch 2's checkpoint is written (a tmpfs just too small; without root,
+    a file-size limit that the checkpoint exceeds): one error line naming checkpoint.pth, with the
+    sizes, no traceback; the previous checkpoint is intact, and once there is room the same
+    command resumes from it to the model of an uninterrupted run."""
+    from helpers.procs import small_disk
+
+    setup = make_train_setup(tmp_path / "setup", epochs=2)
+    setup["config_path"] = tmp_path / "train.yaml"
+    setup["config_path"].write_text(yaml.safe_dump(setup["config"]))
+
+    def run(out: Path, preexec: Any = None) -> subprocess.CompletedProcess[str]:
+        args = [
+            *("--config", setup["config_path"], "--train-data", setup["data"], "--train-feats", setup["feats"]),
+            *("--batches-dir", setup["batches"], "--num-epochs", 2, "--out-dir", out),
+            *("--device", "cpu", "--num-threads", 1, "--progress", "false"),
+        ]
+        cmd = [sys.executable, "-m", "spkflow.bin.train", *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600, preexec_fn=preexec)
+
+    ref = tmp_path / "ref"
+    assert run(ref).returncode == 0
+    pages = {n: -(-(ref / n).stat().st_size // 4096) for n in ("config.yaml", "epoch1.pth", "checkpoint.pth")}
+    # epoch 1's files, epoch2.pth, and half a second checkpoint.pth beside the first
+    kib = 4 * (pages["config.yaml"] + 2 * pages["epoch1.pth"] + pages["checkpoint.pth"] * 3 // 2)
+    disk = tmp_path / "disk"
+    with small_disk(disk, kib) as limit:
+        if limit is not None:  # no tmpfs: every file at most 1.5 epoch snapshots (checkpoint.pth is larger)
+            size = (ref / "epoch1.pth").stat().st_size * 3 // 2
+
+            def limit() -> None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+        out = disk / "exp"
+        r = run(out, limit)
+        assert r.returncode == 1, r.stderr[-3000:]
+        assert "Traceback" not in r.stderr, r.stderr[-3000:]
+        (line,) = [x for x in r.stderr.splitlines() if x.startswith("python -m spkflow.bin.train: error:")]
+        assert f"{out / 'checkpoint.pth'}: cannot write it (" in line and "MiB to write" in line
+        assert "free some space and run again" in line
+        assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # no partial file left
+        if (out / "checkpoint.pth").exists():  # the end of epoch 1's: intact
+            assert load_checkpoint(out / "checkpoint.pth")["epoch"] == 2
+        if limit is None:
+            subprocess.run(["mount", "-o", f"remount,size={8 * kib}k", str(disk)], check=True)
+        r = run(out)
+        assert r.returncode == 0, r.stderr[-3000:]
+        a = torch.load(ref / "model.pth", weights_only=True)
+        b = torch.load(out / "model.pth", weights_only=True)
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)

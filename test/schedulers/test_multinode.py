@@ -248,7 +248,8 @@ def test_a_killed_rank_fails_the_job_and_the_next_run_resumes(
 def test_spk_sh_stage4_says_that_rerunning_resumes(setup: dict[str, Any], tmp_path: Path) -> None:
     """spk.sh stage 4 through scripts/spk/train.sh in a recipe dir: a training that fails in
     epoch 2 (a batch list naming an unknown utterance, standing for any mid-training failure)
-    keeps the epoch-1 checkpoint and says that re-running stage 4 resumes; it does."""
+    keeps the epoch-1 checkpoint, shows the error and says that once it is fixed re-running
+    stage 4 resumes; it does."""
     recipe = tmp_path / "recipe"
     recipe.mkdir()
     for name in ("spk.sh", "path.sh", "cmd.sh"):
@@ -270,7 +271,8 @@ def test_spk_sh_stage4_says_that_rerunning_resumes(setup: dict[str, Any], tmp_pa
     r = subprocess.run(args, cwd=recipe, env=env, capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
-    assert "re-running stage 4 (--stage 4, same options) resumes from it" in out
+    assert "spkflow.bin.train: error:" in out and "nobody-utt99" in out
+    assert "Fix the error above; then re-running stage 4 (spk.sh --stage 4, same options) resumes from" in out
     ck = torch.load(recipe / "exp" / "spk_train" / "checkpoint.pth", weights_only=True)
     assert ck["epoch"] == 2  # the end of epoch 1
     (batches / "epoch2.txt").write_text(good)

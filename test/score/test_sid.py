@@ -328,3 +328,52 @@ def test_sid_recipe_trains_its_own_model_through_spk_sh(tmp_path, corpus, monkey
     assert m["top1"] == pytest.approx(
         cosine_top1(Path("exp/spk_tiny/embed/test/xvector.scp"), Path("exp/spk_tiny/sid/test"))[0]
     )
+
+
+def test_sid_recipe_leaves_nothing_stale_and_names_the_speakers_it_drops(tmp_path):
+    """sid.sh stages 6-8 on stage-5-style embeddings (a kaldi_ark written here; the model dir is
+    only checked for its files): a speaker with one utterance is named on the console as left
+    out; an enrolment list that an edit left without a speaker's enrolment utterances is refused
+    by stage 7, and then no figure of the earlier run is left (predictions, closed.json,
+    confusion.png, open.json, the closed and open figures of metrics.json, RESULTS.md)."""
+    recipe = make_recipe(tmp_path)
+    model = tmp_path / "models" / "spk_syn"
+    model.mkdir(parents=True)
+    (model / "config.yaml").write_text("model: {name: ecapa_tdnn}\n")
+    (model / "model.pth").write_bytes(b"")
+    emb = clustered(5, 4, 8, nuisance=0.0)
+    emb["s09-u00"] = np.ones(8)  # a speaker with one utterance
+    data = recipe / "data" / "test"
+    data.mkdir(parents=True)
+    spk2utt: dict[str, list[str]] = {}
+    for u in emb:
+        spk2utt.setdefault(u.split("-")[0], []).append(u)
+    (data / "spk2utt").write_text("".join(f"{s} {' '.join(us)}\n" for s, us in sorted(spk2utt.items())))
+    (data / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in sorted(emb)))
+    xv = recipe / "exp" / "spk_syn" / "embed" / "test"
+    xv.mkdir(parents=True)
+    with kaldiio.WriteHelper(f"ark,scp:{xv / 'xvector.ark'},{xv / 'xvector.scp'}") as w:
+        for u in sorted(emb):
+            w[u] = emb[u].astype(np.float32)
+    args = ["sid.sh", "--test_sets", "test", "--spk_model_dir", model, "--open_folds", "2"]
+    p = sh([*args, "--stage", "6"], recipe)
+    console = p.stdout + p.stderr
+    assert "1 speaker(s) left out, with fewer than K + 1 = 3 utterances" in console
+    assert "s09 (1)" in console and "dropped_spks" in console
+    sid = recipe / "exp" / "spk_syn" / "sid" / "test"
+    assert (sid / "dropped_spks").read_text() == "s09\n"
+    m = json.loads((sid / "metrics.json").read_text())
+    assert m["n_speakers"] == 5 and "top1" in m and "dir_at_far1" in m
+    stale = ["predictions", "closed.json", "confusion.png", "open.json", "open_trials"]
+    assert all((sid / f).exists() for f in stale) and (sid.parent / "RESULTS.md").exists()
+
+    enrol = (sid / "enrol").read_text().splitlines()
+    (sid / "enrol").write_text("".join(f"{ln}\n" for ln in enrol if not ln.endswith(" s01")))
+    p = sh([*args, "--stage", "7"], recipe, check=False)
+    assert p.returncode == 1
+    assert "speaker 's01'" in p.stderr and "has no enrolment utterance" in p.stderr
+    assert not [f for f in stale if (sid / f).exists()]
+    assert not (sid.parent / "RESULTS.md").exists()
+    m = json.loads((sid / "metrics.json").read_text())
+    assert not {"top1", "n_test", "dir_at_far1", "n_known_trials", "open_top1", "open_backend"} & set(m)
+    assert m["num_enrol"] == 2  # the split's own figures stay: its files are still there

@@ -231,7 +231,8 @@ def test_nan_loss_stops_naming_batch_and_keeps_checkpoint(setup: dict[str, Any],
     for name in ("vad.scp", "cmvn_utt.scp", "cmvn_utt_voiced.scp"):
         (bad_feats / name).write_text((setup["feats"] / name).read_text())
     with pytest.raises(TrainingDiverged) as err:
-        Trainer(options(setup, out, train_feats=str(bad_feats), num_epochs=2)).run()
+        # a second epoch after a one-epoch run: a new schedule (spkflow.train.resume)
+        Trainer(options(setup, out, train_feats=str(bad_feats), num_epochs=2, resume_new_schedule=True)).run()
     msg = str(err.value)
     assert "non-finite loss" in msg and "epoch 2" in msg and "batch" in msg and "epoch2.txt" in msg
     line = int(msg.split("(line ")[1].split()[0])

@@ -13,6 +13,7 @@
 #         8 open-set identification (DIR at FAR) and RESULTS.md.
 # Outputs: ${expdir}/<model tag>/sid/<set>/{enrol,test,folds,spk_model.scp,predictions,metrics.json,confusion.png}
 set -euo pipefail
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
@@ -116,12 +117,14 @@ fi
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: enrolment, K=${num_enrol} utterances per speaker (seed ${split_seed}), ${backend} backend"
     # spkflow/score/sid.py: each speaker's utterances are shuffled by a generator seeded from (seed, speaker);
-    # the first K enrol, the rest are test utterances; speakers with < K+1 utterances are left out.
+    # the first K enrol, the rest are test utterances; speakers with < K+1 utterances are left out
+    # (named on the console and listed in <set>/dropped_spks).
     for dset in ${test_sets}; do
         _sid=${sid_exp}/sid/${dset}
         [ -f "${sid_exp}/embed/${dset}/xvector.scp" ] || { log "Error: ${sid_exp}/embed/${dset}/xvector.scp not found (run stage 5)"; exit 1; }
-        # a new split invalidates every figure of the old one
-        rm -f "${_sid}"/{metrics.json,closed.json,open.json,predictions,open_trials,confusion.png}
+        # a new split invalidates every figure of the old one: each `spkflow.bin.sid` stage first
+        # removes what it and the stages after it wrote (and sid/RESULTS.md), so after a failure
+        # nothing of an earlier run looks current
         python -m spkflow.bin.sid split --spk2utt "data/${dset}/spk2utt" --num-enrol "${num_enrol}" \
             --seed "${split_seed}" --folds "${open_folds}" --outdir "${_sid}"
         python -m spkflow.bin.sid enrol --xvector-scp "${sid_exp}/embed/${dset}/xvector.scp" \

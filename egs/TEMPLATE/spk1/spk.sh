@@ -7,6 +7,7 @@
 # Stages: 1 data prep, 2 fbank + VAD, 3 N x M batch lists, 4 training,
 #         5 embedding extraction, 6 scoring (EER, minDCF, plots), 7 pack the model into one file.
 set -euo pipefail
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
@@ -48,6 +49,8 @@ short_speakers=drop   # speakers with fewer than num_utt utterances: drop | repe
 train_config=conf/train.yaml  # model, loss, optimiser, loader
 tag=                  # experiment tag (default: derived from train_config)
 resume=true           # continue from the last checkpoint in exp/<tag>
+resume_new_schedule=false  # true: resume although optim.lr/weight_decay, the scheduler or num_epochs changed
+                           # (applied from the checkpoint on, recorded in config.yaml); other changes are refused
 train_threads=0       # torch threads per training process (0: the CPUs this job may use / processes)
 
 # Embedding options (stage 5).
@@ -76,7 +79,7 @@ Usage: $0 [options]
   --train_set, --test_sets, --valid_set
   --fbank_conf, --vad_conf, --skip_bad, --fbank_compress
   --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
-  --train_config, --tag, --resume, --train_threads
+  --train_config, --tag, --resume, --resume_new_schedule, --train_threads
   --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
   --score_norm, --cohort_size, --score_center, --score_eval_mean, --score_backend cosine|wccn|lda, --backend_reg,
   --score_skip_missing, --score_qmf, --qmf_trials
@@ -191,6 +194,11 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     _spk2utt=${dumpdir}/fbank/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || _spk2utt=data/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || { log "Error: no spk2utt: ${dumpdir}/fbank/${train_set}/spk2utt nor ${_spk2utt}"; exit 1; }
+    # The batch lists are what a training of ${spk_exp} reads: while another run trains there
+    # (stage 4 holds ${spk_exp}'s lock, scripts/spk/train.sh) they are not touched. Held for stage 3.
+    trap 'python -m spkflow.bin.lock release --pid "${spkflow_run_pid}" "${spk_exp}" || true' EXIT
+    trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP  # the EXIT trap runs on these too
+    python -m spkflow.bin.lock acquire --pid "${spkflow_run_pid}" --command "$0 (stage 3)" "${spk_exp}" || exit 1
     _bdir=${spk_exp}/batches
     mkdir -p "${_bdir}/log"
     # Plans already written are reused only if made from the same spk2utt and settings.
@@ -234,6 +242,8 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
                   END { if (nb && nc) printf "%s batches per epoch, coverage %s", span(bl, bh, ""), span(cl, ch, "%") }' \
                  "${_summary}" 2> /dev/null || true)
     log "${num_epochs} batch lists (${_made} planned, ${_kept} kept): ${_range:-see ${_summary}}; per epoch: ${_summary}"
+    python -m spkflow.bin.lock release --pid "${spkflow_run_pid}" "${spk_exp}"
+    trap - EXIT INT TERM HUP
 fi
 
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
@@ -256,6 +266,7 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     _opts=(--cmd "${cuda_cmd}" --num-nodes "${num_nodes}" --ngpu "${ngpu}" --nproc "${nproc}"
            --train-config "${train_config}" --num-epochs "${num_epochs}" --num-utt "${num_utt}"
            --fbank-conf "${fbank_conf}" --vad-conf "${vad_conf}" --resume "${resume}"
+           --resume-new-schedule "${resume_new_schedule}"
            --num-threads "${train_threads}")
     if [ -n "${valid_set}" ] && [ -f "data/${valid_set}/trials" ] && [ -f "${dumpdir}/fbank/${valid_set}/feats.scp" ]; then
         _opts+=(--valid-data "data/${valid_set}" --valid-feats "${dumpdir}/fbank/${valid_set}")
@@ -266,11 +277,7 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     # num_nodes > 1, one Slurm job of num_nodes torchrun agents (c10d rendezvous); it keeps
     # an earlier train.log as train.log.<N> and names the failed ranks' logs.
     if ! scripts/spk/train.sh "${_opts[@]}" "${_train_dir}" "${spk_exp}/batches" "${spk_exp}"; then
-        if [ -f "${spk_exp}/checkpoint.pth" ]; then
-            log "Error: training failed or was stopped; ${spk_exp}/checkpoint.pth is kept: re-running stage 4 (--stage 4, same options) resumes from it"
-        else
-            log "Error: training failed before its first checkpoint, see ${spk_exp}/train.log"
-        fi
+        log "Error: stage 4 failed; scripts/spk/train.sh said why and what to do just above"
         exit 1
     fi
     # one line for the whole run; every epoch is in train.log and history.json

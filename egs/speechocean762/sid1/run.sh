@@ -4,6 +4,7 @@
 #   ./run.sh                                            # trains the spk1 demo model here (stages 2-4)
 #   ./run.sh --spk_model_dir ../spk1/exp/spk_train      # or reuses a trained spk1 model
 set -euo pipefail
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 test_sets="test dsp20"
 train_config=conf/train.yaml

@@ -3,6 +3,7 @@
 # split, evaluate on the 125 disjoint test speakers and, across corpora, on DSPSpeech-20, as
 # recorded and through an 8 kHz channel (dsp20_8k: the telephone band).
 set -euo pipefail
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 train_set=train
 test_sets="test dsp20 dsp20_8k"

@@ -13,6 +13,7 @@
 #
 #   ./run.sh --spk_model_dir ../spk1/exp/spk_train
 set -euo pipefail
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
