@@ -1,8 +1,10 @@
 """Stage 6 and speaker identification: from embeddings to figures.
 
 ``scoring`` (trials, embeddings and cohorts read; cosine scores, AS-norm), ``backend`` (WCCN /
-LDA fitted on training embeddings), ``metrics`` (EER, minDCF, DET), ``evaluation`` (one test set
-end to end, ``metrics.json``, RESULTS.md), ``plots`` (DET, score histograms, training curves,
+LDA fitted on training embeddings), ``calibration`` (linear logistic calibration, Cllr, actual DCF),
+``verification`` (a model's whole scoring: backend, centring, cohort and calibration, saved beside
+it and packed with it; LLRs and decisions), ``metrics`` (EER, minDCF, DET), ``evaluation`` (one
+test set end to end, ``metrics.json``, RESULTS.md), ``plots`` (DET, score histograms, training curves,
 confusion matrices), ``sid`` (closed- and open-set identification).
 
 May import: ``core``, ``data``.

@@ -1,7 +1,8 @@
 """Stage 6 outputs: score one evaluation set and write its files; summarise an experiment.
 
 :func:`evaluate_set` turns ``trials`` + ``xvector.scp`` (+ an optional AS-norm cohort and a
-fitted linear backend, :mod:`spkflow.score.backend`) into
+fitted linear backend, :mod:`spkflow.score.backend`, or a model's whole scoring with its
+calibration, :mod:`spkflow.score.verification`, through which it scores in either case) into
 ``<outdir>/scores`` (``utt1 utt2 score target|nontarget``), ``metrics.json``, ``det.png`` and
 ``score_hist.png``.  :func:`write_results_md` (re)writes ``<exp>/RESULTS.md`` from every
 ``<exp>/eval/<set>/metrics.json``.  Guarantees:
@@ -16,8 +17,10 @@ fitted linear backend, :mod:`spkflow.score.backend`) into
   an :class:`~spkflow.core.errors.InputError` naming the trials file, before anything is written;
 * ``metrics.json`` always has ``eer`` (percent), ``eer_threshold``, ``min_dcf_p0.01``,
   ``min_dcf_p0.05`` (+ ``_threshold``), ``n_target``, ``n_nontarget``, ``n_skipped``,
-  ``score_norm`` and ``backend``; with AS-norm also ``raw``, the same figures for plain cosine
-  scores (in the backend's space when there is one);
+  ``score_norm``, ``backend`` and ``scoring`` (the row's name in RESULTS.md); with AS-norm also
+  ``raw``, the same figures for plain cosine scores (in the backend's space when there is one);
+  with a calibration ``calibrated`` (Cllr, actual / minimum DCF, the decisions' error rates,
+  and whether these are the calibration's own trials);
 * RESULTS.md is regenerated from the JSON files rather than appended to, so re-running a
   set replaces its row instead of duplicating it.
 
@@ -42,10 +45,10 @@ import numpy as np
 
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
-from spkflow.score.backend import Backend, l2_rows
 from spkflow.score.metrics import compute_metrics, det_curve
 from spkflow.score.plots import plot_det, plot_score_hist
-from spkflow.score.scoring import read_cohort, read_embeddings, read_mean, read_trials, score_trials, write_scores
+from spkflow.score.scoring import ScoreResult, Trials, read_embeddings, read_trials, write_scores
+from spkflow.score.verification import MIN_DOMAIN, Scoring, decision_metrics
 
 __all__ = ["evaluate_set", "remove_outputs", "write_results_md", "P_TARGETS", "OUTPUTS"]
 
@@ -68,8 +71,9 @@ def _set_vectors(emb: dict[str, np.ndarray], source: str) -> np.ndarray:
     return np.stack(vecs)
 
 
-def _centred_label(mean_scp: str | None, eval_mean: bool) -> str:
-    return ", centred on the set" if eval_mean else (", centred" if mean_scp else "")
+def _centred_label(centred: bool | str | None, eval_mean: bool) -> str:
+    """``centred``: a training mean was subtracted (a mean scp, or a scoring's training mean)."""
+    return ", centred on the set" if eval_mean else (", centred" if centred else "")
 
 
 def _now() -> str:
@@ -85,6 +89,7 @@ def evaluate_set(
     cohort_size: int = 200,
     mean_scp: str | None = None,
     backend_path: str | None = None,
+    scoring_dir: str | None = None,
     eval_mean: bool = False,
     skip_missing: bool = False,
     model_tag: str = "",
@@ -96,12 +101,21 @@ def evaluate_set(
     ``mean_scp`` centring (the mean of its vectors is subtracted before cosine scoring),
     ``backend_path`` a fitted :class:`spkflow.score.backend.Backend` (``.npz``) applied to the trial
     and cohort embeddings first (it centres on its training mean: not combined with ``mean_scp``).
-    ``eval_mean`` centres on the scored set's own mean instead, taken over the embeddings of the
-    utterances its trials name (no labels used): the backend's mean is replaced by that of their
-    L2-normalised vectors, or without a backend their raw mean is subtracted as ``mean_scp``'s
-    would be (not combined with ``mean_scp``)."""
+    ``scoring_dir``: a model dir's whole scoring instead (``scoring.yaml`` + ``scoring.npz``,
+    :class:`~spkflow.score.verification.Scoring`: backend, centring, cohort and calibration; not
+    with the three options before).  ``eval_mean`` centres on the scored set's own mean instead,
+    taken over the embeddings of the utterances its trials name (no labels used): the backend's
+    mean is replaced by that of their L2-normalised vectors, or without a backend their raw mean
+    is subtracted as ``mean_scp``'s would be (not combined with ``mean_scp``).
+
+    With a calibration (in ``scoring_dir``), ``metrics.json`` also has ``calibrated``: Cllr,
+    actual and minimum DCF, and the error rates of the decisions, for the LLRs that
+    ``spkflow.bin.verify`` gives these trials (centred on the set's own recordings when there
+    are at least :data:`~spkflow.score.verification.MIN_DOMAIN`)."""
 
     set_name = set_name or os.path.basename(os.path.normpath(outdir))
+    if scoring_dir and (backend_path or cohort_scp or mean_scp):
+        raise ValueError(f"{scoring_dir}: a model's scoring replaces --backend, --cohort-scp and --mean-scp")
     if backend_path and mean_scp:
         raise ValueError(
             f"{backend_path}: a backend subtracts its own training mean; do not centre on {mean_scp} as well"
@@ -111,31 +125,17 @@ def evaluate_set(
     remove_outputs(outdir)
     trials = read_trials(trials_path)
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
-    cohort = read_cohort(cohort_scp) if cohort_scp else None
-    mean = read_mean(mean_scp) if mean_scp else None
-    own = _set_vectors(emb, xvector_scp) if eval_mean else None
-    if own is not None and not backend_path:
-        mean = own.mean(axis=0)  # raw, as mean_scp's
-    backend_name = "cosine"
-    if backend_path:
-        backend = Backend.load(backend_path)
-        backend_name = backend.name
-        if own is not None:  # the backend's mean lives among L2-normalised vectors
-            backend = backend.centred_on(l2_rows(own).mean(axis=0))
-        keys = list(emb)
-        if keys:
-            emb = dict(zip(keys, _transform(backend, np.stack([emb[k] for k in keys]), xvector_scp), strict=True))
-        if cohort is not None:
-            cohort = _transform(backend, cohort, cohort_scp or "")
-    result = score_trials(
-        trials,
-        emb,
-        emb_source=xvector_scp,
-        skip_missing=skip_missing,
-        cohort=cohort,
-        cohort_size=cohort_size,
-        mean=mean,
+    if scoring_dir:
+        scoring = Scoring.load(scoring_dir)
+    else:
+        scoring = Scoring.from_options(
+            backend_path=backend_path, cohort_scp=cohort_scp, cohort_size=cohort_size, mean_scp=mean_scp
+        )
+    own = _set_vectors(emb, xvector_scp) if (eval_mean or scoring.calibration is not None) else None
+    result = scoring.score_trials(
+        trials, emb, emb_source=xvector_scp, skip_missing=skip_missing, domain=own if eval_mean else None
     )
+    backend_name = scoring.backend.name if scoring.backend is not None else "cosine"
     metrics: dict[str, Any] = {"set": set_name, "model_tag": model_tag}
     metrics.update(compute_metrics(result.scores, result.labels, P_TARGETS))
     metrics.update(
@@ -151,15 +151,20 @@ def evaluate_set(
             "eval_mean": bool(eval_mean),
             "backend": backend_name,
             "backend_path": backend_path or "",
+            "scoring_dir": scoring_dir or "",
+            "centred": scoring.mean is not None,
             "date": _now(),
         }
     )
+    if scoring.calibration is not None:
+        assert own is not None
+        metrics["calibrated"] = _calibrated(scoring, trials, emb, own, result, eval_mean, xvector_scp, skip_missing)
     curves = {}
     if result.score_norm != "none":
         metrics["raw"] = compute_metrics(result.raw_scores, result.labels, P_TARGETS)
         curves["cosine"] = det_curve(result.raw_scores, result.labels)
     label = "cosine" if result.score_norm == "none" else f"AS-norm (top {result.cohort_size})"
-    centred = _centred_label(mean_scp, eval_mean)
+    centred = _centred_label(metrics["centred"], eval_mean)
     if centred:
         curves = {f"{k}{centred}": v for k, v in curves.items()}
         label += centred
@@ -167,6 +172,7 @@ def evaluate_set(
         curves = {f"{backend_name.upper()}, {k}": v for k, v in curves.items()}
         label = f"{backend_name.upper()}, {label}"
     curves[label] = det_curve(result.scores, result.labels)
+    metrics["scoring"] = label
 
     os.makedirs(outdir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".score.", suffix=".tmp", dir=outdir)
@@ -192,13 +198,39 @@ def evaluate_set(
     return metrics
 
 
-def _transform(backend: Backend, x: np.ndarray, source: str) -> np.ndarray:
-    """``backend.transform(x)``; embeddings of another dimension than the backend's are an
-    :class:`InputError` naming their file."""
-    try:
-        return backend.transform(x)
-    except ValueError as err:
-        raise InputError(source, None, str(err)) from None
+def _calibrated(
+    scoring: Scoring,
+    trials: Trials,
+    emb: dict[str, np.ndarray],
+    own: np.ndarray,
+    result: ScoreResult,
+    eval_mean: bool,
+    source: str,
+    skip_missing: bool,
+) -> dict[str, Any]:
+    """The ``calibrated`` section of metrics.json: the LLRs verify gives these trials."""
+    assert scoring.calibration is not None
+    on_set = len(own) >= MIN_DOMAIN and scoring.centres  # verify's rule for a batch
+    if on_set == eval_mean:
+        cal = result
+    else:
+        cal = scoring.score_trials(
+            trials, emb, emb_source=source, skip_missing=skip_missing, domain=own if on_set else None
+        )
+    centred_on = (
+        f"the set ({len(own)} recordings)" if on_set else ("the training mean" if scoring.centres else "nothing")
+    )
+    llr = scoring.llr(cal.scores)
+    assert llr is not None
+    fitted = str(scoring.fitted.get("trials", ""))
+    out: dict[str, Any] = {
+        "centred_on": centred_on,
+        "fitted_on": scoring.calibration.fitted_on,
+        "in_sample": bool(fitted) and os.path.abspath(fitted) == os.path.abspath(trials.path),
+        "eer": compute_metrics(llr, cal.labels, ())["eer"],
+    }
+    out.update(decision_metrics(llr, cal.labels, scoring.decision, P_TARGETS))
+    return out
 
 
 def remove_outputs(outdir: str) -> None:
@@ -262,9 +294,10 @@ def _peer_rows(exp_dir: str, set_name: str, trials: str | None) -> list[str]:
     return rows
 
 
-def write_results_md(exp_dir: str) -> str:
-    """Rewrite ``<exp_dir>/RESULTS.md`` from ``<exp_dir>/eval/*/metrics.json`` (one table
-    per set, sets in name order); returns its path."""
+def write_results_md(exp_dir: str, out: str | None = None) -> str:
+    """Rewrite ``<exp_dir>/RESULTS.md`` (or ``out``) from ``<exp_dir>/eval/*/metrics.json`` (one
+    table per set, sets in name order, and the calibrated decisions when scored with a
+    calibration); returns its path."""
     files = sorted(glob.glob(os.path.join(exp_dir, "eval", "*", "metrics.json")))
     if not files:
         raise FileNotFoundError(f"no {exp_dir}/eval/<set>/metrics.json to summarise")
@@ -303,7 +336,7 @@ def write_results_md(exp_dir: str) -> str:
             "",
             header,
         ]
-        centred = _centred_label(m.get("mean_scp"), m.get("eval_mean", False))
+        centred = _centred_label(m.get("centred", m.get("mean_scp")), m.get("eval_mean", False))
         back = f"{m['backend'].upper()}, " if m.get("backend", "cosine") != "cosine" else ""
         if m.get("score_norm", "none") != "none" and isinstance(m.get("raw"), dict):
             raw = dict(m["raw"], n_skipped=m.get("n_skipped", 0))
@@ -313,6 +346,25 @@ def write_results_md(exp_dir: str) -> str:
             lines.append(_row(m, row_tag, model, loss, f"{back}cosine{centred}"))
         lines += _peer_rows(exp_dir, set_name, m.get("trials"))
         lines.append("")
-    out = os.path.join(exp_dir, "RESULTS.md")
+        if isinstance(m.get("calibrated"), dict):
+            lines += _calibrated_rows(m["calibrated"])
+    out = os.path.join(exp_dir, "RESULTS.md") if out is None else out
     write_text_atomic(out, "\n".join(lines))
     return out
+
+
+def _calibrated_rows(c: dict[str, Any]) -> list[str]:
+    """The calibrated-decisions table of one set (metrics.json's ``calibrated``)."""
+    where = "**the calibration's own trials (in-sample)**" if c.get("in_sample") else "trials it was not fitted on"
+    return [
+        f"Calibrated (LLRs as `spkflow.bin.verify` gives these trials, centred on {c.get('centred_on', '?')}; "
+        f"calibration fitted on {c.get('fitted_on') or '?'}: {where}; decisions LLR > {c['llr_threshold']:.3g}, "
+        f"p_target {c.get('p_target', 0.5):g}):",
+        "",
+        "| Cllr | EER (%) | decisions: HTER (%) | P_miss (%) | P_fa (%) | minDCF (p=0.01) | actDCF (p=0.01) "
+        "| minDCF (p=0.05) | actDCF (p=0.05) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {c['cllr']:.3f} | {c['eer']:.2f} | {c['hter']:.2f} | {c['p_miss']:.2f} | {c['p_fa']:.2f} | "
+        f"{c['min_dcf_p0.01']:.4f} | {c['act_dcf_p0.01']:.4f} | {c['min_dcf_p0.05']:.4f} | {c['act_dcf_p0.05']:.4f} |",
+        "",
+    ]
