@@ -1,8 +1,8 @@
 """Stage 7 and beyond: a trained model taken elsewhere.
 
-``pack`` (one zip with config, weights, frontend settings, RESULTS.md and a model card,
-checked member by member on unpacking), ``export`` (ONNX, checked against PyTorch), ``onnx`` (an
+``pack`` (one zip with config, weights, frontend settings, the recipe's scoring, RESULTS.md and a
+model card, checked member by member on unpacking), ``export`` (ONNX, checked against PyTorch), ``onnx`` (an
 exported model run with onnxruntime behind the same interface).
 
-May import: ``core``, ``data``, ``features``, ``nnet``, ``embed``.
+May import: ``core``, ``data``, ``features``, ``nnet``, ``score``, ``embed``.
 """
