@@ -3,6 +3,10 @@
 # split, evaluate on the 125 disjoint test speakers and, across corpora, on DSPSpeech-20, as
 # recorded and through an 8 kHz channel (dsp20_8k: the telephone band).
 set -euo pipefail
+if [ ! -e ./spk.sh ]; then  # relative links and paths: the recipe runs from its own folder
+    echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
+    exit 1
+fi
 
 train_set=train
 test_sets="test dsp20 dsp20_8k"

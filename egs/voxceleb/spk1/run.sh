@@ -4,6 +4,10 @@
 # Corpora: VOXCELEB1, VOXCELEB2, MUSAN, RIRS_NOISES in db.sh (or the environment). README.md
 # says what a full run costs; `--train_config conf/train_smoke.yaml` runs every stage on CPU.
 set -euo pipefail
+if [ ! -e ./spk.sh ]; then  # relative links and paths: the recipe runs from its own folder
+    echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
+    exit 1
+fi
 
 train_set=vox2_dev                    # vox12: VoxCeleb2 dev + VoxCeleb1 dev (add --local_data_opts "--vox12 true")
 test_sets="vox1_o vox1_e vox1_h"      # one data dir per official list (utterances it names + its trials)
