@@ -26,7 +26,7 @@ from spkflow.bin.argtypes import add_bool_option, int_at_least, probability
 from spkflow.bin.verify import json_output
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.datadir import DataDir
-from spkflow.deploy.verify import DOMAINS, Recordings, identify, read_list
+from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, identify, read_list
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -41,10 +41,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=None, help="fixed LLR below which the speaker is unknown")
     p.add_argument(
         "--domain-mean",
-        choices=DOMAINS,
         default="auto",
-        help="centre on the enrolment and test recordings' mean (pairs), the training mean (train), or the "
-        "former when there are >= 10 of them (auto, default)",
+        metavar="auto|pairs|train|PATH",
+        help="centre on the enrolment and test recordings' mean (pairs), the training mean (train), the former "
+        "when there are >= 10 of them (auto, default), or the recordings of a data dir or embedding scp PATH",
     )
     p.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of standard output")
     add_bool_option(p, "--skip-bad", default=False, help="leave out recordings that cannot be read")
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             tests = read_list(args.list) if args.list else DataDir(args.data).utts()
         else:
             tests = list(args.files)
+        domain = args.domain_mean
+        if domain not in DOMAINS:
+            domain = domain_embeddings(emb, domain, progress=args.progress)
         with json_output(args.out) as out:
             s = identify(
                 emb,
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 top_k=args.top_k,
                 p_known=args.p_known,
                 threshold=args.threshold,
-                domain=args.domain_mean,
+                domain=domain,
                 skip_bad=args.skip_bad,
                 progress=args.progress,
             )

@@ -2,7 +2,7 @@
 
     python -m spkflow.bin.verify --model MODEL A.wav B.wav
     python -m spkflow.bin.verify --model MODEL --pairs pairs.txt [--data DATA_DIR | --xvector-scp SCP] \\
-        [--domain-mean auto|pairs|train] [--p-target 0.5] [--out scores.jsonl] [--skip-bad true]
+        [--domain-mean auto|pairs|train|DATA_DIR|SCP] [--p-target 0.5] [--out scores.jsonl] [--skip-bad true]
 
 MODEL is a model dir, a packed ``.zip`` or an ``.onnx`` file (:meth:`spkflow.Embedder.from_pretrained`).
 ``--pairs``: lines ``a b`` or ``a b target|nontarget`` naming audio files, or with ``--data``
@@ -30,7 +30,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, probability
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.deploy.verify import DOMAINS, Recordings, pairs_from, verify_pairs
+from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, pairs_from, verify_pairs
 from spkflow.score.scoring import read_pairs
 from spkflow.score.verification import MIN_DOMAIN, Decision
 
@@ -45,10 +45,11 @@ def get_parser() -> argparse.ArgumentParser:
     src.add_argument("--xvector-scp", default=None, help="pairs name keys of this embedding scp (no audio read)")
     p.add_argument(
         "--domain-mean",
-        choices=DOMAINS,
         default="auto",
-        help=f"centre on the mean of the pairs' recordings (pairs), the training mean (train), or pairs when they "
-        f"name >= {MIN_DOMAIN} recordings (auto, default)",
+        metavar="auto|pairs|train|PATH",
+        help=f"centre on the mean of the pairs' recordings (pairs), the training mean (train), pairs when they name "
+        f">= {MIN_DOMAIN} recordings (auto, default), or the recordings of a data dir or embedding scp PATH like "
+        "the scored ones (for one pair of recordings unlike the training data)",
     )
     p.add_argument(
         "--p-target", type=probability, default=None, help="target prior of the decision (default: the model's)"
@@ -80,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         logging.info("%s", emb.scoring_note)
         scoring = emb.scoring if args.p_target is None else emb.scoring.with_decision(Decision(args.p_target))
         pairs = read_pairs(args.pairs) if args.pairs else pairs_from(args.recordings)
+        domain = args.domain_mean
+        if domain not in DOMAINS:
+            domain = domain_embeddings(emb, domain, progress=args.progress)
         with json_output(args.out) as out:
             s = verify_pairs(
                 emb,
                 pairs,
                 out,
                 source=Recordings(args.data, args.xvector_scp),
-                domain=args.domain_mean,
+                domain=domain,
                 scoring=scoring,
                 skip_bad=args.skip_bad,
                 progress=args.progress,

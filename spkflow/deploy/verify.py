@@ -49,7 +49,7 @@ from spkflow.score.metrics import compute_eer
 from spkflow.score.scoring import Trials, read_embeddings
 from spkflow.score.verification import MIN_DOMAIN, Scoring, decision_metrics, plain_cosine
 
-__all__ = ["DOMAINS", "Recordings", "identify", "open_set_threshold", "verify_pairs"]
+__all__ = ["DOMAINS", "Recordings", "domain_embeddings", "identify", "open_set_threshold", "verify_pairs"]
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,9 @@ def _bar(total: int, progress: bool) -> Any:
     return tqdm(total=total, desc="embedding", unit="rec", file=sys.stderr, disable=not progress or total < 2)
 
 
-def _domain(mode: str, emb: dict[str, np.ndarray], scoring: Scoring) -> np.ndarray | None:
+def _domain(mode: str | np.ndarray, emb: dict[str, np.ndarray], scoring: Scoring) -> np.ndarray | None:
+    if isinstance(mode, np.ndarray):  # embeddings of recordings like these, given
+        return mode if scoring.centres else None
     if mode not in DOMAINS:
         raise ValueError(f"domain must be one of {', '.join(DOMAINS)}, got {mode!r}")
     if mode == "train" or (mode == "auto" and (len(emb) < MIN_DOMAIN or not scoring.centres)) or not emb:
@@ -148,7 +150,7 @@ def verify_pairs(
     out: IO[str],
     *,
     source: Recordings,
-    domain: str = "auto",
+    domain: str | np.ndarray = "auto",
     scoring: Scoring | None = None,
     skip_bad: bool = False,
     progress: bool = True,
@@ -156,7 +158,8 @@ def verify_pairs(
     """Score ``pairs`` and write one JSON line per pair to ``out`` (``a``, ``b``, ``score`` the
     plain cosine, ``norm_score``, ``llr``, ``same_speaker``; ``label`` for labelled pairs);
     returns a summary (counts, the centring, and for labelled pairs the figures of
-    :func:`~spkflow.score.verification.decision_metrics` and both EERs)."""
+    :func:`~spkflow.score.verification.decision_metrics` and both EERs).  ``domain``: one of
+    :data:`DOMAINS`, or raw embeddings of recordings like these to centre on (:func:`domain_embeddings`)."""
     scoring = scoring if scoring is not None else embedder.scoring
     emb, bad = source.embed(embedder, [*pairs.enroll, *pairs.test], skip_bad=skip_bad, progress=progress)
     keep = np.array([a in emb and b in emb for a, b in zip(pairs.enroll, pairs.test, strict=True)], dtype=bool)
@@ -185,7 +188,13 @@ def verify_pairs(
         "skipped_pairs": int((~keep).sum()),
         "bad_recordings": bad,
         "recordings": len(emb),
-        "centred_on": f"the {len(emb)} recordings of the pairs" if dom is not None else "the training mean",
+        "centred_on": "the training mean"
+        if dom is None
+        else (
+            f"the {len(dom)} given recordings"
+            if isinstance(domain, np.ndarray)
+            else f"the {len(emb)} recordings of the pairs"
+        ),
         "scoring": scoring.label,
         "calibrated": scoring.calibration is not None,
     }
@@ -196,6 +205,22 @@ def verify_pairs(
         if v.llr is not None:
             summary.update(decision_metrics(v.llr, labels, scoring.decision))
     return summary
+
+
+def domain_embeddings(embedder: Any, path: str, *, progress: bool = True) -> np.ndarray:
+    """Raw embeddings of unlabelled recordings to centre on: every utterance of a data dir
+    (embedded here) or every vector of an embedding scp.  Fewer than
+    :data:`~spkflow.score.verification.MIN_DOMAIN` is an error naming ``path``."""
+    p = Path(path)
+    if p.is_dir():
+        emb, _ = Recordings(str(p)).embed(embedder, DataDir(p).utts(), progress=progress)
+    elif p.is_file():
+        emb = read_embeddings(p)
+    else:
+        raise InputError(p, None, "not found: give a data dir or an embedding scp of recordings like the scored ones")
+    if len(emb) < MIN_DOMAIN:
+        raise InputError(p, None, f"{len(emb)} recordings: the domain mean needs at least {MIN_DOMAIN}")
+    return np.stack(list(emb.values()))
 
 
 def open_set_threshold(n_speakers: int, p_known: float) -> float:
@@ -215,7 +240,7 @@ def identify(
     top_k: int = 3,
     p_known: float = 0.5,
     threshold: float | None = None,
-    domain: str = "auto",
+    domain: str | np.ndarray = "auto",
     skip_bad: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -273,7 +298,13 @@ def identify(
         "enrolment_utterances": len(enrol_emb),
         "bad_recordings": {**bad_enrol, **bad_test},
         "threshold": thr,
-        "centred_on": "the enrolment and test recordings" if dom is not None else "the training mean",
+        "centred_on": "the training mean"
+        if dom is None
+        else (
+            f"the {len(dom)} given recordings"
+            if isinstance(domain, np.ndarray)
+            else "the enrolment and test recordings"
+        ),
         "unknown": decided.get("unknown", 0),
         "decided": decided,
         "scoring": scoring.label,

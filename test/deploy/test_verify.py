@@ -160,6 +160,15 @@ def test_verify_two_files_equals_the_api_and_audio_equals_embeddings(scored):
     assert isinstance(v.llr, float) and isinstance(v.same_speaker, bool)
     for key in ("score", "norm_score", "llr"):
         assert abs(getattr(v, key) - row[key]) <= 1e-4
+    # one pair centred on other recordings like it (a data dir, or their embeddings): as the API
+    (dom_row,) = jsonl(
+        run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--domain-mean", d["test"], a, b]).stdout
+    )
+    vec = read_embeddings(d["test_scp"])
+    api = Embedder.from_pretrained(d["pack"]).verify(a, b, domain=np.stack(list(vec.values())))
+    assert abs(api.llr - dom_row["llr"]) <= 1e-4 and abs(dom_row["norm_score"] - row["norm_score"]) > 1e-3
+    p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--domain-mean", d["dev"] / "utt2spk", a, b], False)
+    assert p.returncode == 1 and "utt2spk:1: cannot read embedding" in p.stderr
     # the data dir's audio (--data) gives what stage 5's embeddings give
     pairs = d["test"] / "trials"
     from_audio = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["model"], "--data", d["test"],
