@@ -47,7 +47,7 @@ from spkflow.data.datadir import DataDir
 from spkflow.score.calibration import logit
 from spkflow.score.metrics import compute_eer
 from spkflow.score.scoring import Trials, read_embeddings
-from spkflow.score.verification import MIN_DOMAIN, Scoring, decision_metrics, plain_cosine
+from spkflow.score.verification import MIN_DOMAIN, Scoring, decision_metrics, indexed_cosine
 
 __all__ = ["DOMAINS", "Recordings", "domain_embeddings", "identify", "open_set_threshold", "verify_pairs"]
 
@@ -168,9 +168,11 @@ def verify_pairs(
     kept = pairs.subset(keep) if not keep.all() else pairs
     dom = _domain(domain, emb, scoring)
     result = scoring.score_trials(kept, emb, emb_source=pairs.path, domain=dom)
-    a = np.stack([emb[u] for u in kept.enroll])
-    b = np.stack([emb[u] for u in kept.test])
-    v = scoring.verdict(plain_cosine(a, b), result.scores)
+    names = list(emb)
+    pos = {n: i for i, n in enumerate(names)}
+    ia = np.fromiter((pos[u] for u in kept.enroll), dtype=np.int64, count=len(kept))
+    ib = np.fromiter((pos[u] for u in kept.test), dtype=np.int64, count=len(kept))
+    v = scoring.verdict(indexed_cosine(np.stack([emb[n] for n in names]), ia, ib), result.scores)
     for i, (x, y) in enumerate(zip(kept.enroll, kept.test, strict=True)):
         row: dict[str, Any] = {
             "a": x,
