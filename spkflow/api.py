@@ -5,6 +5,8 @@
 >>> emb.embed_file("utt.flac").shape                              # (emb.dim,)
 >>> emb.embed(wave, 8000)                                         # any rate: resampled as stage 5 does
 >>> emb.embed_batch([w1, w2], [16000, 44100])                     # [2, dim], input order
+>>> v = emb.verify("a.flac", "b.wav")                            # v.score, v.llr, v.same_speaker
+>>> emb.score(emb_a, emb_b)                                       # the same on embeddings ([D] or [N, D])
 
 What it guarantees
 ------------------
@@ -25,6 +27,14 @@ What it guarantees
   error saying which.
 * ``import spkflow`` stays free of torch: this module imports numpy only, torch is imported
   when a model is loaded.
+* **Verification as the recipe scored.**  :meth:`Embedder.verify` and :meth:`Embedder.score`
+  apply the model's own scoring (:mod:`spkflow.score.verification`: stage 6's backend, centring
+  and AS-norm cohort, and the score calibration, from ``scoring.yaml`` / ``scoring.npz`` of the
+  model dir or pack): ``score`` is the plain cosine, ``norm_score`` stage 6's score (equal to
+  its ``scores`` file within 1e-5, ``test/test_api.py``), ``llr`` the calibrated
+  log-likelihood ratio, ``same_speaker`` the decision at the stated prior.  A model without a
+  scoring (an older pack, a stage-4 dir, an ONNX file) gives plain cosine and ``llr = None``,
+  and says so in :attr:`Embedder.scoring_note`.
 
 Anchors: ESPnet's ``Speech2Embedding`` (``espnet2/bin/spk_inference.py``; ``from_pretrained``
 takes a model-zoo tag or files) embeds one waveform per call, at the model's rate (no rate
@@ -47,9 +57,10 @@ import numpy as np
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.audio import read_audio, resample, to_mono_float
 from spkflow.deploy.onnx import OnnxBackend
-from spkflow.deploy.pack import read_packed
+from spkflow.deploy.pack import check_model_path, read_packed
 from spkflow.embed.native import SpkflowEmbedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
+from spkflow.score.verification import Scoring, Verdict, has_scoring
 
 __all__ = ["Embedder"]
 
@@ -67,13 +78,22 @@ class Embedder:
     resampled), ``device``, ``config`` (the model's ``config.yaml``), ``model`` (the torch
     module: ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output; for an
     ``.onnx`` file the onnxruntime session), ``source``
-    (the path it was loaded from) and ``meta`` (a pack's ``meta.yaml``, or None).
+    (the path it was loaded from), ``meta`` (a pack's ``meta.yaml``, or None), ``scoring`` (the
+    model's :class:`~spkflow.score.verification.Scoring`) and ``scoring_note`` (what it is, in words).
     """
 
-    def __init__(self, backend: Any, source: Path, meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, backend: Any, source: Path, meta: dict[str, Any] | None = None, scoring: Scoring | None = None
+    ) -> None:
         self._backend = backend
         self.source = source
         self.meta = meta
+        self.scoring = scoring if scoring is not None else Scoring()
+        self.scoring_note = (
+            f"{source}: {self.scoring.describe()}"
+            if scoring is not None
+            else f"{source} holds no scoring (scoring.yaml): plain cosine scores, no LLRs or same-speaker decisions"
+        )
         self.config: dict[str, Any] = backend.config
         self.model = backend.model
         self.device: str = backend.device
@@ -88,6 +108,7 @@ class Embedder:
         spkflow.bin.export``; run by onnxruntime, without torch) onto ``device`` (``cpu``,
         ``cuda``, ``cuda:N``)."""
         p = Path(path)
+        check_model_path(p)  # a missing path, a packed/ folder instead of its zip: named, with a hint
         if p.is_file() and p.suffix == ".onnx":
             return cls(OnnxBackend(p, device), p)
         SpkflowEmbedder = _extraction_embedder_class()
@@ -95,9 +116,7 @@ class Embedder:
             cfg = p / "config.yaml"
             if cfg.is_file():
                 _check_spkflow_config(cfg)
-            return cls(SpkflowEmbedder(p, device), p)
-        if not p.exists():
-            raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
+            return cls(SpkflowEmbedder(p, device), p, scoring=Scoring.load(p) if has_scoring(p) else None)
 
         packed = read_packed(p)
         with tempfile.TemporaryDirectory(prefix="spkflow-model-") as tmp:
@@ -110,7 +129,7 @@ class Embedder:
                 if isinstance(exc, RuntimeError) and "CUDA" in str(exc):
                     raise
                 raise InputError(p, None, f"cannot load the packed model: {exc}") from None
-        return cls(backend, p, packed.meta)
+        return cls(backend, p, packed.meta, packed.scoring)
 
     # ------------------------------------------------------------------ frontend
     def features(self, wave: Any, sample_rate: int) -> np.ndarray:
@@ -177,6 +196,31 @@ class Embedder:
         for group in _groups([b.frames(x) for x in feats], batch_size, bound):
             out[group] = b.embed([feats[i] for i in group])
         return out
+
+    # ------------------------------------------------------------------ verification
+    def verify(self, a: Any, b: Any, *, sample_rate: int | None = None, domain: Any = None) -> Verdict:
+        """Same speaker or not: ``a`` and ``b`` audio files (any ``wav.scp`` entry) or waveforms
+        at ``sample_rate``.  Returns a :class:`~spkflow.score.verification.Verdict` with ``score``
+        (plain cosine), ``norm_score``, ``llr`` and ``same_speaker`` (see :meth:`score`)."""
+        ea, eb = (self._embed_one(x, sample_rate) for x in (a, b))
+        return self.score(ea, eb, domain=domain)
+
+    def score(self, emb_a: Any, emb_b: Any, *, domain: Any = None) -> Verdict:
+        """The model's scoring of embeddings: one pair (``[dim]`` each: floats) or row by row
+        (``[N, dim]`` each: arrays).  ``domain``: embeddings ``[M, dim]`` of unlabelled recordings
+        like these to centre on (``python -m spkflow.bin.verify`` takes the recordings its pairs
+        name, when there are 10 or more); default: the training mean."""
+        a, b = np.asarray(emb_a), np.asarray(emb_b)
+        if a.shape[-1:] != (self.dim,) or b.shape[-1:] != (self.dim,):
+            raise ValueError(f"embeddings must be [{self.dim}] or [N, {self.dim}], got {a.shape} and {b.shape}")
+        return self.scoring.score(a, b, domain=domain)
+
+    def _embed_one(self, x: Any, sample_rate: int | None) -> np.ndarray:
+        if isinstance(x, (str, os.PathLike)):
+            return self.embed_file(x)
+        if sample_rate is None:
+            raise ValueError("a waveform needs its sample_rate (verify(wave_a, wave_b, sample_rate=16000))")
+        return self.embed(x, sample_rate)
 
     def __repr__(self) -> str:
         name = (self.config.get("model") or {}).get("name")

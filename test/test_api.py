@@ -211,7 +211,8 @@ def test_pack_contents_and_model_card(packed, model_dir):
 
 def test_packed_file_round_trip_api_and_stage5(packed, model_dir, mixed, tmp_path):
     """The packed file gives the model dir's embeddings, through the API and through
-    extract_embeddings.sh --model-dir FILE; unpacking is verified and idempotent."""
+    extract_embeddings.sh --model-dir FILE, which leaves no unpacked copy behind; unpacking is
+    verified and idempotent."""
     from spkflow import Embedder
 
     a, b = Embedder.from_pretrained(model_dir), Embedder.from_pretrained(packed)
@@ -222,7 +223,10 @@ def test_packed_file_round_trip_api_and_stage5(packed, model_dir, mixed, tmp_pat
     from_file = stage5(packed, mixed, tmp_path / "file")
     assert list(from_file) == list(from_dir)
     assert max(float(np.abs(from_file[u] - from_dir[u]).max()) for u in from_dir) == 0.0
-    unpacked = tmp_path / "file" / "model"
+    # the pack is unpacked for the run only: nothing of it is left beside the embeddings
+    assert sorted(p.name for p in (tmp_path / "file").iterdir()) == sorted(p.name for p in (tmp_path / "dir").iterdir())
+    unpacked = tmp_path / "unpacked"
+    run([PY, "-m", "spkflow.bin.pack", "--unpack", packed, "--out", unpacked])
     assert (unpacked / "model.pth").read_bytes() == (model_dir / "model.pth").read_bytes()
     stamp = (unpacked / "model.pth").stat().st_mtime_ns
     run([PY, "-m", "spkflow.bin.pack", "--unpack", packed, "--out", unpacked])

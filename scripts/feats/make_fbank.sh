@@ -106,6 +106,11 @@ for f in "${data}"/*; do
     esac
 done
 
+# Recordings below the features' rate are upsampled by the jobs: say so (from headers, no decoding).
+rate_opt=(--rate 16000)
+[ -n "${fbank_conf}" ] && rate_opt=(--fbank-conf "${fbank_conf}")
+"${python}" -m spkflow.bin.audio_rates "${rate_opt[@]}" "${data}" 2>&1 | sed 's/^.*INFO: //; s/^.*WARNING: /Warning: /' >&2 || true
+
 num_utts=$(wc -l < "${data}/utt2spk")
 nj=$(jobs_clamp_nj "${nj}" "${data}/utt2spk")
 log "fbank + VAD for ${data} (${num_utts} utterances) with ${nj} jobs -> ${out}"

@@ -10,6 +10,7 @@
 #   . "${root}/scripts/lib/jobs.sh"
 #   [ $# -eq 2 ] || jobs_usage                      # prints ${help_message}, exits 1
 #   jobs_lock "${out}"                              # one run per output dir, released on any exit
+#   jobs_remove_on_exit "${out}/.tmp"               # removed on any exit too (after jobs_lock)
 #   nj=$(jobs_clamp_nj "${nj}" "${data}/utt2spk")   # no more jobs than utterances
 #   ${cmd} JOB=1:"${nj}" "${out}/log/x.JOB.log" ... || { jobs_report_failed "${out}/log/x"; exit 1; }
 
@@ -55,6 +56,12 @@ jobs_report_failed() {
     done
 }
 
+# jobs_remove_on_exit PATH...: removed (rm -rf) when the script exits, however it exits; needs jobs_lock first.
+_jobs_remove=()
+jobs_remove_on_exit() {
+    _jobs_remove+=("$@")
+}
+
 # jobs_lock DIR: lock DIR for this script (spkflow/core/lock.py), or exit 1 naming the run that holds
 # it; a stale lock (its run was killed on this host) is taken over, saying so.  Released on
 # every exit: normal, error (set -e) and INT/TERM/HUP.  The holder named is the script's pid as
@@ -65,7 +72,7 @@ jobs_lock() {
     _jobs_lock_pid=${spkflow_run_pid:-$$}
     # armed before the lock exists (release only removes a lock naming that pid): a signal that
     # comes while the acquiring python runs is acted on when it returns, not swallowed, and releases
-    trap '"${python}" -m spkflow.bin.lock release --pid "${_jobs_lock_pid}" "${_jobs_lock_dir}" || true' EXIT
+    trap '[ ${#_jobs_remove[@]} -eq 0 ] || rm -rf "${_jobs_remove[@]}"; "${python}" -m spkflow.bin.lock release --pid "${_jobs_lock_pid}" "${_jobs_lock_dir}" || true' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'exit 129' HUP

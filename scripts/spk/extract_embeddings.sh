@@ -15,7 +15,8 @@
 #
 # --toolkit spkflow: DIR is a stage-4 model dir (config.yaml + model.pth); audio -> fbank/VAD in
 #   DataLoader workers (or features from --feats-dir, a stage-2 dump dir with feats.scp + vad.scp).
-#   DIR may also be a packed model file (python -m spkflow.bin.pack), unpacked into OUT_DIR/model.
+#   DIR may also be a packed model file (python -m spkflow.bin.pack): verified and unpacked for the
+#   run into OUT_DIR/.model.<pid>, removed when the run ends (however it ends).
 # --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
 #   only *.pth, or --model-file); audio at the frontend's rate.
 # --device cuda gives every job one GPU (--gpu 1 to $cmd; run.pl/queue.pl/slurm.pl set
@@ -111,36 +112,11 @@ if [ -z "${model_dir}" ]; then
     echo "${help_message}" >&2
     exit 1
 fi
-if [ -f "${model_dir}" ]; then  # a packed model (python -m spkflow.bin.pack): verified, unpacked once into OUT_DIR/model
-    "${python}" -m spkflow.bin.pack --unpack "${model_dir}" --out "${out}/model" || exit 1
-    model_dir=${out}/model
-fi
-if [ ! -d "${model_dir}" ]; then
-    log "Error: --model-dir ${model_dir}: no such directory"
-    exit 1
-fi
-if [ ! -f "${model_dir}/config.yaml" ]; then
-    log "Error: ${model_dir}/config.yaml not found: a model directory holds config.yaml and the weights" \
-        "(stage 4 writes config.yaml + model.pth)"
-    exit 1
-fi
-if [ -n "${model_file}" ]; then
-    weights=${model_file}
-elif [ -f "${model_dir}/model.pth" ]; then
-    weights=${model_dir}/model.pth
-elif [ "${toolkit}" = espnet ]; then
-    weights=$(find "${model_dir}" -maxdepth 1 -name '*.pth' ! -name checkpoint.pth | sort)
-    if [ "$(echo "${weights}" | grep -c .)" -ne 1 ]; then
-        log "Error: cannot tell which weights in ${model_dir} to use (${weights:-no *.pth}); give --model-file"
+if [ -f "${model_dir}" ] && [[ "${model_dir}" != *.onnx ]]; then  # a pack: verified now, unpacked once the lock is held
+    if ! check=$("${python}" -m spkflow.bin.pack --check "${model_dir}" 2>&1); then
+        echo "${check#* ERROR: }" >&2
         exit 1
     fi
-else
-    log "Error: ${model_dir}/model.pth not found: the model directory has no weights"
-    exit 1
-fi
-if [ ! -f "${weights}" ]; then
-    log "Error: model file ${weights} not found"
-    exit 1
 fi
 if [ -n "${feats_dir}" ] && [ ! -f "${feats_dir}/feats.scp" ]; then
     log "Error: --feats-dir ${feats_dir}: no feats.scp there"
@@ -163,7 +139,56 @@ fi
 jobs=${out}/jobs
 mkdir -p "${out}"
 jobs_lock "${out}"   # from here to the merge, no other run writes into ${out}
+# --- the model: a dir, or a packed model (python -m spkflow.bin.pack) verified and unpacked for
+# this run beside its outputs (the jobs may run on other hosts) and removed however the run ends.
+if [ -f "${model_dir}" ]; then
+    case "${model_dir}" in
+        *.onnx) log "Error: --model-dir ${model_dir}: an ONNX export runs through the Python API and" \
+                    "spkflow.bin.verify; the extraction jobs need the model dir or its pack (.zip)"; exit 1 ;;
+    esac
+    unpacked=${out}/.model.$$
+    jobs_remove_on_exit "${unpacked}"
+    "${python}" -m spkflow.bin.pack --unpack "${model_dir}" --out "${unpacked}" 2> "${out}/.unpack.$$.log" || {
+        sed 's/^.*ERROR: //' "${out}/.unpack.$$.log" >&2; rm -f "${out}/.unpack.$$.log"; exit 1; }
+    rm -f "${out}/.unpack.$$.log"
+    model_dir=${unpacked}
+elif [ ! -d "${model_dir}" ]; then
+    log "Error: --model-dir ${model_dir}: no such directory"
+    exit 1
+fi
+if [ ! -f "${model_dir}/config.yaml" ]; then
+    zips=$(find "${model_dir}" -maxdepth 1 -name '*.zip' | sort | head -n 1)
+    if [ -n "${zips}" ]; then
+        log "Error: ${model_dir} holds no config.yaml but the packed model ${zips}: give that file as --model-dir"
+    else
+        log "Error: ${model_dir}/config.yaml not found: a model directory holds config.yaml and the weights" \
+            "(stage 4 writes config.yaml + model.pth)"
+    fi
+    exit 1
+fi
+if [ -n "${model_file}" ]; then
+    weights=${model_file}
+elif [ -f "${model_dir}/model.pth" ]; then
+    weights=${model_dir}/model.pth
+elif [ "${toolkit}" = espnet ]; then
+    weights=$(find "${model_dir}" -maxdepth 1 -name '*.pth' ! -name checkpoint.pth | sort)
+    if [ "$(echo "${weights}" | grep -c .)" -ne 1 ]; then
+        log "Error: cannot tell which weights in ${model_dir} to use (${weights:-no *.pth}); give --model-file"
+        exit 1
+    fi
+else
+    log "Error: ${model_dir}/model.pth not found: the model directory has no weights"
+    exit 1
+fi
+if [ ! -f "${weights}" ]; then
+    log "Error: model file ${weights} not found"
+    exit 1
+fi
 mkdir -p "${jobs}" "${out}/log"
+if [ "${toolkit}" = spkflow ] && [ -z "${feats_dir}" ]; then  # recordings the jobs will upsample: named
+    "${python}" -m spkflow.bin.audio_rates --model-dir "${model_dir}" "${data}" 2>&1 \
+        | sed 's/^.*INFO: //; s/^.*WARNING: /Warning: /' >&2 || true
+fi
 
 # --- resume only with the same model: a stamp of the toolkit and the weights' and config's hashes
 stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}/config.yaml" "${weights}" \

@@ -25,6 +25,7 @@ cohort_scp=       # cohort embeddings (e.g. <exp>/embed/<train_set>/spk_xvector.
 cohort_size=200   # top-K cohort entries for AS-norm
 mean_scp=         # embeddings whose mean is subtracted before scoring (centring), e.g. the cohort
 backend=          # fitted linear backend (.npz, python -m spkflow.bin.fit_backend) applied to the embeddings first
+scoring_dir=      # a model dir whose scoring (scoring.yaml + .npz: backend, cohort, calibration) replaces the three above
 eval_mean=false   # centre on this set's own mean (its trial utterances, no labels) instead of the training mean
 qmf=              # a QMF (python -m spkflow.bin.fit_qmf): calibrated scores in <out-dir>/scores.qmf, figures in metrics.json
 utt2dur=          # the set's utt2dur (for a QMF with the duration measure)
@@ -32,6 +33,7 @@ skip_missing=false  # leave out trials naming an utterance without an embedding 
 model_tag=        # experiment tag recorded in metrics.json
 set_name=         # name of the evaluation set (default: basename of <out-dir>)
 results_md=       # experiment dir whose RESULTS.md is rewritten afterwards
+results_file=     # write that summary here instead of <results_md>/RESULTS.md
 python=           # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
 
 help_message=$(cat <<EOM
@@ -40,6 +42,8 @@ Usage: $0 [options] <trials> <xvector.scp> <out-dir>
   --cohort-size K       top-K cohort entries (default: ${cohort_size})
   --mean-scp FILE       subtract the mean of these embeddings before scoring (default: none)
   --backend FILE        WCCN/LDA backend (.npz) applied to trial and cohort embeddings first (not with --mean-scp)
+  --scoring-dir DIR     a model dir's scoring (scoring.yaml + scoring.npz): backend, cohort and calibration
+                        (replaces the three options above; metrics.json then has the calibrated figures)
   --eval-mean BOOL      centre on this set's own mean instead of the training mean (default: ${eval_mean}; not with --mean-scp)
   --qmf FILE            apply this QMF (JSON): <out-dir>/scores.qmf and metrics.json's "qmf" (default: none)
   --utt2dur FILE        the set's durations, for a QMF that uses them
@@ -47,6 +51,7 @@ Usage: $0 [options] <trials> <xvector.scp> <out-dir>
   --model-tag TAG       experiment tag for metrics.json
   --set-name NAME       set name (default: basename of <out-dir>)
   --results-md EXP_DIR  rewrite EXP_DIR/RESULTS.md from EXP_DIR/eval/*/metrics.json
+  --results-file FILE   write that summary to FILE instead of EXP_DIR/RESULTS.md
 EOM
 )
 
@@ -63,7 +68,7 @@ jobs_lock "${outdir}"   # before anything there is removed: no other run scores 
 # them too, but it may not get to start).
 rm -f "${outdir}/metrics.json" "${outdir}/scores" "${outdir}/scores.qmf" "${outdir}/det.png" "${outdir}/score_hist.png"
 for f in "${trials}" "${xvector_scp}" ${cohort_scp:+"${cohort_scp}"} ${mean_scp:+"${mean_scp}"} ${backend:+"${backend}"} \
-        ${qmf:+"${qmf}"} ${utt2dur:+"${utt2dur}"}; do
+        ${scoring_dir:+"${scoring_dir}/scoring.yaml"} ${qmf:+"${qmf}"} ${utt2dur:+"${utt2dur}"}; do
     [ -f "${f}" ] || { log "Error: ${f} not found"; exit 1; }
 done
 
@@ -71,6 +76,7 @@ opts=()
 [ -n "${cohort_scp}" ] && opts+=(--cohort-scp "${cohort_scp}" --cohort-size "${cohort_size}")
 [ -n "${mean_scp}" ] && opts+=(--mean-scp "${mean_scp}")
 [ -n "${backend}" ] && opts+=(--backend "${backend}")
+[ -n "${scoring_dir}" ] && opts+=(--scoring-dir "${scoring_dir}")
 [ -n "${qmf}" ] && opts+=(--qmf "${qmf}")
 [ -n "${utt2dur}" ] && opts+=(--utt2dur "${utt2dur}")
 opts+=(--eval-mean "${eval_mean}")
@@ -78,15 +84,16 @@ opts+=(--skip-missing "${skip_missing}")
 [ -n "${model_tag}" ] && opts+=(--model-tag "${model_tag}")
 [ -n "${set_name}" ] && opts+=(--set-name "${set_name}")
 [ -n "${results_md}" ] && opts+=(--results-md "${results_md}")
+[ -n "${results_file}" ] && opts+=(--results-file "${results_file}")
 
 own_mean=
 [ "${eval_mean}" = true ] && own_mean=" (centred on the set)"
 mkdir -p "${outdir}/log"
-log "Scoring ${trials} with ${xvector_scp}${backend:+ (backend ${backend})}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})}${own_mean}${qmf:+ (QMF ${qmf})} -> ${outdir} (log: ${outdir}/log/score.log)"
+log "Scoring ${trials} with ${xvector_scp}${scoring_dir:+ (the scoring of ${scoring_dir})}${backend:+ (backend ${backend})}${cohort_scp:+ (AS-norm, cohort ${cohort_scp})}${mean_scp:+ (centred on ${mean_scp})}${own_mean}${qmf:+ (QMF ${qmf})} -> ${outdir} (log: ${outdir}/log/score.log)"
 if ! "${python}" -m spkflow.bin.score --trials "${trials}" --xvector-scp "${xvector_scp}" \
         --outdir "${outdir}" "${opts[@]}" > "${outdir}/log/score.log" 2>&1; then
     tail -n 5 "${outdir}/log/score.log" >&2
     log "Error: scoring failed, see ${outdir}/log/score.log"
     exit 1
 fi
-grep -E "EER|skipped" "${outdir}/log/score.log" | tail -n 3 || true
+grep -E "EER|skipped|calibrated" "${outdir}/log/score.log" | tail -n 3 || true

@@ -83,3 +83,14 @@ def float_at_least(lo: float) -> Callable[[str], float]:
         return v
 
     return parse
+
+
+def probability(text: str) -> float:
+    """A prior strictly between 0 and 1 (``--p-target 0.5``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"a prior must be in (0, 1), got {text}")
+    return v

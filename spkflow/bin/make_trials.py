@@ -1,7 +1,7 @@
 """Write a verification trial list for a data dir: all target pairs plus a seeded sample of
 non-target pairs (at most NONTARGET_RATIO per target pair).
 
-    python -m spkflow.bin.make_trials [--nontarget-ratio 10] [--seed 0] DATA_DIR [OUT]
+    python -m spkflow.bin.make_trials [--nontarget-ratio 10] [--seed 0] [--max-per-spk N] DATA_DIR [OUT]
 
 OUT defaults to DATA_DIR/trials.  Lines ``utt1 utt2 target|nontarget``, utt1 < utt2, LC_ALL=C sorted.
 """
@@ -27,12 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", nargs="?", default=None)
     p.add_argument("--nontarget-ratio", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-per-spk",
+        type=int,
+        default=None,
+        help="pair a seeded sample of at most N utterances per speaker (bounds a big set's trials)",
+    )
     args = p.parse_args(argv)
     setup_logging()
     out = Path(args.out) if args.out else Path(args.data_dir) / "trials"
     try:
-        trials = make_trials(DataDir(args.data_dir).utt2spk(), args.nontarget_ratio, args.seed)
-    except InputError as exc:
+        trials = make_trials(DataDir(args.data_dir).utt2spk(), args.nontarget_ratio, args.seed, args.max_per_spk)
+    except (InputError, ValueError) as exc:
         logging.error("%s", exc)
         return 1
     write_trials(out, trials)

@@ -3,6 +3,7 @@
     python -m spkflow.bin.pack --model-dir exp/spk_train --out exp/spk_train/packed/spk_train.zip \\
         [--results exp/spk_train/RESULTS.md] [--name spk_train]
     python -m spkflow.bin.pack --unpack spk_train.zip --out exp/spk_train_unpacked
+    python -m spkflow.bin.pack --check spk_train.zip        # verify only: members, checksums, scoring
 
 The pack is a zip with config.yaml, model.pth, fbank.conf, vad.conf, README.md (model card),
 RESULTS.md (when present) and meta.yaml (checksums); see :mod:`spkflow.deploy.pack`.  Both modes check
@@ -27,7 +28,10 @@ def get_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model-dir", help="stage-4 model dir (config.yaml + model.pth) to pack")
     src.add_argument("--unpack", metavar="FILE", help="packed model to unpack into --out (a model dir)")
-    p.add_argument("--out", required=True, help="the packed file (.zip), or the model dir with --unpack")
+    src.add_argument(
+        "--check", metavar="FILE", help="verify a packed model (members, checksums, scoring) and say what it holds"
+    )
+    p.add_argument("--out", default=None, help="the packed file (.zip), or the model dir with --unpack")
     p.add_argument("--results", default=None, help="results table to include (default: MODEL_DIR/RESULTS.md if any)")
     p.add_argument("--name", default=None, help="model name in the model card (default: --out without .zip)")
     return p
@@ -37,7 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
 
+    if args.check is None and args.out is None:
+        get_parser().error("--out is needed with --model-dir and --unpack")
     try:
+        if args.check is not None:
+            packed = read_packed(args.check)
+            scoring = packed.scoring
+            logging.info(
+                "%s: a sound packed model (%s); scoring: %s",
+                args.check,
+                ", ".join(sorted(packed.members)),
+                scoring.label if scoring is not None else "plain cosine (no scoring.yaml)",
+            )
+            return 0
         if args.unpack is not None:
             out = unpack_model(args.unpack, args.out)
             logging.info("unpacked %s into %s", args.unpack, out)

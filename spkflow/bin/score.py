@@ -4,7 +4,7 @@
         --xvector-scp exp/spk_x/embed/test/xvector.scp --outdir exp/spk_x/eval/test \\
         [--cohort-scp exp/spk_x/embed/train/spk_xvector.scp --cohort-size 200] \\
         [--mean-scp exp/spk_x/embed/train/spk_xvector.scp | --backend exp/spk_x/backend/wccn.npz] \\
-        [--eval-mean true] [--qmf exp/spk_x/qmf/qmf.json --utt2dur data/test/utt2dur] \\
+        [--scoring-dir exp/spk_x] [--eval-mean true] [--qmf exp/spk_x/qmf/qmf.json --utt2dur data/test/utt2dur] \\
         [--skip-missing] [--model-tag spk_x] [--results-md exp/spk_x]
 
 Argument parsing only; the work is :func:`spkflow.score.evaluation.evaluate_set`.  On failure (exit 1,
@@ -48,6 +48,14 @@ def get_parser() -> argparse.ArgumentParser:
         help="a fitted linear backend (python -m spkflow.bin.fit_backend) applied to the trial and cohort "
         "embeddings first; it centres on its own training mean, so not with --mean-scp",
     )
+    p.add_argument(
+        "--scoring-dir",
+        default=None,
+        metavar="MODEL_DIR",
+        help="score with a model's own scoring (its scoring.yaml + scoring.npz: backend, centring, cohort and "
+        "calibration; python -m spkflow.bin.calibrate writes them) instead of --backend, --cohort-scp, --mean-scp; "
+        "metrics.json then also has the calibrated LLRs' figures",
+    )
     add_bool_option(
         p,
         "--eval-mean",
@@ -78,6 +86,13 @@ def get_parser() -> argparse.ArgumentParser:
         "their figures to metrics.json's 'qmf'",
     )
     p.add_argument("--utt2dur", default=None, help="the set's utt2dur (for a QMF with the duration measure)")
+    p.add_argument(
+        "--results-file",
+        default=None,
+        metavar="FILE",
+        help="with --results-md: write the summary here instead of EXP_DIR/RESULTS.md (e.g. beside an unpacked "
+        "model, whose RESULTS.md is the pack's)",
+    )
     add_bool_option(p, "--plots", default=True, old_negative="--no-plots", bare=True, help="draw the PNG plots")
     return p
 
@@ -95,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             cohort_size=args.cohort_size,
             mean_scp=args.mean_scp,
             backend_path=args.backend,
+            scoring_dir=args.scoring_dir,
             eval_mean=args.eval_mean,
             skip_missing=args.skip_missing,
             model_tag=args.model_tag,
@@ -106,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError, OSError) as err:  # bad input (e.g. a mean of another dimension), a full disk
         logging.error("%s", err)
         if args.results_md:  # the set's earlier metrics.json is gone: its RESULTS.md row must go too
-            _refresh_results_md(args.results_md)
+            _refresh_results_md(args.results_md, args.results_file)
         return 1
     norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
     if "qmf" in m:
         norm += f" (QMF: EER {m['qmf']['eer']:.2f}%, Cllr {m['qmf']['cllr']:.3f})"
     logging.info(
         "%s: EER %.2f%% minDCF(0.01) %.4f minDCF(0.05) %.4f, %d target / %d non-target trials, "
-        "%d skipped, %s scoring%s -> %s",
+        "%d skipped, scoring: %s%s -> %s",
         m["set"],
         m["eer"],
         m["min_dcf_p0.01"],
@@ -121,31 +137,46 @@ def main(argv: list[str] | None = None) -> int:
         m["n_target"],
         m["n_nontarget"],
         m["n_skipped"],
-        m["score_norm"],
+        m["scoring"],
         norm,
         args.outdir,
     )
+    if "calibrated" in m:
+        c = m["calibrated"]
+        logging.info(
+            "%s calibrated (centred on %s%s): Cllr %.3f, decisions HTER %.2f%% (miss %.2f%%, false alarm %.2f%%) "
+            "against EER %.2f%%, actDCF(0.01) %.4f",
+            m["set"],
+            c["centred_on"],
+            "; the calibration's own trials" if c["in_sample"] else "",
+            c["cllr"],
+            c["hter"],
+            c["p_miss"],
+            c["p_fa"],
+            c["eer"],
+            c["act_dcf_p0.01"],
+        )
     if args.results_md:
         try:
-            logging.info("wrote %s", write_results_md(args.results_md))
+            logging.info("wrote %s", write_results_md(args.results_md, args.results_file))
         except (InputError, OSError) as err:  # another set's metrics.json is damaged, or a full disk
             logging.error("%s (the scores of %s are written)", err, m["set"])
             return 1
     return 0
 
 
-def _refresh_results_md(exp_dir: str) -> None:
+def _refresh_results_md(exp_dir: str, out: str | None = None) -> None:
     """Rewrite RESULTS.md from the metrics.json files left; remove it when that fails (no set
     left, another set's metrics.json damaged), so that it never shows the failed set's old row."""
 
     try:
-        logging.info("rewrote %s without the failed set", write_results_md(exp_dir))
+        logging.info("rewrote %s without the failed set", write_results_md(exp_dir, out))
         return
     except FileNotFoundError:
         why = "no set has metrics.json any more"
     except (InputError, OSError) as err:
         why = str(err)
-    path = os.path.join(exp_dir, "RESULTS.md")
+    path = out or os.path.join(exp_dir, "RESULTS.md")
     if os.path.exists(path):
         os.unlink(path)
         logging.info("removed %s: %s", path, why)

@@ -18,6 +18,9 @@ May import: ``core``, ``data``.
 | voxceleb2 | :mod:`.voxceleb` | ``dev/aac/idXXXXX/<youtube id>/NNNNN.m4a`` (decoded by a pipe) |
 | musan | :mod:`.musan` | ``{noise,music,speech}/<source>/*.wav`` |
 | rirs_noises | :mod:`.musan` | ``simulated_rirs/{small,medium,large}room/RoomNNN/*.wav`` |
+
+Any other folder of recordings (one subfolder per speaker, or a list of files): :mod:`.folder`,
+through ``python -m spkflow.bin.make_data_dir``.
 """
 
 from __future__ import annotations

@@ -11,8 +11,11 @@ Guarantees of :func:`make_trials`:
 * non-target pairs are a uniform sample without replacement of all cross-speaker pairs, of size
   ``min(#non-target pairs, floor(nontarget_ratio * #targets))`` (all of them when there are
   fewer);
-* the list is a pure function of (utterance -> speaker map, ratio, seed): same inputs, same
-  bytes, on any machine (numpy's PCG64 ``default_rng(seed)``).
+* the list is a pure function of (utterance -> speaker map, ratio, seed, max_per_spk): same
+  inputs, same bytes, on any machine (numpy's PCG64 ``default_rng(seed)``);
+* ``max_per_spk`` bounds a big set (a training set calibrating stage 6): each speaker keeps a
+  seeded sample of that many utterances (chosen by a generator seeded from (seed, speaker), so a
+  speaker's choice does not depend on the others) before pairs are made.
 
 Anchor: the VoxCeleb1 trial lists and Kaldi's ``egs/sre*/`` trials (``utt1 utt2 target``,
 each pair once).  Unlike lists sampled with Python's ``random`` over all O(n^2) pairs, the
@@ -22,6 +25,7 @@ with 10^5 utterances never materialises its 5 * 10^9 pairs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 
@@ -37,11 +41,17 @@ def _ordered(a: str, b: str) -> tuple[str, str]:
     return (a, b) if c_key(a) < c_key(b) else (b, a)
 
 
-def make_trials(utt2spk: Mapping[str, str], nontarget_ratio: float = 10.0, seed: int = 0) -> list[Trial]:
+def make_trials(
+    utt2spk: Mapping[str, str], nontarget_ratio: float = 10.0, seed: int = 0, max_per_spk: int | None = None
+) -> list[Trial]:
     """All target pairs and a seeded uniform sample of non-target pairs (see module doc),
     sorted like ``LC_ALL=C sort`` sorts the written lines."""
     if nontarget_ratio < 0:
         raise ValueError(f"nontarget_ratio must be >= 0, got {nontarget_ratio}")
+    if max_per_spk is not None:
+        if max_per_spk < 2:
+            raise ValueError(f"max_per_spk must be >= 2 (a target pair), got {max_per_spk}")
+        utt2spk = _at_most_per_speaker(utt2spk, max_per_spk, seed)
     utts = sorted(utt2spk, key=c_key)
     n = len(utts)
     spk_names = sorted(set(utt2spk.values()), key=c_key)
@@ -76,6 +86,21 @@ def make_trials(utt2spk: Mapping[str, str], nontarget_ratio: float = 10.0, seed:
     if any(min(u) < " " for u in utts):  # control characters in ids: sort the text itself
         trials.sort(key=lambda t: c_key(format_trial(t)))
     return trials
+
+
+def _at_most_per_speaker(utt2spk: Mapping[str, str], k: int, seed: int) -> dict[str, str]:
+    """A seeded sample of at most ``k`` utterances per speaker (of the C-sorted utterances)."""
+    by_spk: dict[str, list[str]] = {}
+    for u in sorted(utt2spk, key=c_key):
+        by_spk.setdefault(utt2spk[u], []).append(u)
+    keep: dict[str, str] = {}
+    for spk, utts in by_spk.items():
+        if len(utts) > k:
+            digest = int.from_bytes(hashlib.sha256(spk.encode("utf-8")).digest()[:8], "little")
+            pick = np.random.default_rng([seed, digest]).choice(len(utts), size=k, replace=False)
+            utts = [utts[i] for i in sorted(pick)]
+        keep.update((u, spk) for u in utts)
+    return keep
 
 
 def _sample_nontarget(spk: np.ndarray, want: int, available: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

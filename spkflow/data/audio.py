@@ -63,6 +63,7 @@ __all__ = [
     "utt2dur",
     "write_utt2dur",
     "format_duration",
+    "native_rates",
 ]
 
 #: how far (seconds) a segment's end may run past the recording before it is an error (Kaldi: 0.5)
@@ -550,3 +551,36 @@ def write_utt2dur(data_dir: str | os.PathLike[str], progress: bool = False) -> P
     path = Path(data_dir) / "utt2dur"
     write_kv(path, [(k, format_duration(v)) for k, v in durs.items()])
     return path
+
+
+_PIPE_RATE = re.compile(r"\s-ar\s+(\d+)\b")  # an ffmpeg / sox-style pipe's output rate
+
+
+def native_rates(data_dir: str | os.PathLike[str], limit: int = 20000) -> tuple[dict[int, list[str]], int, int]:
+    """Sample rates of a data dir's recordings, from file headers (no decoding): ``(rate ->
+    recordings, number checked, number unknown)``.  A pipe counts at the rate its ``-ar N`` names
+    (ffmpeg's, as ``narrowband_copy.py`` and the VoxCeleb2 recipe write), else as unknown; so does
+    an unreadable header (the stages name it when they read it).  At most ``limit`` recordings,
+    spread evenly over ``wav.scp``, are looked at."""
+    wav = read_kv(Path(data_dir) / "wav.scp")
+    keys = list(wav)
+    if len(keys) > limit:
+        keys = [keys[i * len(keys) // limit] for i in range(limit)]
+    rates: dict[int, list[str]] = {}
+    unknown = 0
+    for key in keys:
+        spec = wav[key].strip()
+        rate: int | None = None
+        if _is_pipe(spec):
+            m = _PIPE_RATE.search(spec)
+            rate = int(m.group(1)) if m else None
+        elif _ark_location(spec) is None:
+            try:
+                rate = int(sf.info(spec).samplerate)
+            except Exception:  # noqa: BLE001  (a missing or unreadable file is named when read)
+                rate = None
+        if rate is None:
+            unknown += 1
+        else:
+            rates.setdefault(rate, []).append(key)
+    return rates, len(keys), unknown

@@ -6,8 +6,13 @@
 ``model.pth``    the weights, a plain state dict (``torch.load(..., weights_only=True)``)
 ``fbank.conf``   the fbank options as a Kaldi option file (stage 2 of another recipe can use it)
 ``vad.conf``     the energy-VAD options, likewise
-``README.md``    a model card (architecture, frontend, training data, results, checksums, usage)
+``README.md``    a model card (architecture, frontend, training data, scoring, results, checksums, usage)
 ``RESULTS.md``   the recipe's results table, when the model dir has one
+``scoring.yaml``, ``scoring.npz``  the recipe's scoring, when stage 6 wrote one: the fitted backend
+                 (WCCN / LDA), the centring, the AS-norm cohort (the training speakers' mean
+                 embeddings) with its size, and the score calibration with its decision threshold
+                 (:mod:`spkflow.score.verification`); ``Embedder.verify`` and ``spkflow.bin.verify``
+                 score with it, a pack without it scores plain cosine
 ``meta.yaml``    format name and version, versions of spkflow and torch, and the sha256 and
                  size of every other member
 
@@ -19,7 +24,9 @@ What it guarantees
   README.md``).
 * **Only sound models are packed.**  The weights are loaded into the model the config describes
   (strict key and shape check) before anything is written; a training checkpoint is reduced to
-  its model weights.  The file appears atomically (:mod:`spkflow.core.atomic`).
+  its model weights; the scoring is loaded and must fit the embedding dimension, and its name
+  (``WCCN, AS-norm (top 25)``) must be one RESULTS.md reports, so that the model card, the
+  results and what the pack scores with agree.  The file appears atomically (:mod:`spkflow.core.atomic`).
 * **Corruption is caught, by name.**  Opening checks the zip structure, the format name and
   version, and each member's sha256 against ``meta.yaml``; a failure is an
   :class:`~spkflow.core.errors.InputError` naming the file and the member.  No pickle code runs on
@@ -57,12 +64,15 @@ from spkflow.core.errors import InputError
 from spkflow.core.version import __version__
 from spkflow.features.fbank import FbankOptions
 from spkflow.features.vad import VadOptions
+from spkflow.score.verification import SCORING_FILES, Scoring
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "PackedModel",
+    "check_model_path",
     "is_packed",
+    "model_sample_rate",
     "pack_model",
     "read_packed",
     "unpack_model",
@@ -89,6 +99,46 @@ class PackedModel:
     @property
     def config(self) -> dict[str, Any]:
         return yaml.safe_load(self.members["config.yaml"].decode("utf-8"))
+
+    @property
+    def scoring(self) -> Scoring | None:
+        """The packed scoring, or None for a pack without one (made before stage 6 wrote one)."""
+        if not all(name in self.members for name in SCORING_FILES):
+            return None
+        return Scoring.from_bytes(self.members["scoring.yaml"], self.members["scoring.npz"], str(self.path))
+
+
+def check_model_path(path: str | os.PathLike[str]) -> None:
+    """:class:`InputError` naming ``path`` when it is not a model at all: missing, or a folder
+    without ``config.yaml`` (with a hint when it holds a pack, e.g. ``exp/spk_x/packed/``: give
+    the zip itself)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
+    if p.is_dir() and not (p / "config.yaml").is_file():
+        packs = sorted(q.name for q in p.glob("*.zip") if is_packed(q))
+        hint = (
+            f"; it holds the packed model {packs[0]}: give that file ({p / packs[0]})"
+            if packs
+            else " (a model dir holds config.yaml and model.pth)"
+        )
+        raise InputError(p, None, f"no config.yaml: not a model dir{hint}")
+
+
+def model_sample_rate(path: str | os.PathLike[str]) -> int:
+    """The sample rate a model dir's or pack's fbank expects (``frontend.fbank.sample_frequency``)."""
+    p = Path(path)
+    check_model_path(p)
+    if p.is_dir():
+        cfg = yaml.safe_load((p / "config.yaml").read_text(encoding="utf-8"))
+    elif p.suffix == ".onnx":
+        raise InputError(p, None, "give the model dir or pack, or --rate (an .onnx file is not read here)")
+    else:
+        cfg = read_packed(p).config
+    try:
+        return int(float(cfg["frontend"]["fbank"]["sample_frequency"]))
+    except (KeyError, TypeError, ValueError):
+        raise InputError(p, None, "config.yaml has no frontend.fbank.sample_frequency") from None
 
 
 def is_packed(path: str | os.PathLike[str]) -> bool:
@@ -130,7 +180,22 @@ def _num(v: Any) -> str:
     return f"{v:g}" if isinstance(v, (int, float)) else str(v)
 
 
-def _model_card(config: Mapping[str, Any], model: Any, files: Mapping[str, bytes], name: str) -> str:
+def _scoring_line(scoring: Scoring | None) -> str:
+    if scoring is None:
+        return (
+            "- **Scoring**: plain cosine of the embeddings (not normalised); no calibration in this pack, "
+            "so `verify` gives scores and no same-speaker decisions."
+        )
+    text = scoring.describe()
+    return (
+        f"- **Scoring** (`scoring.yaml`, `scoring.npz`; what `Embedder.verify`, `python -m spkflow.bin.verify` "
+        f"and `identify` apply, and the `{scoring.label}` rows of `RESULTS.md`): {text[0].upper()}{text[1:]}"
+    )
+
+
+def _model_card(
+    config: Mapping[str, Any], model: Any, files: Mapping[str, bytes], name: str, scoring: Scoring | None = None
+) -> str:
 
     mcfg = dict(config.get("model") or {})
     fe = dict(config.get("frontend") or {})
@@ -143,7 +208,7 @@ def _model_card(config: Mapping[str, Any], model: Any, files: Mapping[str, bytes
         f"# Speaker embedder `{name}` (spkflow {__version__})",
         "",
         f"- **Model**: `{mcfg.get('name')}` ({arch}); {nparams:,} parameters; "
-        f"{int(model.embed_dim)}-dim embeddings (not normalised: score with cosine).",
+        f"{int(model.embed_dim)}-dim embeddings (not L2-normalised).",
         f"- **Input**: {fb.get('num_mel_bins')}-bin Kaldi log-mel fbank at {_num(fb.get('sample_frequency'))} Hz "
         f"({_num(fb.get('frame_length'))} ms windows every {_num(fb.get('frame_shift'))} ms; `fbank.conf`), "
         f"energy VAD {'on' if fe.get('vad') else 'off'} (`vad.conf`), per-utterance mean normalisation "
@@ -156,6 +221,7 @@ def _model_card(config: Mapping[str, Any], model: Any, files: Mapping[str, bytes
             else ""
         )
         + "; the full recipe config is `config.yaml`.",
+        _scoring_line(scoring),
         "- **Results**: "
         + ("see `RESULTS.md` (included)." if "RESULTS.md" in files else "none recorded with the model."),
         f"- **Weights**: `model.pth`, sha256 `{_sha256(files['model.pth'])}`.",
@@ -166,16 +232,21 @@ def _model_card(config: Mapping[str, Any], model: Any, files: Mapping[str, bytes
         "from spkflow import Embedder",
         f'emb = Embedder.from_pretrained("{name}.zip")  # device="cuda" for a GPU',
         'vec = emb.embed_file("utt.wav")               # numpy [dim]',
+        'v = emb.verify("a.wav", "b.wav")              # v.score (cosine), v.llr, v.same_speaker',
         "```",
         "",
         "```sh",
+        f"python -m spkflow.bin.verify --model {name}.zip a.wav b.wav            # one JSON line per pair",
+        "python -m spkflow.bin.make_data_dir my_recordings/ data/mine          # a folder -> a Kaldi data dir",
+        f"python -m spkflow.bin.identify --model {name}.zip --enrol data/mine new.wav",
         f"scripts/spk/extract_embeddings.sh --model-dir {name}.zip data/test exp/embed/test",
         f"python -m spkflow.bin.export --model-dir {name}.zip --out {name}.onnx",
         "```",
         "",
         "Intended use: speaker verification and identification, and speaker conditioning (e.g. TTS "
-        "`spembs`), on speech like the training data's.  Scores of other languages, channels or "
-        "ages are not calibrated by these results.",
+        "`spembs`), on speech like the training data's.  The calibration holds for data like its "
+        "trials; for other languages, channels or ages, fit one on your own labelled trials "
+        "(`python -m spkflow.bin.calibrate`) and read its Cllr and actual DCF before trusting the LLRs.",
         "",
     ]
     return "\n".join(lines)
@@ -219,8 +290,12 @@ def pack_model(
         raise InputError(res, None, "results file not found")
     if res.is_file():
         files["RESULTS.md"] = res.read_bytes()
+    scoring = _scoring_of(d, int(model.embed_dim), files.get("RESULTS.md"), res)
+    if scoring is not None:
+        for f in SCORING_FILES:
+            files[f] = (d / f).read_bytes()
     name = name or Path(out).name.removesuffix(".zip")
-    files["README.md"] = _model_card(config, model, files, name).encode()
+    files["README.md"] = _model_card(config, model, files, name, scoring).encode()
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -237,6 +312,26 @@ def pack_model(
             # weights barely compress (float mantissas); text does
             z.writestr(k, v, compress_type=zipfile.ZIP_STORED if k == "model.pth" else zipfile.ZIP_DEFLATED)
     return Path(out)
+
+
+def _scoring_of(d: Path, dim: int, results: bytes | None, results_path: Path) -> Scoring | None:
+    """The model dir's scoring (None when stage 6 wrote none), checked against the model and RESULTS.md."""
+    present = [f for f in SCORING_FILES if (d / f).is_file()]
+    if not present:
+        return None
+    scoring = Scoring.load(d)  # InputError naming the missing or bad file
+    if scoring.dim is not None and scoring.dim != dim:
+        raise InputError(
+            d / "scoring.npz", None, f"scores {scoring.dim}-dim embeddings; the model makes {dim}-dim ones"
+        )
+    if results is not None and f"| {scoring.label} |" not in results.decode("utf-8", "replace"):
+        raise InputError(
+            results_path,
+            None,
+            f"reports no '{scoring.label}' row, the scoring of scoring.yaml: stage 6 scored with other options "
+            "than those it calibrated (re-run stage 6 with one set of options)",
+        )
+    return scoring
 
 
 def read_packed(path: str | os.PathLike[str]) -> PackedModel:

@@ -2,10 +2,11 @@
 
 ``scoring`` (trials, embeddings and cohorts read; cosine scores, AS-norm), ``backend`` (WCCN /
 LDA fitted on training embeddings), ``metrics`` (EER, minDCF, DET), ``calibration`` (linear
-logistic calibration, Cllr, actual DCF), ``qmf`` (quality measures, calibration trials from the
-training set), ``evaluation`` (one test set end to end, ``metrics.json``, RESULTS.md; the QMF
-fit), ``plots`` (DET, score histograms, training curves, confusion matrices), ``sid`` (closed-
-and open-set identification).
+logistic calibration, Cllr, actual DCF), ``verification`` (a model's whole scoring: backend,
+centring, cohort and calibration, saved beside it and packed with it; LLRs and decisions),
+``qmf`` (quality measures, calibration trials from the training set), ``evaluation`` (one test
+set end to end, ``metrics.json``, RESULTS.md; the QMF fit), ``plots`` (DET, score histograms,
+training curves, confusion matrices), ``sid`` (closed- and open-set identification).
 
 May import: ``core``, ``data``.
 """

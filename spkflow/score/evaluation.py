@@ -1,7 +1,8 @@
 """Stage 6 outputs: score one evaluation set and write its files; summarise an experiment.
 
 :func:`evaluate_set` turns ``trials`` + ``xvector.scp`` (+ an optional AS-norm cohort and a
-fitted linear backend, :mod:`spkflow.score.backend`) into
+fitted linear backend, :mod:`spkflow.score.backend`, or a model's whole scoring with its
+calibration, :mod:`spkflow.score.verification`, through which it scores in either case) into
 ``<outdir>/scores`` (``utt1 utt2 score target|nontarget``), ``metrics.json``, ``det.png`` and
 ``score_hist.png``.  :func:`write_results_md` (re)writes ``<exp>/RESULTS.md`` from every
 ``<exp>/eval/<set>/metrics.json``.  Guarantees:
@@ -16,8 +17,10 @@ fitted linear backend, :mod:`spkflow.score.backend`) into
   an :class:`~spkflow.core.errors.InputError` naming the trials file, before anything is written;
 * ``metrics.json`` always has ``eer`` (percent), ``eer_threshold``, ``min_dcf_p0.01``,
   ``min_dcf_p0.05`` (+ ``_threshold``), ``n_target``, ``n_nontarget``, ``n_skipped``,
-  ``score_norm`` and ``backend``; with AS-norm also ``raw``, the same figures for plain cosine
-  scores (in the backend's space when there is one);
+  ``score_norm``, ``backend`` and ``scoring`` (the row's name in RESULTS.md); with AS-norm also
+  ``raw``, the same figures for plain cosine scores (in the backend's space when there is one);
+  with a calibration ``calibrated`` (Cllr, actual / minimum DCF, the decisions' error rates,
+  and whether these are the calibration's own trials);
 * RESULTS.md is regenerated from the JSON files rather than appended to, so re-running a
   set replaces its row instead of duplicating it.
 
@@ -46,21 +49,12 @@ import numpy as np
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
-from spkflow.score.backend import Backend, l2_rows
 from spkflow.score.calibration import LogisticCalibration, actual_dcf, cllr
 from spkflow.score.metrics import compute_metrics, det_curve
 from spkflow.score.plots import plot_det, plot_score_hist
 from spkflow.score.qmf import draw_trials, fit_qmf, load_qmf, qmf_features, read_durations, save_qmf
-from spkflow.score.scoring import (
-    ScoreResult,
-    Trials,
-    read_cohort,
-    read_embeddings,
-    read_mean,
-    read_trials,
-    score_trials,
-    write_scores,
-)
+from spkflow.score.scoring import ScoreResult, Trials, read_embeddings, read_trials, write_scores
+from spkflow.score.verification import MIN_DOMAIN, Scoring, decision_metrics
 
 __all__ = [
     "ScoringSetup",
@@ -92,8 +86,9 @@ def _set_vectors(emb: dict[str, np.ndarray], source: str) -> np.ndarray:
     return np.stack(vecs)
 
 
-def _centred_label(mean_scp: str | None, eval_mean: bool) -> str:
-    return ", centred on the set" if eval_mean else (", centred" if mean_scp else "")
+def _centred_label(centred: bool | str | None, eval_mean: bool) -> str:
+    """``centred``: a training mean was subtracted (a mean scp, or a scoring's training mean)."""
+    return ", centred on the set" if eval_mean else (", centred" if centred else "")
 
 
 def _now() -> str:
@@ -102,17 +97,20 @@ def _now() -> str:
 
 @dataclass
 class ScoringSetup:
-    """How stage 6 turns embeddings into scores: centring (``mean_scp`` or the set's own mean),
-    a linear backend, AS-norm with a cohort; the same for the test sets and the QMF's
-    calibration trials."""
+    """Stage 6's scoring options for :func:`score_set` (the QMF's calibration trials are scored
+    as the test sets are): centring (``mean_scp`` or the set's own mean), a linear backend,
+    AS-norm with a cohort, or a model's whole scoring (``scoring_dir``)."""
 
     cohort_scp: str | None = None
     cohort_size: int = 200
     mean_scp: str | None = None
     backend_path: str | None = None
     eval_mean: bool = False
+    scoring_dir: str | None = None
 
     def check(self) -> None:
+        if self.scoring_dir and (self.backend_path or self.cohort_scp or self.mean_scp):
+            raise ValueError(f"{self.scoring_dir}: a model's scoring replaces --backend, --cohort-scp and --mean-scp")
         if self.backend_path and self.mean_scp:
             raise ValueError(
                 f"{self.backend_path}: a backend subtracts its own training mean; "
@@ -120,6 +118,18 @@ class ScoringSetup:
             )
         if self.eval_mean and self.mean_scp:
             raise ValueError(f"{self.mean_scp}: centre on the training mean or on the set's own (eval_mean), not both")
+
+    def scoring(self) -> Scoring:
+        """The :class:`~spkflow.score.verification.Scoring` these options describe."""
+        self.check()
+        if self.scoring_dir:
+            return Scoring.load(self.scoring_dir)
+        return Scoring.from_options(
+            backend_path=self.backend_path,
+            cohort_scp=self.cohort_scp,
+            cohort_size=self.cohort_size,
+            mean_scp=self.mean_scp,
+        )
 
 
 def score_set(
@@ -130,48 +140,24 @@ def score_set(
     skip_missing: bool = False,
     utt2spk: Mapping[str, str] | None = None,
 ) -> tuple[ScoreResult, dict[str, float], str]:
-    """Score ``trials`` with the embeddings of ``xvector_scp`` as ``setup`` says.  Returns the
-    result, each utterance's raw embedding norm (the QMF's magnitude) and the backend's name.
-    ``utt2spk`` (calibration trials drawn from the cohort's own speakers): an utterance's speaker
-    is left out of its AS-norm cohort."""
-    setup.check()
+    """Score ``trials`` with the embeddings of ``xvector_scp`` as ``setup`` says (through
+    :meth:`Scoring.score_trials <spkflow.score.verification.Scoring.score_trials>`, as stage 6
+    scores a test set).  Returns the result, each utterance's raw embedding norm (the QMF's
+    magnitude) and the backend's name.  ``utt2spk`` (calibration trials drawn from the cohort's
+    own speakers, whose keys are speakers): an utterance's speaker is left out of its AS-norm
+    cohort."""
+    scoring = setup.scoring()
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
     magnitudes = {k: float(np.linalg.norm(v)) for k, v in emb.items()}
-    cohort, exclude = None, None
-    if setup.cohort_scp:
-        if utt2spk is None:
-            cohort = read_cohort(setup.cohort_scp)
-        else:
-            vectors = read_embeddings(setup.cohort_scp)
-            row = {k: i for i, k in enumerate(vectors)}
-            cohort = np.stack(list(vectors.values()))
-            exclude = {u: row[utt2spk[u]] for u in emb if utt2spk.get(u) in row}
-    mean = read_mean(setup.mean_scp) if setup.mean_scp else None
+    exclude = None
+    if utt2spk is not None and setup.cohort_scp:
+        row = {k: i for i, k in enumerate(read_kv(setup.cohort_scp))}  # read_cohort's row order
+        exclude = {u: row[utt2spk[u]] for u in emb if utt2spk.get(u) in row}
     own = _set_vectors(emb, xvector_scp) if setup.eval_mean else None
-    if own is not None and not setup.backend_path:
-        mean = own.mean(axis=0)  # raw, as mean_scp's
-    backend_name = "cosine"
-    if setup.backend_path:
-        backend = Backend.load(setup.backend_path)
-        backend_name = backend.name
-        if own is not None:  # the backend's mean lives among L2-normalised vectors
-            backend = backend.centred_on(l2_rows(own).mean(axis=0))
-        keys = list(emb)
-        if keys:
-            emb = dict(zip(keys, _transform(backend, np.stack([emb[k] for k in keys]), xvector_scp), strict=True))
-        if cohort is not None:
-            cohort = _transform(backend, cohort, setup.cohort_scp or "")
-    result = score_trials(
-        trials,
-        emb,
-        emb_source=xvector_scp,
-        skip_missing=skip_missing,
-        cohort=cohort,
-        cohort_size=setup.cohort_size,
-        mean=mean,
-        cohort_exclude=exclude,
+    result = scoring.score_trials(
+        trials, emb, emb_source=xvector_scp, skip_missing=skip_missing, domain=own, cohort_exclude=exclude
     )
-    return result, magnitudes, backend_name
+    return result, magnitudes, scoring.backend.name if scoring.backend is not None else "cosine"
 
 
 def evaluate_set(
@@ -183,6 +169,7 @@ def evaluate_set(
     cohort_size: int = 200,
     mean_scp: str | None = None,
     backend_path: str | None = None,
+    scoring_dir: str | None = None,
     eval_mean: bool = False,
     skip_missing: bool = False,
     model_tag: str = "",
@@ -196,23 +183,37 @@ def evaluate_set(
     ``mean_scp`` centring (the mean of its vectors is subtracted before cosine scoring),
     ``backend_path`` a fitted :class:`spkflow.score.backend.Backend` (``.npz``) applied to the trial
     and cohort embeddings first (it centres on its training mean: not combined with ``mean_scp``).
-    ``eval_mean`` centres on the scored set's own mean instead, taken over the embeddings of the
-    utterances its trials name (no labels used): the backend's mean is replaced by that of their
-    L2-normalised vectors, or without a backend their raw mean is subtracted as ``mean_scp``'s
-    would be (not combined with ``mean_scp``).  ``qmf_path``: a QMF fitted by :func:`fit_qmf_file`;
-    its calibrated scores (log-likelihood ratios) go to ``scores.qmf`` and their figures (EER,
-    minDCF, Cllr, actual DCF) to ``metrics.json``'s ``qmf``; ``utt2dur``: the set's durations
-    (needed by a QMF with the ``duration`` measure)."""
+    ``scoring_dir``: a model dir's whole scoring instead (``scoring.yaml`` + ``scoring.npz``,
+    :class:`~spkflow.score.verification.Scoring`: backend, centring, cohort and calibration; not
+    with the three options before).  ``eval_mean`` centres on the scored set's own mean instead,
+    taken over the embeddings of the utterances its trials name (no labels used): the backend's
+    mean is replaced by that of their L2-normalised vectors, or without a backend their raw mean
+    is subtracted as ``mean_scp``'s would be (not combined with ``mean_scp``).  ``qmf_path``: a
+    QMF fitted by :func:`fit_qmf_file`; its calibrated scores (log-likelihood ratios) go to
+    ``scores.qmf`` and their figures (EER, minDCF, Cllr, actual DCF) to ``metrics.json``'s
+    ``qmf``; ``utt2dur``: the set's durations (needed by a QMF with the ``duration`` measure).
+
+    With a calibration (in ``scoring_dir``), ``metrics.json`` also has ``calibrated``: Cllr,
+    actual and minimum DCF, and the error rates of the decisions, for the LLRs that
+    ``spkflow.bin.verify`` gives these trials (centred on the set's own recordings when there
+    are at least :data:`~spkflow.score.verification.MIN_DOMAIN`)."""
 
     set_name = set_name or os.path.basename(os.path.normpath(outdir))
-    setup = ScoringSetup(cohort_scp, cohort_size, mean_scp, backend_path, eval_mean)
+    setup = ScoringSetup(cohort_scp, cohort_size, mean_scp, backend_path, eval_mean, scoring_dir)
     setup.check()
     remove_outputs(outdir)
     trials = read_trials(trials_path)
     qmf = load_qmf(qmf_path) if qmf_path else None
     if qmf is not None and "duration" in qmf[1] and not utt2dur:
         raise InputError(qmf_path, None, f"this QMF uses durations: give the utt2dur of {trials_path}'s set")
-    result, magnitudes, backend_name = score_set(trials, xvector_scp, setup, skip_missing=skip_missing)
+    emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
+    magnitudes = {k: float(np.linalg.norm(v)) for k, v in emb.items()}  # the QMF's measure, before any backend
+    scoring = setup.scoring()
+    own = _set_vectors(emb, xvector_scp) if (eval_mean or scoring.calibration is not None) else None
+    result = scoring.score_trials(
+        trials, emb, emb_source=xvector_scp, skip_missing=skip_missing, domain=own if eval_mean else None
+    )
+    backend_name = scoring.backend.name if scoring.backend is not None else "cosine"
     metrics: dict[str, Any] = {"set": set_name, "model_tag": model_tag}
     metrics.update(compute_metrics(result.scores, result.labels, P_TARGETS))
     metrics.update(
@@ -228,9 +229,14 @@ def evaluate_set(
             "eval_mean": bool(eval_mean),
             "backend": backend_name,
             "backend_path": backend_path or "",
+            "scoring_dir": scoring_dir or "",
+            "centred": scoring.mean is not None,
             "date": _now(),
         }
     )
+    if scoring.calibration is not None:
+        assert own is not None
+        metrics["calibrated"] = _calibrated(scoring, trials, emb, own, result, eval_mean, xvector_scp, skip_missing)
     llr = None
     if qmf is not None:
         durations = read_durations(utt2dur) if utt2dur else None
@@ -240,7 +246,7 @@ def evaluate_set(
         metrics["raw"] = compute_metrics(result.raw_scores, result.labels, P_TARGETS)
         curves["cosine"] = det_curve(result.raw_scores, result.labels)
     label = "cosine" if result.score_norm == "none" else f"AS-norm (top {result.cohort_size})"
-    centred = _centred_label(mean_scp, eval_mean)
+    centred = _centred_label(metrics["centred"], eval_mean)
     if centred:
         curves = {f"{k}{centred}": v for k, v in curves.items()}
         label += centred
@@ -250,6 +256,7 @@ def evaluate_set(
     curves[label] = det_curve(result.scores, result.labels)
     if llr is not None:
         curves[f"{label} + QMF"] = det_curve(llr, result.labels)
+    metrics["scoring"] = label
 
     os.makedirs(outdir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".score.", suffix=".tmp", dir=outdir)
@@ -275,6 +282,41 @@ def evaluate_set(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return metrics
+
+
+def _calibrated(
+    scoring: Scoring,
+    trials: Trials,
+    emb: dict[str, np.ndarray],
+    own: np.ndarray,
+    result: ScoreResult,
+    eval_mean: bool,
+    source: str,
+    skip_missing: bool,
+) -> dict[str, Any]:
+    """The ``calibrated`` section of metrics.json: the LLRs verify gives these trials."""
+    assert scoring.calibration is not None
+    on_set = len(own) >= MIN_DOMAIN and scoring.centres  # verify's rule for a batch
+    if on_set == eval_mean:
+        cal = result
+    else:
+        cal = scoring.score_trials(
+            trials, emb, emb_source=source, skip_missing=skip_missing, domain=own if on_set else None
+        )
+    centred_on = (
+        f"the set ({len(own)} recordings)" if on_set else ("the training mean" if scoring.centres else "nothing")
+    )
+    llr = scoring.llr(cal.scores)
+    assert llr is not None
+    fitted = str(scoring.fitted.get("trials", ""))
+    out: dict[str, Any] = {
+        "centred_on": centred_on,
+        "fitted_on": scoring.calibration.fitted_on,
+        "in_sample": bool(fitted) and os.path.abspath(fitted) == os.path.abspath(trials.path),
+        "eer": compute_metrics(llr, cal.labels, ())["eer"],
+    }
+    out.update(decision_metrics(llr, cal.labels, scoring.decision, P_TARGETS))
+    return out
 
 
 def _apply_qmf(
@@ -348,15 +390,6 @@ def fit_qmf_file(
     }
 
 
-def _transform(backend: Backend, x: np.ndarray, source: str) -> np.ndarray:
-    """``backend.transform(x)``; embeddings of another dimension than the backend's are an
-    :class:`InputError` naming their file."""
-    try:
-        return backend.transform(x)
-    except ValueError as err:
-        raise InputError(source, None, str(err)) from None
-
-
 def remove_outputs(outdir: str) -> None:
     """Remove what :func:`evaluate_set` writes to ``outdir`` (``metrics.json`` first), and the
     temporary files of an interrupted run."""
@@ -418,9 +451,10 @@ def _peer_rows(exp_dir: str, set_name: str, trials: str | None) -> list[str]:
     return rows
 
 
-def write_results_md(exp_dir: str) -> str:
-    """Rewrite ``<exp_dir>/RESULTS.md`` from ``<exp_dir>/eval/*/metrics.json`` (one table
-    per set, sets in name order); returns its path."""
+def write_results_md(exp_dir: str, out: str | None = None) -> str:
+    """Rewrite ``<exp_dir>/RESULTS.md`` (or ``out``) from ``<exp_dir>/eval/*/metrics.json`` (one
+    table per set, sets in name order, and the calibrated decisions when scored with a
+    calibration); returns its path."""
     files = sorted(glob.glob(os.path.join(exp_dir, "eval", "*", "metrics.json")))
     if not files:
         raise FileNotFoundError(f"no {exp_dir}/eval/<set>/metrics.json to summarise")
@@ -460,7 +494,7 @@ def write_results_md(exp_dir: str) -> str:
             "",
             header,
         ]
-        centred = _centred_label(m.get("mean_scp"), m.get("eval_mean", False))
+        centred = _centred_label(m.get("centred", m.get("mean_scp")), m.get("eval_mean", False))
         back = f"{m['backend'].upper()}, " if m.get("backend", "cosine") != "cosine" else ""
         if m.get("score_norm", "none") != "none" and isinstance(m.get("raw"), dict):
             raw = dict(m["raw"], n_skipped=m.get("n_skipped", 0))
@@ -474,6 +508,25 @@ def write_results_md(exp_dir: str) -> str:
             lines.append(_row(q, row_tag, model, loss, f"{scoring} + QMF (Cllr {q.get('cllr', float('nan')):.3f})"))
         lines += _peer_rows(exp_dir, set_name, m.get("trials"))
         lines.append("")
-    out = os.path.join(exp_dir, "RESULTS.md")
+        if isinstance(m.get("calibrated"), dict):
+            lines += _calibrated_rows(m["calibrated"])
+    out = os.path.join(exp_dir, "RESULTS.md") if out is None else out
     write_text_atomic(out, "\n".join(lines))
     return out
+
+
+def _calibrated_rows(c: dict[str, Any]) -> list[str]:
+    """The calibrated-decisions table of one set (metrics.json's ``calibrated``)."""
+    where = "**the calibration's own trials (in-sample)**" if c.get("in_sample") else "trials it was not fitted on"
+    return [
+        f"Calibrated (LLRs as `spkflow.bin.verify` gives these trials, centred on {c.get('centred_on', '?')}; "
+        f"calibration fitted on {c.get('fitted_on') or '?'}: {where}; decisions LLR > {c['llr_threshold']:.3g}, "
+        f"p_target {c.get('p_target', 0.5):g}):",
+        "",
+        "| Cllr | EER (%) | decisions: HTER (%) | P_miss (%) | P_fa (%) | minDCF (p=0.01) | actDCF (p=0.01) "
+        "| minDCF (p=0.05) | actDCF (p=0.05) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {c['cllr']:.3f} | {c['eer']:.2f} | {c['hter']:.2f} | {c['p_miss']:.2f} | {c['p_fa']:.2f} | "
+        f"{c['min_dcf_p0.01']:.4f} | {c['act_dcf_p0.01']:.4f} | {c['min_dcf_p0.05']:.4f} | {c['act_dcf_p0.05']:.4f} |",
+        "",
+    ]

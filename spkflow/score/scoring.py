@@ -11,6 +11,12 @@ and kaldiio scp files of float32 vectors (``xvector.scp``; a cohort from a train
   (``ScoreResult.n_skipped``, ``ScoreResult.missing``).
 * A bad scp line (unreadable ark, not a vector, wrong dimension, non-finite or all-zero
   vector, duplicate key) is an ``InputError`` naming the scp file and line.
+* An scp read from another folder still finds its arks: a relative ark path that does not
+  exist from the working directory is looked up against the scp's own folder and the folders
+  above it (stage 5 writes ``exp/spk_x/embed/train/xvector.ark`` relative to the recipe dir,
+  which is an ancestor of the scp's folder), as Kaldi's tables would not.
+* Unlabelled pairs (``utt1 utt2`` lines, :func:`read_pairs`) score like trials; only EER and
+  minDCF need both labels.
 * Only the embeddings a trial list needs are read; each is read once.
 * AS-norm (adaptive symmetric score normalisation over the ``cohort_size`` best cohort
   scores, population std as WeSpeaker; formula in docs/scoring.md), statistics computed once
@@ -28,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
@@ -42,7 +49,9 @@ __all__ = [
     "Trials",
     "ScoreResult",
     "read_trials",
+    "read_pairs",
     "read_scores",
+    "resolve_ark",
     "check_both_labels",
     "read_embeddings",
     "read_cohort",
@@ -80,6 +89,7 @@ class Trials:
     target: np.ndarray  # bool [n]
     lines: np.ndarray  # int [n]
     path: str = "<trials>"
+    labelled: bool = True  # False: pairs without labels (``target`` is all False then)
 
     def __len__(self) -> int:
         return len(self.enroll)
@@ -89,8 +99,11 @@ class Trials:
             yield Trial(e, t, y, n)
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str, str, bool]], path: str = "<trials>") -> Trials:
-        """Build from ``(utt1, utt2, is_target)`` tuples (line numbers are 1, 2, ...)."""
+    def from_pairs(
+        cls, pairs: Iterable[tuple[str, str, bool]], path: str = "<trials>", labelled: bool = True
+    ) -> Trials:
+        """Build from ``(utt1, utt2, is_target)`` tuples (line numbers are 1, 2, ...);
+        ``labelled=False``: the third item means nothing (pairs to score, not to evaluate)."""
         rows = list(pairs)
         return cls(
             [r[0] for r in rows],
@@ -98,12 +111,18 @@ class Trials:
             np.array([bool(r[2]) for r in rows], dtype=bool),
             np.arange(1, len(rows) + 1),
             path,
+            labelled,
         )
 
     def subset(self, keep: np.ndarray) -> Trials:
         idx = np.flatnonzero(keep)
         return Trials(
-            [self.enroll[i] for i in idx], [self.test[i] for i in idx], self.target[idx], self.lines[idx], self.path
+            [self.enroll[i] for i in idx],
+            [self.test[i] for i in idx],
+            self.target[idx],
+            self.lines[idx],
+            self.path,
+            self.labelled,
         )
 
 
@@ -126,6 +145,40 @@ class ScoreResult:
 def read_trials(path: str | os.PathLike[str]) -> Trials:
     """Parse ``utt1 utt2 target|nontarget`` lines (a blank line is an error too)."""
     return _read_labelled(path, with_score=False)[0]
+
+
+def read_pairs(path: str | os.PathLike[str]) -> Trials:
+    """Parse ``utt1 utt2`` or ``utt1 utt2 target|nontarget`` lines (all of one form; a blank line
+    is an error): the pairs verification scores.  ``labelled`` says which form it was; one label
+    only is allowed here (decisions need no EER)."""
+    path = os.fspath(path)
+    enroll: list[str] = []
+    test: list[str] = []
+    target: list[bool] = []
+    width: tuple[int, int] | None = None  # (fields per line, first line)
+    with _utf8_text(path) as f:
+        for n, line in enumerate(f, start=1):
+            fields = line.split()
+            if len(fields) not in (2, 3):
+                raise InputError(path, n, f"expected 'a b' or 'a b target|nontarget', got {line.rstrip()!r}")
+            if width is None:
+                width = (len(fields), n)
+            elif len(fields) != width[0]:
+                raise InputError(
+                    path, n, f"{len(fields)} fields, line {width[1]} has {width[0]}: label every pair or none"
+                )
+            if len(fields) == 3:
+                label = LABELS.get(fields[2])
+                if label is None:
+                    raise InputError(path, n, f"label must be 'target' or 'nontarget', got {fields[2]!r}")
+                target.append(label)
+            enroll.append(fields[0])
+            test.append(fields[1])
+    if not enroll:
+        raise InputError(path, None, "no pairs")
+    labelled = width is not None and width[0] == 3
+    tgt = np.array(target, dtype=bool) if labelled else np.zeros(len(enroll), dtype=bool)
+    return Trials(enroll, test, tgt, np.arange(1, len(enroll) + 1), path, labelled)
 
 
 def read_scores(path: str | os.PathLike[str]) -> tuple[Trials, np.ndarray]:
@@ -197,8 +250,41 @@ def _utf8_text(path: str) -> Iterator[IO[str]]:
         raise
 
 
+_ARK_SPEC = re.compile(r"(?P<path>.+?)(?P<rest>:\d+(?:\[[^\]]*\])?)")
+
+
+def resolve_ark(spec: str, scp: str | os.PathLike[str], cache: dict[str, str] | None = None) -> str:
+    """``spec`` (``file.ark:offset``, maybe with a ``[...]`` slice) with a relative ``file.ark``
+    that is not found from the working directory looked up against ``scp``'s folder and each
+    folder above it; the first that holds it wins.  Anything else (absolute paths, pipes, paths
+    found nowhere: the reader names those) is returned as it is.  ``cache`` maps ark paths
+    already looked up (one look-up per ark, not per line)."""
+    m = _ARK_SPEC.fullmatch(spec.strip())
+    if m is None:
+        return spec
+    ark = m["path"]
+    if cache is not None and ark in cache:
+        return cache[ark] + m["rest"]
+    found = ark
+    if not os.path.isabs(ark) and not os.path.exists(ark):
+        folder = os.path.dirname(os.path.abspath(os.fspath(scp)))
+        while True:
+            if os.path.exists(os.path.join(folder, ark)):
+                found = os.path.join(folder, ark)
+                break
+            up = os.path.dirname(folder)
+            if up == folder:
+                break
+            folder = up
+    if cache is not None:
+        cache[ark] = found
+    return found + m["rest"]
+
+
 def _scp_lines(path: str) -> dict[str, tuple[int, str]]:
+    """``key -> (line, ark spec)``, relative ark paths resolved (:func:`resolve_ark`)."""
     entries: dict[str, tuple[int, str]] = {}
+    arks: dict[str, str] = {}
     with _utf8_text(path) as f:
         for n, line in enumerate(f, start=1):
             parts = line.rstrip("\n").split(maxsplit=1)
@@ -206,7 +292,7 @@ def _scp_lines(path: str) -> dict[str, tuple[int, str]]:
                 raise InputError(path, n, f"expected 'key ark:offset', got {line.rstrip()!r}")
             if parts[0] in entries:
                 raise InputError(path, n, f"duplicate key {parts[0]!r} (first on line {entries[parts[0]][0]})")
-            entries[parts[0]] = (n, parts[1])
+            entries[parts[0]] = (n, resolve_ark(parts[1], path, arks))
     return entries
 
 
@@ -324,8 +410,9 @@ def score_trials(
     given (top ``min(cohort_size, S)``).  ``mean [D]``, when given, is subtracted from every
     embedding and cohort vector first (centring).  Raises :class:`InputError` naming the trials file,
     line and utterance at the first trial whose utterance has no embedding, unless
-    ``skip_missing``.  ``cohort_exclude``: utterance -> the cohort row it must not use (its own
-    speaker, when the trials come from the cohort's speakers: the QMF's calibration trials)."""
+    ``skip_missing``; and, for labelled trials (``trials.labelled``), unless both labels are
+    left.  ``cohort_exclude``: utterance -> the cohort row it must not use (its own speaker, when
+    the trials come from the cohort's speakers: the QMF's calibration trials)."""
     n = len(trials)
     index: dict[str, int] = {}
     e_idx = np.fromiter((index.setdefault(u, len(index)) for u in trials.enroll), dtype=np.int64, count=n)
@@ -358,8 +445,9 @@ def score_trials(
             missing[0],
         )
         trials, e_idx, t_idx = trials.subset(ok), e_idx[ok], t_idx[ok]
-        check_both_labels(trials, f" left after skipping {n_bad} trial(s) without an embedding in {emb_source}")
-    else:
+        if trials.labelled:
+            check_both_labels(trials, f" left after skipping {n_bad} trial(s) without an embedding in {emb_source}")
+    elif trials.labelled:
         check_both_labels(trials)
 
     dim = None

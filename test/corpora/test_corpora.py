@@ -175,6 +175,26 @@ def test_trials_every_target_and_bounded_nontargets(tmp_path: Path) -> None:
     assert make_trials(u2s, 0, seed=3) == [t for t in trials if t[2]]
 
 
+def test_trials_of_at_most_k_utterances_per_speaker() -> None:
+    """max_per_spk bounds a big set (stage 6's default calibration trials): a seeded sample per
+    speaker, chosen independently of the other speakers."""
+    u2s = {f"s{s:02d}-u{u:02d}": f"s{s:02d}" for s in range(6) for u in range(3 + 3 * s)}
+    trials = make_trials(u2s, nontarget_ratio=2, seed=1, max_per_spk=4)
+    used = {u for a, b, _ in trials for u in (a, b)}
+    per_spk = Counter(u2s[u] for u in used)
+    assert per_spk == {f"s{s:02d}": min(4, 3 + 3 * s) for s in range(6)}
+    assert sum(t for *_, t in trials) == 3 + 5 * 6  # C(3,2) + five speakers of C(4,2)
+    kept = {u: u2s[u] for u in used}
+    check_trials(trials, kept, 2)
+    assert make_trials(u2s, 2, seed=1, max_per_spk=4) == trials
+    fewer = {u: s for u, s in u2s.items() if s != "s05"}  # another speaker gone: the others' choice stays
+    assert {u for a, b, _ in make_trials(fewer, 2, seed=1, max_per_spk=4) for u in (a, b)} == used - {
+        u for u in used if u2s[u] == "s05"
+    }
+    with pytest.raises(ValueError, match="max_per_spk must be >= 2"):
+        make_trials(u2s, max_per_spk=1)
+
+
 def test_trials_dense_case_takes_all_nontargets() -> None:
     u2s = {"a-1": "a", "a-2": "a", "a-3": "a", "b-1": "b", "c-1": "c"}
     trials = make_trials(u2s, nontarget_ratio=10)

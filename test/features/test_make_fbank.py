@@ -412,6 +412,31 @@ def test_real_heldout_audio_16k_long_and_8k_short(tmp_path, corpus):
     assert {sf.info(p).samplerate for p in entries.values()} == {8000, 16000}
 
 
+def test_recordings_below_the_features_rate_are_named(tmp_path):
+    """An 8 kHz file among 16 kHz ones is upsampled by the jobs: stage 2 says so, naming it (a
+    file header and an ffmpeg pipe's -ar), before the jobs run."""
+    rng = np.random.default_rng(4)
+    entries = {}
+    for utt, rate in (("a-1", 16000), ("a-2", 8000), ("b-1", 16000)):
+        path = tmp_path / "audio" / f"{utt}.wav"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(path, synth_voice(rng, 120.0, (500.0, 1500.0), 0.8, rate), rate, subtype="PCM_16")
+        entries[utt] = str(path)
+    entries["b-2"] = f"cat {entries['b-1']} | ffmpeg -i - -ar 11025 -f wav - |"  # never run: only its -ar is read
+    data = write_data_dir_by_prefix(tmp_path / "data", {k: v for k, v in entries.items() if k != "b-2"})
+    p = run_make_fbank("--nj", "1", data, tmp_path / "dump")
+    assert "sample rates of 3 recordings: 8000 Hz x 1, 16000 Hz x 2" in p.stderr
+    assert "Warning: " in p.stderr and "1 recording(s) at 8000 Hz, below the model's 16000 Hz" in p.stderr
+    assert "(e.g. a-2)" in p.stderr
+    from spkflow.data.audio import native_rates
+
+    write_data_dir_by_prefix(tmp_path / "pipes", entries)
+    rates, checked, unknown = native_rates(tmp_path / "pipes")
+    assert rates == {16000: ["a-1", "b-1"], 8000: ["a-2"], 11025: ["b-2"]} and (checked, unknown) == (4, 0)
+    (tmp_path / "pipes" / "wav.scp").write_text(f"a-1 {entries['a-1']}\nb-1 cat x |\n")
+    assert native_rates(tmp_path / "pipes") == ({16000: ["a-1"]}, 2, 1)
+
+
 # ----------------------------------------------------------------------------- reliability (issue 16)
 
 

@@ -2,7 +2,8 @@
 
 paths       the repository root, the TEMPLATE recipe, the db.sh variables
 audio       synthetic voices, speakers and mixed-rate audio, and the Kaldi data dirs listing them
-models      tiny spkflow model dirs with random weights, BatchNorm statistics, L2 normalisation
+models      tiny spkflow model dirs with random weights (and a fitted scoring), BatchNorm statistics, L2 norms
+vectors     speaker embeddings made here, written as kaldiio arks, and their all-pairs trials
 procs       processes: /proc, a small disk, running the venv's Python
 corpora     mini copies of each corpus's layout, data-dir validity
 recipes     a recipe in a mirror of the project, the extraction script and its environment

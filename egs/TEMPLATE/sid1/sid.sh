@@ -4,6 +4,7 @@
 #
 #   ./run.sh                                                  # train a model here, then SID
 #   ./run.sh --spk_model_dir ../spk1/exp/spk_train            # reuse a spk1 model: stages 2-4 skipped
+#   ./run.sh --spk_model_dir spk_train.zip                    # or a packed one (unpacked into exp/<tag>/model)
 #   ./run.sh --stage 6 --num_enrol 3 --backend lda            # SID stages again on the same embeddings
 #
 # Stages: 1 data prep, 2 fbank + VAD, 3 batch lists, 4 training (all four: spk.sh),
@@ -15,6 +16,14 @@
 set -euo pipefail
 . utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
+# A recipe folder holds path.sh, cmd.sh, spk.sh, utils/ and scripts/.
+for _f in path.sh cmd.sh spk.sh utils/parse_options.sh scripts/lib/help.sh; do
+    if [ ! -e "${_f}" ]; then
+        echo "${0##*/}: no ${_f} in $(pwd): run it from a recipe folder, e.g. cd egs/speechocean762/sid1 && ./run.sh" >&2
+        exit 1
+    fi
+done
+
 log() {
     local fname=${BASH_SOURCE[1]##*/}
     echo -e "$(date '+%Y-%m-%dT%H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*"
@@ -24,11 +33,12 @@ SECONDS=0
 # General options.
 stage=1               # first stage to run
 stop_stage=10000      # last stage to run
-nj=4                  # parallel jobs for features and extraction
+nj=                   # parallel jobs for features and extraction (default: the CPU cores, at most 4)
 expdir=exp            # where experiments go
 
 # Model options (stages 1-5, passed to spk.sh).
-spk_model_dir=        # a stage-4 model dir (config.yaml + model.pth) to reuse; empty: train one here (stages 2-4)
+spk_model_dir=        # a stage-4 model dir (config.yaml + model.pth) or its packed .zip to reuse; empty: train
+                      # one here (stages 2-4)
 train_set=train       # training data dir under data/ (only when training here)
 test_sets="test"      # data dirs under data/ to identify speakers in
 train_config=conf/train.yaml  # training config (only when training here)
@@ -44,15 +54,9 @@ backend=cosine        # cosine | wccn | lda (WCCN or LDA fitted on the enrolment
 lda_dim=0             # LDA dimension (0: min(embedding dim, speakers - 1))
 far=0.01              # false-alarm rate the open-set threshold is set for
 
-help_message=$(cat <<EOM
-Usage: $0 [options]
-  --stage / --stop_stage   stages (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 enrol, 7 closed set, 8 open set)
-  --nj, --expdir
-  --spk_model_dir DIR      reuse a spk1 model dir (skips stages 2-4)
-  --train_set, --test_sets, --train_config, --tag, --spk_opts, --embed_opts
-  --num_enrol K, --split_seed, --open_folds, --backend cosine|wccn|lda, --lda_dim, --far
-EOM
-)
+# shellcheck disable=SC1091  # scripts/ is the recipe's link to the project's scripts
+help_message=$(. scripts/lib/help.sh; options_help "${BASH_SOURCE[0]}" \
+    "Usage: $0 [options]   (stages 1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 enrol, 7 closed set, 8 open set)")
 
 log "$0 $*"
 . utils/parse_options.sh
@@ -67,9 +71,22 @@ fi
 . ./cmd.sh
 
 case "${backend}" in cosine|wccn|lda) ;; *) log "Error: --backend must be cosine, wccn or lda, got '${backend}'"; exit 2 ;; esac
-if [ -n "${spk_model_dir}" ]; then
+if [ -z "${nj}" ]; then
+    nj=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2> /dev/null || echo 4)  # path.sh sets OMP_NUM_THREADS=1
+    [ "${nj}" -gt 4 ] && nj=4
+fi
+if [ -f "${spk_model_dir}" ]; then  # a packed model: verified, unpacked once (kept while it is the same pack)
+    [ -z "${tag}" ] && tag=$(basename "${spk_model_dir}" .zip)
+    sid_exp=${expdir}/${tag}
+    model_dir=${sid_exp}/model
+    python -m spkflow.bin.pack --unpack "${spk_model_dir}" --out "${model_dir}"
+elif [ -n "${spk_model_dir}" ]; then
     for _f in config.yaml model.pth; do
-        [ -f "${spk_model_dir}/${_f}" ] || { log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir)"; exit 1; }
+        if [ ! -f "${spk_model_dir}/${_f}" ]; then
+            _zip=$(find "${spk_model_dir}" -maxdepth 1 -name '*.zip' 2> /dev/null | sort | head -n 1)
+            log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir${_zip:+; it holds the packed model ${_zip}: give that file})"
+            exit 1
+        fi
     done
     model_dir=${spk_model_dir}
     [ -z "${tag}" ] && tag=$(basename "${spk_model_dir}")
@@ -103,13 +120,13 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
         log "Stage 5: embeddings of ${test_sets} (spk.sh stage 5) -> ${sid_exp}/embed/<set>"
         ./spk.sh --stage 5 --stop_stage 5 --embed_sets "${test_sets}" "${spk_args[@]}"
     else
-        log "Stage 5: embeddings of ${test_sets} with ${spk_model_dir} -> ${sid_exp}/embed/<set>"
+        log "Stage 5: embeddings of ${test_sets} with ${model_dir} -> ${sid_exp}/embed/<set>"
         mkdir -p "${sid_exp}"
         echo "${spk_model_dir}" > "${sid_exp}/model_dir"
         for dset in ${test_sets}; do
             # shellcheck disable=SC2086
             scripts/spk/extract_embeddings.sh --cmd "${decode_cmd}" --nj "${nj}" --toolkit spkflow ${embed_opts} \
-                --model-dir "${spk_model_dir}" "data/${dset}" "${sid_exp}/embed/${dset}"
+                --model-dir "${model_dir}" "data/${dset}" "${sid_exp}/embed/${dset}"
         done
     fi
 fi

@@ -3,11 +3,22 @@
 # A recipe's run.sh passes options; every stage reads and writes files only.
 #
 #   ./run.sh --stage 2 --stop_stage 5 --nj 8
+#   ./run.sh --pretrained ../spk1/exp/spk_train/packed/spk_train.zip --test_sets mine --stage 5
 #
 # Stages: 1 data prep, 2 fbank + VAD, 3 N x M batch lists, 4 training,
-#         5 embedding extraction, 6 scoring (EER, minDCF, plots), 7 pack the model into one file.
+#         5 embedding extraction, 6 scoring (backend, calibration; EER, minDCF, Cllr, plots),
+#         7 pack the model and its scoring into one file.
 set -euo pipefail
 . utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
+
+# A recipe folder holds path.sh, cmd.sh, utils/ and scripts/ (egs/TEMPLATE/spk1/setup.sh makes one).
+for _f in path.sh cmd.sh utils/parse_options.sh scripts/lib/help.sh; do
+    if [ ! -e "${_f}" ]; then
+        echo "${0##*/}: no ${_f} in $(pwd): run it from a recipe folder, e.g. cd egs/speechocean762/spk1 && ./run.sh" \
+            "(a new one: egs/TEMPLATE/spk1/setup.sh egs/<corpus>/spk1)" >&2
+        exit 1
+    fi
+done
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
@@ -18,7 +29,8 @@ SECONDS=0
 # General options.
 stage=1               # first stage to run
 stop_stage=10000      # last stage to run
-nj=4                  # parallel jobs for feature and embedding extraction
+nj=                   # parallel jobs for feature and embedding extraction (default: the CPU cores, at most 4;
+                      # a value given is used as it is, e.g. for a cluster)
 ngpu=0                # GPUs for training: 0 = CPU, 1 = one GPU, >1 = torchrun DDP
 nproc=1               # training processes when ngpu=0 (>1: CPU DDP with gloo through torchrun)
 num_nodes=1           # training nodes: >1 = one Slurm job of num_nodes tasks (cmd_backend=slurm), ngpu/nproc per node
@@ -72,19 +84,18 @@ score_qmf=false       # quality-measure calibration (QMF): fitted on trials draw
                       # calibrated scores in eval/<set>/scores.qmf and metrics.json's "qmf" (WeSpeaker's, ESPnet's qmf)
 qmf_trials=20000      # QMF: target trials drawn from the training set, and as many non-target
 
-help_message=$(cat <<EOM
-Usage: $0 [options]
-  --stage / --stop_stage   stages to run (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 score, 7 pack)
-  --nj, --ngpu, --nproc, --num_nodes   parallelism (ngpu/nproc per node; num_nodes > 1 needs cmd_backend=slurm)
-  --train_set, --test_sets, --valid_set
-  --fbank_conf, --vad_conf, --skip_bad, --fbank_compress
-  --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
-  --train_config, --tag, --resume, --resume_new_schedule, --train_threads
-  --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
-  --score_norm, --cohort_size, --score_center, --score_eval_mean, --score_backend cosine|wccn|lda, --backend_reg,
-  --score_skip_missing, --score_qmf, --qmf_trials
-EOM
-)
+calib_set=            # data set (under data/, with trials) whose scores fit the score calibration; its calibrated
+                      # figures are then in-sample (empty: trials drawn from the training set, at most 8
+                      # utterances per speaker; the model has seen them, so its LLRs are overconfident elsewhere)
+calib_prior=0.5       # target prior of the same-speaker decision (equal costs): LLR threshold -logit(prior)
+
+# Pretrained model options (stages 5-6 on new data, no training).
+pretrained=           # a trained model dir or packed .zip: stages 2-4 are skipped, stage 5 embeds with it into
+                      # exp/<tag> (default tag: pretrained_<name>), stage 6 scores with its own packed scoring
+
+# shellcheck disable=SC1091  # scripts/ is the recipe's link to the project's scripts
+help_message=$(. scripts/lib/help.sh; options_help "${BASH_SOURCE[0]}" \
+    "Usage: $0 [options]   (a recipe's run.sh passes its options on; stages 1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 score, 7 pack)")
 
 log "$0 $*"
 . utils/parse_options.sh
@@ -105,8 +116,32 @@ if [ "${num_nodes}" -gt 1 ] && [ "$(basename "${cuda_cmd%% *}")" != slurm.pl ] \
     exit 2
 fi
 
-[ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
-spk_exp=${expdir}/spk_${tag}
+if [ -z "${nj}" ]; then
+    nj=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2> /dev/null || echo 4)  # path.sh sets OMP_NUM_THREADS=1
+    [ "${nj}" -gt 4 ] && nj=4
+fi
+
+# The model: trained here (exp/spk_<tag>), or a pretrained one; an exp dir unpacked from a pack
+# is used like a pretrained one (its scoring and RESULTS.md are the pack's and stay as they are).
+if [ -n "${pretrained}" ]; then
+    case "${pretrained}" in
+        *.onnx) log "Error: --pretrained ${pretrained}: an ONNX file runs through the API and spkflow.bin.verify; stages 5-6 need the model dir or pack"; exit 2 ;;
+    esac
+    if [ ! -e "${pretrained}" ]; then
+        log "Error: --pretrained ${pretrained} not found (a model dir or a packed .zip)"
+        exit 1
+    fi
+    [ -z "${tag}" ] && tag=pretrained_$(basename "${pretrained%/}" .zip)
+    spk_exp=${expdir}/${tag}
+    if [ -f "${pretrained}" ]; then model_dir=${spk_exp}/model; else model_dir=${pretrained}; fi
+    packed_scoring=true
+else
+    [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
+    spk_exp=${expdir}/spk_${tag}
+    model_dir=${spk_exp}
+    packed_scoring=false
+    [ -f "${spk_exp}/.packed_meta.sha256" ] && packed_scoring=true
+fi
 [ -z "${valid_set}" ] && valid_set=${test_sets%% *}
 [ -z "${embed_sets}" ] && embed_sets=$(echo "${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
 ${extract_train} && embed_sets="${train_set} ${embed_sets}"
@@ -121,21 +156,34 @@ if ${score_center} && ${score_eval_mean}; then
     log "Error: --score_center true and --score_eval_mean true: centre on the training mean or on each set's own, not both"
     exit 2
 fi
+if ${packed_scoring} && ${score_qmf}; then
+    log "Error: --score_qmf true draws its trials from the training set: a pretrained model (${model_dir}) scores with its own packed scoring"
+    exit 2
+fi
+# Stage 6 needs the training set's embeddings for the cohort, the centring, the backend and the
+# default calibration trials; a pretrained model brings its own.
 train_cohort=false
-if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ] || ${score_qmf}; then train_cohort=true; fi
+if ! ${packed_scoring}; then
+    if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ] || [ -z "${calib_set}" ] || ${score_qmf}; then
+        train_cohort=true
+    fi
+    [ -n "${calib_set}" ] && embed_sets="${embed_sets} ${calib_set}"
+fi
 # Stage 4 reads stage 2's output for the training set unless it trains on audio alone
 # (frontend.feats_type raw, no VAD, no global input statistics): then stages 2 and 4 skip it.
 train_reads=features
-if [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 2 ] && [ -f "${train_config}" ]; then
+if [ -z "${pretrained}" ] && [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 2 ] && [ -f "${train_config}" ]; then
     train_reads=$(python -m spkflow.bin.train_inputs --config "${train_config}") || exit 1
 fi
 
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
-    log "Stage 1: data preparation (local/data.sh) into data/{${train_set},${test_sets// /,}}"
+    log "Stage 1: data preparation (local/data.sh) into data/{$([ -z "${pretrained}" ] && echo "${train_set},")${test_sets// /,}}"
     # shellcheck disable=SC2086  # local_data_opts is a list of options, split into words on purpose
     local/data.sh ${local_data_opts}
     # Every set must be a valid data dir; the sets that are scored need a trials list.
-    for dset in $(echo "${train_set} ${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++'); do
+    _sets="${train_set} ${calib_set} ${test_sets} ${valid_set}"
+    [ -n "${pretrained}" ] && _sets="${test_sets}"   # a pretrained model needs no training set
+    for dset in $(echo "${_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++'); do
         utils/validate_data_dir.sh --no-feats --no-text "data/${dset}"
         if [ "${dset}" != "${train_set}" ] && [ ! -s "data/${dset}/trials" ]; then
             log "Error: data/${dset}/trials is missing: local/data.sh must write a trials list for each test set"
@@ -153,7 +201,11 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1 output: data dirs in $(pwd)/data"
 fi
 
-if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
+if [ -n "${pretrained}" ] && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 2 ]; then
+    log "Stages 2-4 skipped: the pretrained model ${pretrained} is used (${spk_exp})"
+fi
+
+if [ -z "${pretrained}" ] && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     log "Stage 2: fbank + energy VAD with ${fbank_conf}, ${nj} jobs: data/<set> -> ${dumpdir}/fbank/<set>"
     # Every set a later stage reads: training, validation, evaluation and embedding sets; not the
     # training set when stage 4 trains on its audio alone (spkflow.bin.train_inputs says "audio").
@@ -185,7 +237,7 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     done
 fi
 
-if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
+if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "Stage 3: ${num_spk} x ${num_utt} batch lists for ${num_epochs} epochs -> ${spk_exp}/batches"
     # One file per epoch, epochs numbered from 1 (ESPnet style): epoch<E>.txt, one batch per line,
     # N*M utterance ids speaker-major (spkflow/train/batches.py plans them; make_batches writes them).
@@ -246,7 +298,7 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     trap - EXIT INT TERM HUP
 fi
 
-if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
+if [ -z "${pretrained}" ] && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: training with ${train_config} -> ${spk_exp}"
     # spkflow/train/trainer.py: N x M crops of the stage-2 features in the order of the stage-3 batch
     # lists, a checkpoint each epoch (resumable mid-epoch), validation EER on ${valid_set}'s
@@ -302,8 +354,11 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
         _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
     fi
     log "Stage 5: embedding extraction for ${_sets} -> ${spk_exp}/embed/<set>"
+    if [ -f "${pretrained}" ]; then  # a pack: verified and unpacked once (kept while it is the same pack)
+        python -m spkflow.bin.pack --unpack "${pretrained}" --out "${model_dir}"
+    fi
     for _f in config.yaml model.pth; do
-        [ -f "${spk_exp}/${_f}" ] || { log "Error: ${spk_exp}/${_f} not found (stage 4 writes the model)"; exit 1; }
+        [ -f "${model_dir}/${_f}" ] || { log "Error: ${model_dir}/${_f} not found (stage 4 writes the model)"; exit 1; }
     done
     if ${gpu_inference}; then
         _cmd=${cuda_cmd}; _device=cuda   # one GPU per job (--gpu 1)
@@ -314,35 +369,78 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
         # shellcheck disable=SC2086
         scripts/spk/extract_embeddings.sh --cmd "${_cmd}" --nj "${nj}" --device "${_device}" \
             --batch-size "${embed_batch_size}" --toolkit spkflow --skip-bad "${skip_bad}" ${embed_opts} \
-            --model-dir "${spk_exp}" "data/${dset}" "${spk_exp}/embed/${dset}"
+            --model-dir "${model_dir}" "data/${dset}" "${spk_exp}/embed/${dset}"
     done
 fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: scoring trials of ${test_sets} -> ${spk_exp}/eval/<set>"
-    _score_opts=(--model-tag "spk_${tag}" --skip-missing "${score_skip_missing}" --results-md "${spk_exp}")
-    _cohort=${spk_exp}/embed/${train_set}/spk_xvector.scp
-    if ${train_cohort} && [ ! -f "${_cohort}" ]; then
-        log "Error: score_norm/score_center/score_backend need the training speakers' embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
-        exit 1
-    fi
-    ${score_norm} && _score_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
-    ${score_center} && _score_opts+=(--mean-scp "${_cohort}")
-    _score_opts+=(--eval-mean "${score_eval_mean}")
-    if [ "${score_backend}" != cosine ]; then
-        _backend=${spk_exp}/backend/${score_backend}.npz
-        mkdir -p "${spk_exp}/backend/log"
-        log "Fitting the ${score_backend} backend on ${spk_exp}/embed/${train_set}/xvector.scp -> ${_backend}"
-        if ! python -m spkflow.bin.fit_backend --backend "${score_backend}" --reg "${backend_reg}" \
-                --xvector-scp "${spk_exp}/embed/${train_set}/xvector.scp" --utt2spk "data/${train_set}/utt2spk" \
-                --out "${_backend}" > "${spk_exp}/backend/log/fit_${score_backend}.log" 2>&1; then
-            tail -n 3 "${spk_exp}/backend/log/fit_${score_backend}.log" >&2
-            log "Error: fitting the backend failed, see ${spk_exp}/backend/log/fit_${score_backend}.log"
+    _score_opts=(--model-tag "${spk_exp##*/}" --skip-missing "${score_skip_missing}" --eval-mean "${score_eval_mean}"
+                 --results-md "${spk_exp}")
+    if ${packed_scoring}; then
+        # The model's own scoring (backend, cohort, calibration), as packed; nothing is fitted here.
+        if [ -f "${pretrained}" ] && [ ! -f "${model_dir}/config.yaml" ]; then
+            python -m spkflow.bin.pack --unpack "${pretrained}" --out "${model_dir}"
+        fi
+        if [ -f "${model_dir}/scoring.yaml" ]; then
+            log "Scoring with the model's packed scoring (${model_dir}/scoring.yaml); --score_* options are not used"
+            _score_opts+=(--scoring-dir "${model_dir}")
+        else
+            log "${model_dir} holds no scoring (scoring.yaml): plain cosine scores, no calibration"
+        fi
+        if [ "${model_dir}" = "${spk_exp}" ]; then  # unpacked in place: the pack's RESULTS.md stays
+            _score_opts+=(--results-file "${spk_exp}/eval/RESULTS.md")
+        fi
+    else
+        _cohort=${spk_exp}/embed/${train_set}/spk_xvector.scp
+        if ${train_cohort} && [ ! -f "${_cohort}" ]; then
+            log "Error: score_norm/score_center/score_backend and the default calibration need the training set's embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
             exit 1
         fi
-        _score_opts+=(--backend "${_backend}")
+        _fit_opts=()
+        ${score_norm} && _fit_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
+        ${score_center} && _fit_opts+=(--mean-scp "${_cohort}")
+        if [ "${score_backend}" != cosine ]; then
+            _backend=${spk_exp}/backend/${score_backend}.npz
+            mkdir -p "${spk_exp}/backend/log"
+            log "Fitting the ${score_backend} backend on ${spk_exp}/embed/${train_set}/xvector.scp -> ${_backend}"
+            if ! python -m spkflow.bin.fit_backend --backend "${score_backend}" --reg "${backend_reg}" \
+                    --xvector-scp "${spk_exp}/embed/${train_set}/xvector.scp" --utt2spk "data/${train_set}/utt2spk" \
+                    --out "${_backend}" > "${spk_exp}/backend/log/fit_${score_backend}.log" 2>&1; then
+                tail -n 3 "${spk_exp}/backend/log/fit_${score_backend}.log" >&2
+                log "Error: fitting the backend failed, see ${spk_exp}/backend/log/fit_${score_backend}.log"
+                exit 1
+            fi
+            _fit_opts+=(--backend "${_backend}")
+        fi
+        # The calibration: score -> LLR on trials the reported figures do not come from (those of
+        # calib_set, or trials drawn from the training set), scored as above (spkflow/score/verification.py).
+        mkdir -p "${spk_exp}/calib/log"
+        if [ -n "${calib_set}" ]; then
+            _ctrials=data/${calib_set}/trials
+            _cname=${calib_set}
+        else
+            _ctrials=${spk_exp}/calib/trials
+            _cname="${train_set} (seen in training)"
+            python -m spkflow.bin.make_trials --max-per-spk 8 --nontarget-ratio 10 --seed 0 "data/${train_set}" \
+                "${_ctrials}" 2> "${spk_exp}/calib/log/make_trials.log"
+        fi
+        _cscp=${spk_exp}/embed/${calib_set:-${train_set}}/xvector.scp
+        for _f in "${_ctrials}" "${_cscp}"; do
+            [ -f "${_f}" ] || { log "Error: ${_f} not found (the calibration's trials and embeddings: stages 1 and 5)"; exit 1; }
+        done
+        log "Calibration on ${_ctrials} (${_cname}) -> ${spk_exp}/scoring.yaml (log: ${spk_exp}/calib/log/calibrate.log)"
+        if ! python -m spkflow.bin.calibrate --trials "${_ctrials}" --xvector-scp "${_cscp}" "${_fit_opts[@]}" \
+                --p-target "${calib_prior}" --set-name "${_cname}" --out-dir "${spk_exp}" \
+                > "${spk_exp}/calib/log/calibrate.log" 2>&1; then
+            tail -n 3 "${spk_exp}/calib/log/calibrate.log" >&2
+            log "Error: the calibration failed, see ${spk_exp}/calib/log/calibrate.log"
+            exit 1
+        fi
+        grep -o "LLR = .*" "${spk_exp}/calib/log/calibrate.log" | while read -r _line; do log "${_line}"; done
+        _score_opts+=(--scoring-dir "${spk_exp}")
     fi
-    if ${score_qmf}; then
+    if ${score_qmf}; then  # never with packed_scoring (refused above)
         _qmf=${spk_exp}/qmf/qmf.json
         mkdir -p "${spk_exp}/qmf/log"
         _qmf_opts=(--xvector-scp "${spk_exp}/embed/${train_set}/xvector.scp" --utt2spk "data/${train_set}/utt2spk"
@@ -369,12 +467,16 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         scripts/spk/score.sh "${_score_opts[@]}" "${_set_opts[@]}" "data/${dset}/trials" \
             "${spk_exp}/embed/${dset}/xvector.scp" "${spk_exp}/eval/${dset}"
     done
-    log "Results: ${spk_exp}/RESULTS.md, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"
+    _results=${spk_exp}/RESULTS.md
+    [ "${model_dir}" = "${spk_exp}" ] && ${packed_scoring} && _results=${spk_exp}/eval/RESULTS.md
+    log "Results: ${_results}, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"
 fi
 
-if [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+if ${packed_scoring} && [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+    log "Stage 7 skipped: ${model_dir} is a pretrained model, not trained here (nothing new to pack)"
+elif [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
     _packed=${spk_exp}/packed/spk_${tag}.zip
-    log "Stage 7: pack ${spk_exp} (config, weights, fbank/vad conf, RESULTS.md, model card) -> ${_packed}"
+    log "Stage 7: pack ${spk_exp} (config, weights, fbank/vad conf, scoring, RESULTS.md, model card) -> ${_packed}"
     for _f in config.yaml model.pth; do
         [ -f "${spk_exp}/${_f}" ] || { log "Error: ${spk_exp}/${_f} not found (stage 4 writes the model)"; exit 1; }
     done

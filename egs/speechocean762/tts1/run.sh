@@ -13,6 +13,10 @@
 #
 #   ./run.sh --spk_model_dir ../spk1/exp/spk_train
 set -euo pipefail
+if [ ! -e ./path.sh ]; then  # relative links and paths: the recipe runs from its own folder
+    echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
+    exit 1
+fi
 . utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {

@@ -4,6 +4,10 @@
 # Corpora: VOXCELEB1, VOXCELEB2, MUSAN, RIRS_NOISES in db.sh (or the environment). README.md
 # says what a full run costs; `--train_config conf/train_smoke.yaml` runs every stage on CPU.
 set -euo pipefail
+if [ ! -e ./spk.sh ]; then  # relative links and paths: the recipe runs from its own folder
+    echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
+    exit 1
+fi
 . utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 train_set=vox2_dev                    # vox12: VoxCeleb2 dev + VoxCeleb1 dev (add --local_data_opts "--vox12 true")
