@@ -299,8 +299,10 @@ def test_missing_and_corrupt_model_files_are_named(packed, model_dir, tmp_path):
     esp = tmp_path / "espnet"
     esp.mkdir()
     (esp / "config.yaml").write_text("encoder: ecapa_tdnn\nfrontend: melspec_torch\n")
+    with pytest.raises(InputError, match=r"espnet: cannot tell which weights to use \(no \*.pth file\)"):
+        Embedder.from_pretrained(esp)  # an ESPnet model dir is told apart and loaded as one
     with pytest.raises(InputError, match="--toolkit espnet"):
-        Embedder.from_pretrained(esp)
+        Embedder.from_pretrained(esp, toolkit="spkflow")
     # the script refuses a corrupted pack before any job, naming it
     p = run(["bash", SCRIPT, "--model-dir", cases[2][0], tmp_path / "x", tmp_path / "out"], check=False)
     assert p.returncode != 0 and "flipped.zip" in p.stderr and "sha256" in p.stderr

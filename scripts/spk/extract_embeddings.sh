@@ -2,7 +2,7 @@
 # Speaker embeddings for a data dir: --nj parallel jobs through $cmd, batched, CPU or GPU, resumable.
 #
 #   scripts/spk/extract_embeddings.sh [--cmd run.pl] [--nj 4] [--batch-size 32] [--max-frames 3000] \
-#       [--device cpu|cuda] [--toolkit spkflow|espnet] [--skip-bad false] [--num-workers 1] \
+#       [--device cpu|cuda] [--toolkit spkflow|espnet|speechbrain|wespeaker] [--skip-bad false] [--num-workers 1] \
 #       [--num-threads 1] [--dtype float32|bfloat16|float16] [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
 #       --model-dir DIR DATA_DIR OUT_DIR
 #
@@ -18,6 +18,11 @@
 #   DIR may also be a packed model file (python -m spkflow.bin.pack), unpacked into OUT_DIR/model.
 # --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
 #   only *.pth, or --model-file); audio at the frontend's rate.
+# --toolkit speechbrain: DIR is a SpeechBrain pretrained folder (hyperparams.yaml + *.ckpt, e.g. a
+#   copy of speechbrain/spkrec-ecapa-voxceleb), loaded with no network (pip install 'spkflow[speechbrain]').
+# --toolkit wespeaker: DIR holds a WeSpeaker ONNX export (feats -> embs) and optionally its training
+#   config.yaml (fbank settings; default 80 bins, 25/10 ms, 16 kHz), or DIR is the .onnx file.
+# Every toolkit: batched so that each utterance gets its single-utterance embedding (docs/toolkits.md).
 # --device cuda gives every job one GPU (--gpu 1 to $cmd; run.pl/queue.pl/slurm.pl set
 #   CUDA_VISIBLE_DEVICES; the job uses the first visible device).
 #
@@ -40,9 +45,11 @@ batch_size=32       # utterances per batch
 max_frames=         # bound on padded 10 ms frames per batch (batch size x longest utterance);
                     # default 3000 on cpu (bigger batches cost more CPU time: caches), 60000 on cuda
 device=cpu          # cpu | cuda (one GPU per job)
-toolkit=spkflow     # spkflow (stage-4 model dir) | espnet (ESPnet speaker model)
-model_dir=          # model directory (required)
-model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR)
+toolkit=spkflow     # spkflow (stage-4 model dir) | espnet (ESPnet speaker model) |
+                    # speechbrain (pretrained folder) | wespeaker (ONNX export)
+model_dir=          # model directory (required; wespeaker: or the .onnx file)
+model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR);
+                    # wespeaker: the .onnx (default: the only *.onnx in DIR)
 feats_dir=          # spkflow: read features (feats.scp + vad.scp) from here instead of the audio
 skip_bad=false      # leave unreadable utterances out (listed in OUT_DIR/bad_utts) instead of failing
 num_workers=        # DataLoader worker processes per job (audio reading, features, padding);
@@ -62,9 +69,9 @@ Options:
   --batch-size B       utterances per batch (default: ${batch_size})
   --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda)
   --device DEV         cpu | cuda (default: ${device})
-  --toolkit T          spkflow | espnet (default: ${toolkit})
-  --model-dir DIR      model directory: config.yaml + weights, or a packed model .zip (required)
-  --model-file F       espnet: the weights file, when DIR has several *.pth
+  --toolkit T          spkflow | espnet | speechbrain | wespeaker (default: ${toolkit})
+  --model-dir DIR      model directory (spkflow: or a packed model .zip; wespeaker: or the .onnx) (required)
+  --model-file F       espnet / wespeaker: the weights file, when DIR has several
   --feats-dir D        spkflow: features from D/feats.scp (+ vad.scp) instead of audio
   --skip-bad BOOL      leave bad utterances out instead of failing (default: ${skip_bad})
   --num-workers K      DataLoader worker processes per job (default: 1 on cpu, 4 on cuda)
@@ -97,7 +104,10 @@ if ! [[ "${num_workers}" =~ ^[0-9]+$ ]]; then
     log "Error: --num-workers must be a non-negative integer, got '${num_workers}'"
     exit 1
 fi
-case "${toolkit}" in spkflow|espnet) ;; *) log "Error: --toolkit must be spkflow or espnet, got '${toolkit}'"; exit 1 ;; esac
+case "${toolkit}" in
+    spkflow|espnet|speechbrain|wespeaker) ;;
+    *) log "Error: --toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${toolkit}'"; exit 1 ;;
+esac
 case "${device}" in cpu|cuda|cuda:*) ;; *) log "Error: --device must be cpu or cuda, got '${device}'"; exit 1 ;; esac
 case "${dtype}" in float32|bfloat16|float16) ;; *) log "Error: --dtype must be float32, bfloat16 or float16, got '${dtype}'"; exit 1 ;; esac
 if [ "${dtype}" = float16 ] && [[ "${device}" != cuda* ]]; then
@@ -110,37 +120,31 @@ if [ -z "${model_dir}" ]; then
     echo "${help_message}" >&2
     exit 1
 fi
-if [ -f "${model_dir}" ]; then  # a packed model (python -m spkflow.bin.pack): verified, unpacked once into OUT_DIR/model
+if [ -f "${model_dir}" ] && [ "${toolkit}" = spkflow ]; then  # a packed model (python -m spkflow.bin.pack): verified, unpacked once into OUT_DIR/model
     "${python}" -m spkflow.bin.pack --unpack "${model_dir}" --out "${out}/model" || exit 1
     model_dir=${out}/model
 fi
-if [ ! -d "${model_dir}" ]; then
+if [ ! -e "${model_dir}" ]; then
     log "Error: --model-dir ${model_dir}: no such directory"
     exit 1
 fi
-if [ ! -f "${model_dir}/config.yaml" ]; then
+if [ ! -d "${model_dir}" ] && [ "${toolkit}" != wespeaker ]; then
+    log "Error: --model-dir ${model_dir}: not a directory (only --toolkit wespeaker takes a model file: the .onnx)"
+    exit 1
+fi
+if [[ "${toolkit}" =~ ^(spkflow|espnet)$ ]] && [ ! -f "${model_dir}/config.yaml" ]; then
     log "Error: ${model_dir}/config.yaml not found: a model directory holds config.yaml and the weights" \
         "(stage 4 writes config.yaml + model.pth)"
     exit 1
 fi
-if [ -n "${model_file}" ]; then
-    weights=${model_file}
-elif [ -f "${model_dir}/model.pth" ]; then
-    weights=${model_dir}/model.pth
-elif [ "${toolkit}" = espnet ]; then
-    weights=$(find "${model_dir}" -maxdepth 1 -name '*.pth' ! -name checkpoint.pth | sort)
-    if [ "$(echo "${weights}" | grep -c .)" -ne 1 ]; then
-        log "Error: cannot tell which weights in ${model_dir} to use (${weights:-no *.pth}); give --model-file"
-        exit 1
-    fi
-else
-    log "Error: ${model_dir}/model.pth not found: the model directory has no weights"
+if [ "${toolkit}" = wespeaker ] && [ "${dtype}" != float32 ]; then
+    log "Error: --dtype ${dtype}: a WeSpeaker ONNX graph runs in its own precision (float32 only)"
     exit 1
 fi
-if [ ! -f "${weights}" ]; then
-    log "Error: model file ${weights} not found"
-    exit 1
-fi
+# The model's stamp: the toolkit and the hashes of the files that make its embeddings (config and
+# weights; a missing or ambiguous file is named here, before anything is written).
+stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}" \
+    ${model_file:+--model-file "${model_file}"} --dtype "${dtype}") || exit 1
 if [ -n "${feats_dir}" ] && [ ! -f "${feats_dir}/feats.scp" ]; then
     log "Error: --feats-dir ${feats_dir}: no feats.scp there"
     exit 1
@@ -164,9 +168,7 @@ mkdir -p "${out}"
 jobs_lock "${out}"   # from here to the merge, no other run writes into ${out}
 mkdir -p "${jobs}" "${out}/log"
 
-# --- resume only with the same model: a stamp of the toolkit and the weights' and config's hashes
-stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}/config.yaml" "${weights}" \
-    --dtype "${dtype}")
+# --- resume only with the same model (its stamp, computed above)
 if [ -f "${jobs}/model.stamp" ] && [ "$(cat "${jobs}/model.stamp")" != "${stamp}" ]; then
     log "The model changed since ${jobs} was written: discarding its partial outputs"
     rm -rf "${jobs}"
