@@ -185,7 +185,9 @@ class SpeechbrainEmbedder:
                 run_opts={"device": self.device},
             )
         except Exception as exc:  # SpeechBrain and hyperpyyaml raise many kinds
-            raise ModelError(self.config_path, None, f"SpeechBrain cannot load it: {type(exc).__name__}: {exc}") from None
+            why = " ".join(str(exc).split())  # torch's multi-line size mismatches on one line
+            why = why if len(why) <= 600 else why[:600] + " ..."
+            raise ModelError(self.config_path, None, f"SpeechBrain cannot load it: {type(exc).__name__}: {why}") from None
         self.classifier = clf
         self.model = clf.mods.embedding_model
         self._check_weights(clf, ckpts)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from helpers.audio import make_mixed_data
-from helpers.models import l2, perturb_batchnorm
+from helpers.models import l2, save_espnet_model
 from helpers.paths import ROOT
 from helpers.recipes import SCRIPT, env
 
@@ -109,16 +109,6 @@ CONFIGS = {
     ),
 }
 MASKED = ["ecapa", "xvector", "rawnet3", "resnet", "conformer"]
-
-
-def save_espnet_model(path: Path, cfg: dict, seed: int = 0) -> Path:
-    torch.manual_seed(seed)
-    model = SpeakerTask.build_model(argparse.Namespace(**cfg))
-    perturb_batchnorm(model, seed)  # weights: ESPnet's random init
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    torch.save(model.state_dict(), path / "model.pth")
-    return path
 
 
 @pytest.fixture(scope="module")

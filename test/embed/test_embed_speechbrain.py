@@ -202,7 +202,9 @@ def test_script_skip_bad_names_a_too_short_utterance(sb_dirs, tmp_path):
     (data / "wav.scp").write_text("\n".join(wav) + "\n")
     victim = wav[0].split()[0]
     base = ["bash", str(SCRIPT), "--toolkit", "speechbrain", "--nj", "2", "--model-dir", str(sb_dirs["ecapa"])]
-    p = subprocess.run([*base, str(data), str(tmp_path / "o1")], env=env(), capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(
+        [*base, "--nj", "1", str(data), str(tmp_path / "o1")], env=env(), capture_output=True, text=True, cwd=ROOT
+    )
     assert p.returncode == 1
     logs = "".join(f.read_text() for f in (tmp_path / "o1" / "log").glob("extract_*.log"))
     assert f"{victim}" in logs and "shorter than the model's shortest input" in logs

@@ -55,6 +55,23 @@ def make_spkflow_model_dir(path: Path, seed: int = 0, mean_norm: bool = False) -
 
 # ----------------------------------------------------------------------------- other toolkits' formats
 
+
+def save_espnet_model(path: Path, cfg: dict, seed: int = 0) -> Path:
+    """An ESPnet speaker model dir (config.yaml + model.pth) built by ``SpeakerTask.build_model``
+    from ``cfg``, ESPnet's random init with non-trivial BatchNorm statistics.  Returns ``path``."""
+    import argparse
+
+    import torch
+    from espnet2.tasks.spk import SpeakerTask
+
+    torch.manual_seed(seed)
+    model = SpeakerTask.build_model(argparse.Namespace(**cfg))
+    perturb_batchnorm(model, seed)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    torch.save(model.state_dict(), path / "model.pth")
+    return path
+
 #: SpeechBrain encoders in the layout of speechbrain/spkrec-ecapa-voxceleb and spkrec-xvect-voxceleb, tiny
 SB_ENCODERS = {
     "ecapa": """embedding_model: !new:speechbrain.lobes.models.ECAPA_TDNN.ECAPA_TDNN
