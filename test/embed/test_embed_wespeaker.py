@@ -155,3 +155,43 @@ def test_script_nj2_real_speech_equals_runtime(ws_dir, runtime, tmp_path, corpus
     diff = max(float(np.abs(l2(xv[u]) - l2(speaker.extract_embedding(wav[u])[0])).max()) for u in utts)
     assert diff <= 1e-4, diff
     assert (out / "jobs" / "model.stamp").read_text().strip() == WespeakerEmbedder(onnx).stamp
+
+
+def test_spk_sh_stages_2_to_5_with_a_pretrained_model(ws_dir, tmp_path, monkeypatch):
+    """spk.sh --embed_toolkit wespeaker --embed_model X: stages 2-4 are skipped (nothing to train),
+    stage 5 embeds with the pretrained model into exp/spk_<model name>, equal to the adapter."""
+    import kaldiio
+
+    from helpers.audio import make_mixed_data
+    from helpers.recipes import PY
+
+    recipe = tmp_path / "egs" / "demo" / "spk1"
+    recipe.mkdir(parents=True)
+    for name in ("spk.sh", "cmd.sh", "db.sh"):
+        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
+    (recipe / "path.sh").write_text(
+        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\nexport LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
+    )
+    (recipe / "data").mkdir()
+    make_mixed_data(tmp_path / "corpus", num_spk=2, num_utt=2).rename(recipe / "data" / "test")
+    onnx = ws_dir / "voxceleb_resnet_tiny.onnx"
+    args = ["--stage", "2", "--stop_stage", "5", "--test_sets", "test", "--nj", "2", "--embed_toolkit", "wespeaker"]
+    p = subprocess.run(
+        ["bash", "spk.sh", *args, "--embed_model", str(onnx)], cwd=recipe, env=env(), capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Stages 2-4 skipped" in p.stdout and "Stage 2:" not in p.stdout
+    out = recipe / "exp" / "spk_voxceleb_resnet_tiny" / "embed" / "test"
+    monkeypatch.chdir(recipe)  # scp paths are relative to the recipe dir
+    xv = kaldiio.load_scp(str(out / "xvector.scp"))
+    emb = WespeakerEmbedder(onnx)
+    prep = emb.preparer(recipe / "data" / "test")
+    utts = (recipe / "data" / "test" / "utt2spk").read_text().split()[::2]
+    assert list(xv) == utts
+    assert max(float(np.abs(xv[u] - emb.embed([prep(u)])[0]).max()) for u in utts) <= 1e-5
+    p = subprocess.run(
+        ["bash", "spk.sh", *args[:-1], "speechbrain"], cwd=recipe, env=env(), capture_output=True, text=True
+    )
+    assert p.returncode == 2 and "needs --embed_model" in p.stdout + p.stderr

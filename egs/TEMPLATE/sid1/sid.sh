@@ -4,6 +4,7 @@
 #
 #   ./run.sh                                                  # train a model here, then SID
 #   ./run.sh --spk_model_dir ../spk1/exp/spk_train            # reuse a spk1 model: stages 2-4 skipped
+#   ./run.sh --spk_model_dir spkrec-ecapa-voxceleb --spk_toolkit speechbrain   # or another toolkit's model
 #   ./run.sh --stage 6 --num_enrol 3 --backend lda            # SID stages again on the same embeddings
 #
 # Stages: 1 data prep, 2 fbank + VAD, 3 batch lists, 4 training (all four: spk.sh),
@@ -28,6 +29,7 @@ expdir=exp            # where experiments go
 
 # Model options (stages 1-5, passed to spk.sh).
 spk_model_dir=        # a stage-4 model dir (config.yaml + model.pth) to reuse; empty: train one here (stages 2-4)
+spk_toolkit=spkflow   # the toolkit of --spk_model_dir: spkflow | espnet | speechbrain | wespeaker (a pretrained model)
 train_set=train       # training data dir under data/ (only when training here)
 test_sets="test"      # data dirs under data/ to identify speakers in
 train_config=conf/train.yaml  # training config (only when training here)
@@ -48,6 +50,7 @@ Usage: $0 [options]
   --stage / --stop_stage   stages (1 data, 2 fbank, 3 batches, 4 train, 5 embed, 6 enrol, 7 closed set, 8 open set)
   --nj, --expdir
   --spk_model_dir DIR      reuse a spk1 model dir (skips stages 2-4)
+  --spk_toolkit T          the toolkit of --spk_model_dir: spkflow | espnet | speechbrain | wespeaker
   --train_set, --test_sets, --train_config, --tag, --spk_opts, --embed_opts
   --num_enrol K, --split_seed, --open_folds, --backend cosine|wccn|lda, --lda_dim, --far
 EOM
@@ -66,12 +69,25 @@ fi
 . ./cmd.sh
 
 case "${backend}" in cosine|wccn|lda) ;; *) log "Error: --backend must be cosine, wccn or lda, got '${backend}'"; exit 2 ;; esac
+case "${spk_toolkit}" in
+    spkflow|espnet|speechbrain|wespeaker) ;;
+    *) log "Error: --spk_toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${spk_toolkit}'"; exit 2 ;;
+esac
+if [ "${spk_toolkit}" != spkflow ] && [ -z "${spk_model_dir}" ]; then
+    log "Error: --spk_toolkit ${spk_toolkit} needs --spk_model_dir (the pretrained model)"
+    exit 2
+fi
 if [ -n "${spk_model_dir}" ]; then
-    for _f in config.yaml model.pth; do
-        [ -f "${spk_model_dir}/${_f}" ] || { log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir)"; exit 1; }
-    done
+    if [ "${spk_toolkit}" = spkflow ]; then
+        for _f in config.yaml model.pth; do
+            [ -f "${spk_model_dir}/${_f}" ] || { log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir)"; exit 1; }
+        done
+    elif [ ! -e "${spk_model_dir}" ]; then
+        log "Error: --spk_model_dir ${spk_model_dir}: not found"
+        exit 1
+    fi
     model_dir=${spk_model_dir}
-    [ -z "${tag}" ] && tag=$(basename "${spk_model_dir}")
+    [ -z "${tag}" ] && tag=$(basename "${spk_model_dir}" .onnx)
     sid_exp=${expdir}/${tag}
 else
     [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
@@ -102,12 +118,12 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
         log "Stage 5: embeddings of ${test_sets} (spk.sh stage 5) -> ${sid_exp}/embed/<set>"
         ./spk.sh --stage 5 --stop_stage 5 --embed_sets "${test_sets}" "${spk_args[@]}"
     else
-        log "Stage 5: embeddings of ${test_sets} with ${spk_model_dir} -> ${sid_exp}/embed/<set>"
+        log "Stage 5: embeddings of ${test_sets} with the ${spk_toolkit} model ${spk_model_dir} -> ${sid_exp}/embed/<set>"
         mkdir -p "${sid_exp}"
         echo "${spk_model_dir}" > "${sid_exp}/model_dir"
         for dset in ${test_sets}; do
             # shellcheck disable=SC2086
-            scripts/spk/extract_embeddings.sh --cmd "${decode_cmd}" --nj "${nj}" --toolkit spkflow ${embed_opts} \
+            scripts/spk/extract_embeddings.sh --cmd "${decode_cmd}" --nj "${nj}" --toolkit "${spk_toolkit}" ${embed_opts} \
                 --model-dir "${spk_model_dir}" "data/${dset}" "${sid_exp}/embed/${dset}"
         done
     fi

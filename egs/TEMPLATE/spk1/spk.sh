@@ -55,6 +55,9 @@ embed_sets=           # data dirs to embed (default: test sets and valid set)
 embed_batch_size=32   # utterances per batch in extraction
 extract_train=false   # also embed the training set (as a TTS recipe would)
 embed_opts=           # more options for scripts/spk/extract_embeddings.sh (e.g. "--num-workers 2 --max-frames 30000")
+embed_toolkit=spkflow # the model of stages 5-6: spkflow (trained here, stages 2-4) | espnet | speechbrain | wespeaker
+embed_model=          # with another embed_toolkit: the pretrained model (its dir, or a WeSpeaker .onnx);
+                      # stages 2-4 and 7 are skipped, results go to exp/spk_<tag> (default tag: the model's name)
 
 # Scoring options (stage 6).
 score_norm=false      # adaptive s-norm with a cohort from the training set
@@ -75,6 +78,7 @@ Usage: $0 [options]
   --num_spk, --num_utt, --num_epochs, --batch_seed, --short_speakers
   --train_config, --tag, --resume, --train_threads
   --embed_sets, --embed_batch_size, --gpu_inference, --extract_train, --embed_opts
+  --embed_toolkit spkflow|espnet|speechbrain|wespeaker, --embed_model DIR   (score a pretrained model)
   --score_norm, --cohort_size, --score_center, --score_eval_mean, --score_backend cosine|wccn|lda, --backend_reg,
   --score_skip_missing
 EOM
@@ -99,6 +103,20 @@ if [ "${num_nodes}" -gt 1 ] && [ "$(basename "${cuda_cmd%% *}")" != slurm.pl ] \
     exit 2
 fi
 
+case "${embed_toolkit}" in
+    spkflow) train_here=true ;;
+    espnet|speechbrain|wespeaker)
+        train_here=false  # a pretrained model: nothing to train or pack
+        if [ -z "${embed_model}" ] || [ ! -e "${embed_model}" ]; then
+            log "Error: --embed_toolkit ${embed_toolkit} needs --embed_model (the pretrained model), got '${embed_model}'"
+            exit 2
+        fi
+        [ -z "${tag}" ] && tag=$(basename "${embed_model}" .onnx) ;;
+    *) log "Error: --embed_toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${embed_toolkit}'"; exit 2 ;;
+esac
+if ! ${train_here} && [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 2 ]; then
+    log "Stages 2-4 skipped: stages 5-6 use the pretrained ${embed_toolkit} model ${embed_model}"
+fi
 [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
 spk_exp=${expdir}/spk_${tag}
 [ -z "${valid_set}" ] && valid_set=${test_sets%% *}
@@ -141,7 +159,7 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1 output: data dirs in $(pwd)/data"
 fi
 
-if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
+if ${train_here} && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     log "Stage 2: fbank + energy VAD with ${fbank_conf}, ${nj} jobs: data/<set> -> ${dumpdir}/fbank/<set>"
     # Every set a later stage reads: training, validation, evaluation and embedding sets.
     # scripts/feats/make_fbank.sh copies data/<set> to the dump dir and adds feats.scp, vad.scp,
@@ -168,7 +186,7 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     done
 fi
 
-if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
+if ${train_here} && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "Stage 3: ${num_spk} x ${num_utt} batch lists for ${num_epochs} epochs -> ${spk_exp}/batches"
     # One file per epoch, epochs numbered from 1 (ESPnet style): epoch<E>.txt, one batch per line,
     # N*M utterance ids speaker-major (spkflow/train/batches.py plans them; make_batches writes them).
@@ -222,7 +240,7 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "${num_epochs} batch lists (${_made} planned, ${_kept} kept): ${_range:-see ${_summary}}; per epoch: ${_summary}"
 fi
 
-if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
+if ${train_here} && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: training with ${train_config} -> ${spk_exp}"
     # spkflow/train/trainer.py: N x M crops of the stage-2 features in the order of the stage-3 batch
     # lists, a checkpoint each epoch (resumable mid-epoch), validation EER on ${valid_set}'s
@@ -276,10 +294,17 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     if ${train_cohort} && [[ " ${_sets} " != *" ${train_set} "* ]]; then
         _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
     fi
-    log "Stage 5: embedding extraction for ${_sets} -> ${spk_exp}/embed/<set>"
-    for _f in config.yaml model.pth; do
-        [ -f "${spk_exp}/${_f}" ] || { log "Error: ${spk_exp}/${_f} not found (stage 4 writes the model)"; exit 1; }
-    done
+    if ${train_here}; then
+        _model=${spk_exp}
+        for _f in config.yaml model.pth; do
+            [ -f "${spk_exp}/${_f}" ] || { log "Error: ${spk_exp}/${_f} not found (stage 4 writes the model)"; exit 1; }
+        done
+    else
+        _model=${embed_model}
+        mkdir -p "${spk_exp}"
+        echo "${embed_toolkit} ${embed_model}" > "${spk_exp}/pretrained_model"
+    fi
+    log "Stage 5: embedding extraction for ${_sets} with the ${embed_toolkit} model ${_model} -> ${spk_exp}/embed/<set>"
     if ${gpu_inference}; then
         _cmd=${cuda_cmd}; _device=cuda   # one GPU per job (--gpu 1)
     else
@@ -288,8 +313,8 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     for dset in ${_sets}; do
         # shellcheck disable=SC2086
         scripts/spk/extract_embeddings.sh --cmd "${_cmd}" --nj "${nj}" --device "${_device}" \
-            --batch-size "${embed_batch_size}" --toolkit spkflow --skip-bad "${skip_bad}" ${embed_opts} \
-            --model-dir "${spk_exp}" "data/${dset}" "${spk_exp}/embed/${dset}"
+            --batch-size "${embed_batch_size}" --toolkit "${embed_toolkit}" --skip-bad "${skip_bad}" ${embed_opts} \
+            --model-dir "${_model}" "data/${dset}" "${spk_exp}/embed/${dset}"
     done
 fi
 
@@ -327,7 +352,9 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Results: ${spk_exp}/RESULTS.md, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"
 fi
 
-if [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+if ! ${train_here} && [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+    log "Stage 7 skipped: a pretrained ${embed_toolkit} model is not packed (pack spkflow models)"
+elif [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
     _packed=${spk_exp}/packed/spk_${tag}.zip
     log "Stage 7: pack ${spk_exp} (config, weights, fbank/vad conf, RESULTS.md, model card) -> ${_packed}"
     for _f in config.yaml model.pth; do
