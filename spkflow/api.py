@@ -93,9 +93,7 @@ class Embedder:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(
-        cls, path: str | os.PathLike[str], device: str = "cpu", toolkit: str | None = None
-    ) -> Embedder:
+    def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu", toolkit: str | None = None) -> Embedder:
         """Load a model onto ``device`` (``cpu``, ``cuda``, ``cuda:N``): a stage-4 model dir
         (``config.yaml`` + ``model.pth``), a packed model file (``python -m spkflow.bin.pack``) or
         an exported ``.onnx`` file (``python -m spkflow.bin.export``; run by onnxruntime, without

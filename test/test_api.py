@@ -415,7 +415,9 @@ def test_other_toolkits_detected_and_equal_to_stage5(tmp_path):
         "wespeaker": make_wespeaker_onnx(tmp_path / "ws" / "resnet.onnx"),
     }
     rng = np.random.default_rng(5)
-    waves = [(0.2 * np.sin(np.arange(n) * 0.05) + 0.01 * rng.standard_normal(n)).astype(np.float32) for n in (9000, 20000)]
+    waves = [
+        (0.2 * np.sin(np.arange(n) * 0.05) + 0.01 * rng.standard_normal(n)).astype(np.float32) for n in (9000, 20000)
+    ]
     path = tmp_path / "a.wav"
     sf.write(path, waves[1], 8000)
     for toolkit, model in models.items():

@@ -48,7 +48,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model-file",
         default=None,
-        help="espnet: weights file (default: DIR/model.pth or the only *.pth); wespeaker: the .onnx (default: the only one)",
+        help="espnet: weights file (default: DIR/model.pth or the only *.pth); "
+        "wespeaker: the .onnx (default: the only one)",
     )
     p.add_argument("--feats-dir", default=None, help="spkflow: read feats.scp (+ vad.scp) here instead of audio")
     p.add_argument("--keys", default=None, help="file whose first fields are this job's utterances (default: all)")

@@ -2,15 +2,19 @@
 
 :class:`Embedder` is what :func:`spkflow.embed.run.run_job` needs from a model: a picklable
 per-utterance input maker run in DataLoader workers, a length in 10 ms frames and a batched
-forward.  :class:`spkflow.embed.native.SpkflowEmbedder` runs a stage-4 model dir; the ESPnet
-adapter is :class:`spkflow.embed.espnet.EspnetEmbedder`; :func:`spkflow.embed.load_embedder`
-picks one.
+forward.  :class:`spkflow.embed.native.SpkflowEmbedder` runs a stage-4 model dir; the other
+toolkits' adapters are :class:`~spkflow.embed.espnet.EspnetEmbedder`,
+:class:`~spkflow.embed.speechbrain.SpeechbrainEmbedder` and
+:class:`~spkflow.embed.wespeaker.WespeakerEmbedder`; :func:`spkflow.embed.load_embedder` picks
+one.  :func:`model_files` names the files that make a model's embeddings (what its stamp
+hashes), :class:`WavePreparer` reads a data dir's audio at the model's rate in the workers.
 
 What it guarantees
 ------------------
 * **Batched = alone.**  A padded batch gives every utterance the embedding it gets alone
   (spkflow models take ``lengths`` and :mod:`spkflow.nnet.models` masks padding;
-  ``test/test_embed*.py`` check mixed lengths within 1e-4).
+  ``test/embed/test_embed*.py`` check mixed lengths within 1e-4; other toolkits' encoders run
+  under :mod:`spkflow.embed.masking` or in equal-length groups).
 * **Bounded batches.**  :func:`plan_batches` puts at most ``batch_size`` utterances and at most
   ``max_frames`` padded frames (batch size x longest utterance, 10 ms frames) in a batch,
   longest first, deterministically; :func:`split_by_frames` applies the bound again after
@@ -18,8 +22,8 @@ What it guarantees
   frames on CPU, where bigger batches cost *more* CPU time (measured on speechocean762 with an
   ECAPA-512: 8000 frames +15 %, 60000 frames +30 %), and 60000 on GPU.
 * **The model's identity.**  Every embedder carries :attr:`stamp` (toolkit and the SHA-256 of
-  its config and weights, :func:`model_stamp`), recorded beside each job's embeddings so that
-  the merge never mixes two models' vectors.
+  each of :func:`model_files`: config and weights, :func:`model_stamp`), recorded beside each
+  job's embeddings so that the merge never mixes two models' vectors.
 * **Precision.**  ``dtype`` float32 (default) or, through ``torch.autocast``, bfloat16 (CPU
   and CUDA) or float16 (CUDA only; a ValueError on CPU).  Vectors are returned float32 and
   the dtype is part of the stamp.  Batches are padded in DataLoader workers

@@ -125,9 +125,14 @@ BLOCKS: dict[str, Block] = {
     f"{_SPK}.encoder.conformer_encoder.MfaConformerEncoder": Block(),
     **{
         f"{_NETS}.transformer.subsampling.{name}": Block(frame_wise=True, time_axis=-2)
-        for name in ("Conv2dSubsampling", "Conv2dSubsampling1", "Conv2dSubsampling2", "Conv2dSubsampling6",
-                     "Conv2dSubsampling8")
-    },  # fmt: skip
+        for name in (
+            "Conv2dSubsampling",
+            "Conv2dSubsampling1",
+            "Conv2dSubsampling2",
+            "Conv2dSubsampling6",
+            "Conv2dSubsampling8",
+        )
+    },
     f"{_NETS}.conformer.encoder_layer.EncoderLayer": Block(install=_attention_mask_install),
     f"{_NETS}.transformer.repeat.MultiSequential": Block(),
     f"{_NETS}.transformer.attention.MultiHeadedAttention": Block(frame_wise=True),

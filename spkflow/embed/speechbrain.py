@@ -187,7 +187,9 @@ class SpeechbrainEmbedder:
         except Exception as exc:  # SpeechBrain and hyperpyyaml raise many kinds
             why = " ".join(str(exc).split())  # torch's multi-line size mismatches on one line
             why = why if len(why) <= 600 else why[:600] + " ..."
-            raise ModelError(self.config_path, None, f"SpeechBrain cannot load it: {type(exc).__name__}: {why}") from None
+            raise ModelError(
+                self.config_path, None, f"SpeechBrain cannot load it: {type(exc).__name__}: {why}"
+            ) from None
         self.classifier = clf
         self.model = clf.mods.embedding_model
         self._check_weights(clf, ckpts)
@@ -283,4 +285,3 @@ class SpeechbrainEmbedder:
             with autocast:
                 out = self._encode(feats)
         return out.float().cpu().numpy()
-

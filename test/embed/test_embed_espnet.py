@@ -11,7 +11,6 @@ changes the embeddings of the shorter utterances; ours does not."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 from pathlib import Path
 

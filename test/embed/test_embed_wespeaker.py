@@ -84,7 +84,10 @@ def test_frontend_from_config_and_checked_against_the_graph(tmp_path):
     d = tmp_path / "m64"
     make_wespeaker_onnx(d / "model.onnx", feat_dim=64)
     cfg = {
-        "dataset_args": {"resample_rate": 16000, "fbank_args": {"num_mel_bins": 64, "frame_shift": 10, "frame_length": 25}},
+        "dataset_args": {
+            "resample_rate": 16000,
+            "fbank_args": {"num_mel_bins": 64, "frame_shift": 10, "frame_length": 25},
+        },
         "model": "ResNet34",
         "model_args": {"feat_dim": 64, "embed_dim": 16},
     }
@@ -106,6 +109,7 @@ def test_frontend_from_config_and_checked_against_the_graph(tmp_path):
 
 def test_not_a_wespeaker_graph_is_named(tmp_path):
     """A spkflow export (feats + lengths -> embedding) is told apart, with the toolkit to use."""
+
     class Mean(torch.nn.Module):
         def forward(self, feats, lengths):
             return feats.sum(dim=1) / lengths[:, None]
@@ -172,7 +176,8 @@ def test_spk_sh_stages_2_to_5_with_a_pretrained_model(ws_dir, tmp_path, monkeypa
     for name in ("utils", "scripts"):
         (recipe / name).symlink_to(ROOT / name)
     (recipe / "path.sh").write_text(
-        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\nexport LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
+        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
+        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
     )
     (recipe / "data").mkdir()
     make_mixed_data(tmp_path / "corpus", num_spk=2, num_utt=2).rename(recipe / "data" / "test")

@@ -72,6 +72,7 @@ def save_espnet_model(path: Path, cfg: dict, seed: int = 0) -> Path:
     torch.save(model.state_dict(), path / "model.pth")
     return path
 
+
 #: SpeechBrain encoders in the layout of speechbrain/spkrec-ecapa-voxceleb and spkrec-xvect-voxceleb, tiny
 SB_ENCODERS = {
     "ecapa": """embedding_model: !new:speechbrain.lobes.models.ECAPA_TDNN.ECAPA_TDNN
@@ -102,7 +103,7 @@ classifier: !new:speechbrain.lobes.models.Xvector.Classifier
 """,
 }
 
-_SB_HPARAMS = """# A pretrained folder as SpeechBrain publishes them (speechbrain/spkrec-*-voxceleb), tiny, random weights
+_SB_HPARAMS = """# A pretrained folder as SpeechBrain publishes them (speechbrain/spkrec-*-voxceleb), tiny
 n_mels: 24
 pretrained_path: speechbrain/spkrec-ecapa-voxceleb
 out_n_neurons: 5
