@@ -307,3 +307,15 @@ def test_script_nj2_real_speech_equals_speech2embedding(models, name, tmp_path, 
     reader = AudioReader(data, sample_rate=16000)
     diff = max(float(np.abs(l2(xv[u]) - l2(s2e(reader.read(u)).numpy()[0])).max()) for u in utts)
     assert diff <= 1e-4, diff
+
+
+def test_bfloat16_is_close_and_stamped(models):
+    from spkflow.embed.espnet import EspnetEmbedder
+
+    f32 = EspnetEmbedder(models["rawnet3"])
+    b16 = EspnetEmbedder(models["rawnet3"], dtype="bfloat16")
+    assert b16.stamp == f32.stamp + " dtype=bfloat16"
+    xs = waves(2)
+    got = b16.embed(xs)
+    assert got.dtype == np.float32
+    assert (l2(f32.embed(xs)) * l2(got)).sum(axis=1).min() > 0.99
