@@ -56,6 +56,7 @@ from spkflow.data.audio import read_audio, resample, to_mono_float
 from spkflow.deploy.onnx import OnnxBackend
 from spkflow.deploy.pack import read_packed
 from spkflow.embed import TOOLKITS, detect_toolkit, load_embedder
+from spkflow.embed.base import default_max_frames
 from spkflow.embed.native import SpkflowEmbedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
 
@@ -175,8 +176,8 @@ class Embedder:
     ) -> np.ndarray:
         """Embeddings ``[N, dim]`` of ``N`` waveforms, in input order.  ``sample_rates``: one
         rate for all or one per waveform.  Run in batches of similar length, at most
-        ``batch_size`` utterances and ``max_frames`` padded 10 ms frames each (default: 3000 on
-        CPU, 60000 on CUDA, as stage 5); each gets the embedding it gets alone."""
+        ``batch_size`` utterances and ``max_frames`` padded 10 ms frames each (default: as stage 5,
+        :func:`spkflow.embed.base.default_max_frames`); each gets the embedding it gets alone."""
         n = len(waves)
         rates = [sample_rates] * n if isinstance(sample_rates, (int, np.integer)) else list(sample_rates)
         if len(rates) != n:
@@ -185,7 +186,7 @@ class Embedder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if n == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        bound = max_frames or (60000 if self.device.startswith("cuda") else 3000)
+        bound = max_frames or default_max_frames(self._backend, self.device)
         feats = []
         for i, (w, r) in enumerate(zip(waves, rates, strict=True)):
             try:

@@ -43,7 +43,8 @@ cmd=run.pl          # job runner: run.pl | queue.pl ... | slurm.pl ...
 nj=4                # number of parallel jobs
 batch_size=32       # utterances per batch
 max_frames=         # bound on padded 10 ms frames per batch (batch size x longest utterance);
-                    # default 3000 on cpu (bigger batches cost more CPU time: caches), 60000 on cuda
+                    # default 3000 on cpu (bigger batches cost more CPU time: caches), 60000 on cuda,
+                    # divided by the encoder's frames per 10 ms (RawNet3 reads 1 ms frames: 300 / 6000)
 device=cpu          # cpu | cuda (one GPU per job)
 toolkit=spkflow     # spkflow (stage-4 model dir) | espnet (ESPnet speaker model) |
                     # speechbrain (pretrained folder) | wespeaker (ONNX export)
@@ -67,7 +68,8 @@ Options:
   --cmd CMD            job runner (default: ${cmd})
   --nj N               parallel jobs (default: ${nj})
   --batch-size B       utterances per batch (default: ${batch_size})
-  --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda)
+  --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda,
+                       divided by the encoder's frames per 10 ms)
   --device DEV         cpu | cuda (default: ${device})
   --toolkit T          spkflow | espnet | speechbrain | wespeaker (default: ${toolkit})
   --model-dir DIR      model directory (spkflow: or a packed model .zip; wespeaker: or the .onnx) (required)
@@ -86,15 +88,13 @@ EOF
 data=$1
 out=$2
 export OMP_NUM_THREADS=${num_threads}
-if [ -z "${max_frames}" ]; then
-    if [[ "${device}" == cuda* ]]; then max_frames=60000; else max_frames=3000; fi
-fi
 if [ -z "${num_workers}" ]; then
     if [[ "${device}" == cuda* ]]; then num_workers=4; else num_workers=1; fi
 fi
 
 # --- arguments, checked before any job starts
 for v in nj batch_size max_frames num_threads; do
+    [ "${v}" = max_frames ] && [ -z "${max_frames}" ] && continue  # the job picks the model's default
     if ! [[ "${!v}" =~ ^[0-9]+$ ]] || [ "${!v}" -lt 1 ]; then
         log "Error: --${v//_/-} must be a positive integer, got '${!v}'"
         exit 1
@@ -198,7 +198,7 @@ if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/
         "${python}" -m spkflow.bin.extract_embeddings --toolkit "${toolkit}" --model-dir "${model_dir}" \
             ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
             --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
-            --batch-size "${batch_size}" --max-frames "${max_frames}" --num-workers "${num_workers}" \
+            --batch-size "${batch_size}" ${max_frames:+--max-frames "${max_frames}"} --num-workers "${num_workers}" \
             --dtype "${dtype}" --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
     jobs_report_failed "${out}/log/extract_${name}"
     if grep -q "cannot load the model: " "${out}/log/extract_${name}".*.log 2>/dev/null; then

@@ -26,7 +26,7 @@ from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.data.tables import read_keys
 from spkflow.embed import TOOLKITS, load_embedder
-from spkflow.embed.base import DTYPES
+from spkflow.embed.base import DTYPES, default_max_frames
 from spkflow.embed.run import data_dir_keys, run_job
 
 _positive = int_at_least(1)
@@ -61,7 +61,7 @@ def get_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         help="bound on padded 10 ms frames per batch (batch size x longest utterance); "
-        "default 3000 on cpu, 60000 on cuda",
+        "default 3000 on cpu, 60000 on cuda, divided by the encoder's frames per 10 ms (RawNet3: 10)",
     )
     p.add_argument(
         "--num-workers",
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             embedder.dim,
         )
         on_cuda = args.device.startswith("cuda")
-        max_frames = args.max_frames or (60000 if on_cuda else 3000)
+        max_frames = args.max_frames or default_max_frames(embedder, args.device)
         run_job(
             embedder,
             args.data_dir,

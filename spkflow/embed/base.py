@@ -18,9 +18,10 @@ What it guarantees
 * **Bounded batches.**  :func:`plan_batches` puts at most ``batch_size`` utterances and at most
   ``max_frames`` padded frames (batch size x longest utterance, 10 ms frames) in a batch,
   longest first, deterministically; :func:`split_by_frames` applies the bound again after
-  loading, so one long utterance never multiplies memory.  The scripts' default bound is 3000
-  frames on CPU, where bigger batches cost *more* CPU time (measured on speechocean762 with an
-  ECAPA-512: 8000 frames +15 %, 60000 frames +30 %), and 60000 on GPU.
+  loading, so one long utterance never multiplies memory.  The default bound
+  (:func:`default_max_frames`) is 3000 frames on CPU, where bigger batches cost *more* CPU time
+  (measured on speechocean762 with an ECAPA-512: 8000 frames +15 %, 60000 frames +30 %), and
+  60000 on GPU, divided by the encoder's frames per 10 ms (RawNet3: 10).
 * **The model's identity.**  Every embedder carries :attr:`stamp` (toolkit and the SHA-256 of
   each of :func:`model_files`: config and weights, :func:`model_stamp`), recorded beside each
   job's embeddings so that the merge never mixes two models' vectors.
@@ -55,6 +56,9 @@ __all__ = [
     "resolve_device",
     "model_stamp",
     "model_files",
+    "default_max_frames",
+    "CPU_MAX_FRAMES",
+    "GPU_MAX_FRAMES",
     "TOOLKITS",
     "WavePreparer",
     "equal_length_groups",
@@ -69,6 +73,10 @@ __all__ = [
 
 #: frames per second of the length bound (``max_frames``): 10 ms frames for every toolkit
 FRAME_RATE = 100
+#: the default bound on padded 10 ms frames per batch, for a model whose encoder reads 10 ms frames
+#: (scaled down for one that reads more, :func:`default_max_frames`): on CPU bigger batches cost
+#: *more* CPU time (caches), on GPU they are what makes it fast
+CPU_MAX_FRAMES, GPU_MAX_FRAMES = 3000, 60000
 
 
 class ModelError(InputError):
@@ -146,6 +154,17 @@ def model_files(
         side = [d / "config.yaml"] if (d / "config.yaml").is_file() else []
         return [*side, chosen if chosen is not None else only("*.onnx")]
     raise ValueError(f"--toolkit must be one of {', '.join(TOOLKITS)}, got {toolkit!r}")
+
+
+def default_max_frames(embedder: Any, device: str) -> int:
+    """The bound on padded 10 ms frames per batch when ``--max-frames`` is not given: 3000 on CPU,
+    60000 on GPU, divided by the model's encoder frames per 10 ms (``embedder.frames_per_10ms``,
+    1 by default): the bound is on what the encoder holds in memory.  RawNet3's encoder reads
+    raw-waveform frames at 1 ms (10 per 10 ms): 300 on CPU, where its batch of 16 padded
+    utterances ran at 0.55x the speed of one at a time (docs/benchmarks.md)."""
+    rate = float(getattr(embedder, "frames_per_10ms", 1.0) or 1.0)
+    base = GPU_MAX_FRAMES if str(device).startswith("cuda") else CPU_MAX_FRAMES
+    return max(1, int(base / max(rate, 1.0)))
 
 
 def autocast_dtype(dtype: str, device: str) -> Any:

@@ -230,6 +230,9 @@ class EspnetEmbedder:
         self.dim = int(model.projector.output_size()) if model.projector is not None else -1
         self.stamp = model_stamp(self.name, self.config_path, self.model_path, dtype=dtype)
         self._torch = torch
+        with torch.inference_mode():  # the encoder's frames per 10 ms (RawNet3's frontend: 1 ms frames)
+            probe = np.sin(np.arange(self.sample_rate, dtype=np.float32) * 0.1)
+            self.frames_per_10ms = max(1.0, float(round(self._features(probe)[0].shape[0] / FRAME_RATE)))
 
     def preparer(self, data_dir: str | os.PathLike[str]) -> Callable[[str], np.ndarray]:
         return WavePreparer(os.fspath(data_dir), self.sample_rate)

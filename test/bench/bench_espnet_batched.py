@@ -11,7 +11,13 @@ only referenced).  Model: an ESPnet speaker model with *random weights* built by
 parameters; ResNet34 with 32 channels on 80 log-mels; ECAPA-TDNN 1024), ``--size small`` the tiny
 shape of the tests (where per-call overhead dominates).
 
-Peers, each one command from start to end (imports, model loading, audio reading, merge):
+Two measurements of the same two peers:
+
+* model only (``--mode inprocess`` or ``both``): one process, one torch thread, the model loaded
+  once, ``EspnetEmbedder.embed`` on the utterances in batches planned as stage 5 plans them
+  (longest first) of 1 and of B; audio read beforehand.
+* end to end (``--mode script`` or ``both``), each one command from start to end (imports, model
+  loading, audio reading, merge):
 ``scripts/spk/extract_embeddings.sh --toolkit espnet --nj N`` with ``--batch-size 1`` (one
 utterance at a time: what stage 5 did for RawNet3 / ResNet / conformers before issue 33) and with
 ``--batch-size B`` (one padded batch under :class:`spkflow.embed.masking.PaddingMask`), both with
@@ -37,6 +43,7 @@ _BASE = dict(
     specaug_conf={},
     normalize=None,
     normalize_conf={},
+    pooling_conf={},
     loss="aamsoftmax",
     loss_conf=dict(margin=0.3, scale=30),
     spk_num=1211,
@@ -161,6 +168,37 @@ def timed(cmd: list[str]) -> float:
     return time.perf_counter() - t
 
 
+def inprocess(model: Path, data: Path, batch_size: int) -> None:
+    """Model time only: batches of 1 and of ``batch_size`` (longest first), one thread."""
+    import numpy as np
+    import torch
+
+    from spkflow.data.audio import AudioReader
+    from spkflow.embed.base import plan_batches
+    from spkflow.embed.espnet import EspnetEmbedder
+
+    torch.set_num_threads(1)
+    emb = EspnetEmbedder(model)
+    reader = AudioReader(data, sample_rate=emb.sample_rate)
+    waves = {u: reader.read(u) for u in reader.keys()}
+    durs = {u: len(w) / emb.sample_rate for u, w in waves.items()}
+    out = {}
+    for bs in (1, batch_size):
+        batches = plan_batches(list(waves), durs, bs, 10**9)
+        emb.embed([waves[batches[-1][0]]])  # warm-up
+        t = time.perf_counter()
+        vecs = {}
+        for b in batches:
+            vecs.update(zip(b, emb.embed([waves[u] for u in b]), strict=True))
+        out[bs] = (time.perf_counter() - t, vecs)
+        print(
+            f"model only, batch {bs:3d}: {out[bs][0]:7.1f} s, {sum(durs.values()) / out[bs][0]:6.1f} s of audio per s"
+        )
+    (t1, v1), (tb, vb) = out[1], out[batch_size]
+    diff = max(float(np.abs(v1[u] / np.linalg.norm(v1[u]) - vb[u] / np.linalg.norm(vb[u])).max()) for u in v1)
+    print(f"model only: speed-up of batch {batch_size} over batch 1: {t1 / tb:.2f}x; max |diff| after L2: {diff:.1e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--encoder", choices=("rawnet3", "resnet", "ecapa"), default="rawnet3")
@@ -169,6 +207,7 @@ def main() -> None:
     ap.add_argument("--nj", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bench_espnet_batched"))
+    ap.add_argument("--mode", choices=("both", "inprocess", "script"), default="both")
     a = ap.parse_args()
 
     import kaldiio
@@ -201,20 +240,27 @@ def main() -> None:
         f"# {a.encoder} ({a.size}, {params:.1f} M parameters), {len(durs)} utterances of speechocean762 test, "
         f"{sum(durs):.0f} s of audio ({min(durs):.1f}-{max(durs):.1f} s), nj={a.nj}, 1 torch thread per job"
     )
+    if a.mode in ("both", "inprocess"):
+        inprocess(model, data, a.batch_size)
+    if a.mode == "inprocess":
+        return
     results = {}
     for bs in (1, a.batch_size):
         out = a.workdir / f"out_{a.encoder}_{a.size}_b{bs}"
         subprocess.run(["rm", "-rf", str(out)], check=True)
         secs = timed([*base, "--batch-size", str(bs), str(data), str(out)])
         results[bs] = (secs, dict(kaldiio.load_scp(str(out / "xvector.scp"))))
-        print(f"batch {bs:3d}: {secs:7.1f} s, {len(durs) / secs:6.2f} utt/s, {sum(durs) / secs:6.1f} s of audio per s")
+        print(
+            f"end to end, batch {bs:3d}: {secs:7.1f} s, {len(durs) / secs:6.2f} utt/s, "
+            f"{sum(durs) / secs:6.1f} s of audio per s"
+        )
     (t1, v1), (tb, vb) = results[1], results[a.batch_size]
 
     def l2(v: np.ndarray) -> np.ndarray:
         return v / np.linalg.norm(v)
 
     diff = max(float(np.abs(l2(v1[u]) - l2(vb[u])).max()) for u in v1)
-    print(f"speed-up of batch {a.batch_size} over batch 1: {t1 / tb:.2f}x; max |diff| after L2: {diff:.1e}")
+    print(f"end to end: speed-up of batch {a.batch_size} over batch 1: {t1 / tb:.2f}x; max |diff| after L2: {diff:.1e}")
     print(f"# load average after: {os.getloadavg()}")
 
 

@@ -319,3 +319,17 @@ def test_bfloat16_is_close_and_stamped(models):
     got = b16.embed(xs)
     assert got.dtype == np.float32
     assert (l2(f32.embed(xs)) * l2(got)).sum(axis=1).min() > 0.99
+
+
+def test_default_max_frames_scales_with_the_encoders_frame_rate(models):
+    """RawNet3's sinc frontend reads 1 ms frames (10 per 10 ms): its default bound on padded 10 ms
+    frames is a tenth of a mel model's, 300 on CPU and 6000 on CUDA."""
+    from spkflow.embed.base import CPU_MAX_FRAMES, GPU_MAX_FRAMES, default_max_frames
+    from spkflow.embed.espnet import EspnetEmbedder
+
+    rawnet3, ecapa = EspnetEmbedder(models["rawnet3"]), EspnetEmbedder(models["ecapa"])
+    assert (rawnet3.frames_per_10ms, ecapa.frames_per_10ms) == (10.0, 1.0)
+    assert default_max_frames(rawnet3, "cpu") == CPU_MAX_FRAMES // 10 == 300
+    assert default_max_frames(rawnet3, "cuda:0") == GPU_MAX_FRAMES // 10
+    assert default_max_frames(ecapa, "cpu") == CPU_MAX_FRAMES
+    assert default_max_frames(object(), "cuda") == GPU_MAX_FRAMES  # spkflow / ONNX models: 10 ms frames
