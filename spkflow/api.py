@@ -7,6 +7,8 @@
 >>> emb.embed_batch([w1, w2], [16000, 44100])                     # [2, dim], input order
 >>> v = emb.verify("a.flac", "b.wav")                            # v.score, v.llr, v.same_speaker
 >>> emb.score(emb_a, emb_b)                                       # the same on embeddings ([D] or [N, D])
+>>> Embedder.from_pretrained("spkrec-ecapa-voxceleb")             # SpeechBrain, ESPnet, WeSpeaker: detected
+>>> Embedder.from_pretrained("resnet34.onnx", toolkit="wespeaker")  # or named
 
 What it guarantees
 ------------------
@@ -22,6 +24,11 @@ What it guarantees
   counts only change the order of float sums (measured <= 1e-6 after L2 normalisation).
 * **Model dir, packed file** (:mod:`spkflow.deploy.pack`, verified by checksum) **or ONNX export**
   (:mod:`spkflow.deploy.onnx`: onnxruntime and numpy only, no torch), CPU or CUDA.
+* **Other toolkits' models, with stage 5's numbers**: an ESPnet speaker model dir, a SpeechBrain
+  pretrained folder or a WeSpeaker ONNX model (``toolkit=``, or detected from the files by
+  :func:`spkflow.embed.detect_toolkit`) runs through the same adapter as ``extract_embeddings.sh
+  --toolkit`` (:func:`spkflow.embed.load_embedder`): waveforms resampled to the model's rate,
+  batches equal to single-utterance inference (docs/toolkits.md).
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
@@ -58,6 +65,8 @@ from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.audio import read_audio, resample, to_mono_float
 from spkflow.deploy.onnx import OnnxBackend
 from spkflow.deploy.pack import check_model_path, read_packed
+from spkflow.embed import TOOLKITS, detect_toolkit, load_embedder
+from spkflow.embed.base import default_max_frames
 from spkflow.embed.native import SpkflowEmbedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
 from spkflow.score.verification import Scoring, Verdict, has_scoring
@@ -72,14 +81,16 @@ def _extraction_embedder_class() -> Any:
 
 
 class Embedder:
-    """A trained spkflow speaker embedder with its frontend.  Build it with :meth:`from_pretrained`.
+    """A speaker embedder with its frontend.  Build it with :meth:`from_pretrained`.
 
-    Attributes: ``dim`` (embedding size), ``sample_rate`` (the fbank's rate; other rates are
-    resampled), ``device``, ``config`` (the model's ``config.yaml``), ``model`` (the torch
-    module: ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output; for an
-    ``.onnx`` file the onnxruntime session), ``source``
-    (the path it was loaded from), ``meta`` (a pack's ``meta.yaml``, or None), ``scoring`` (the
-    model's :class:`~spkflow.score.verification.Scoring`) and ``scoring_note`` (what it is, in words).
+    Attributes: ``toolkit`` (:data:`spkflow.embed.TOOLKITS`), ``dim`` (embedding size),
+    ``sample_rate`` (the rate the model's inputs are computed at; other rates are resampled),
+    ``device``, ``config`` (spkflow, ESPnet: the model's ``config.yaml``), ``model`` (spkflow:
+    the torch module ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output; ESPnet:
+    its ``ESPnetSpeakerModel``; SpeechBrain: its ``embedding_model``; an ``.onnx`` file: the
+    onnxruntime session), ``source`` (the path it was loaded from), ``meta`` (a pack's
+    ``meta.yaml``, or None), ``scoring`` (the model's :class:`~spkflow.score.verification.Scoring`;
+    plain cosine for another toolkit's model) and ``scoring_note`` (what it is, in words).
     """
 
     def __init__(
@@ -88,6 +99,7 @@ class Embedder:
         self._backend = backend
         self.source = source
         self.meta = meta
+        self.toolkit: str = getattr(backend, "name", "spkflow")
         self.scoring = scoring if scoring is not None else Scoring()
         self.scoring_note = (
             f"{source}: {self.scoring.describe()}"
@@ -98,17 +110,29 @@ class Embedder:
         self.model = backend.model
         self.device: str = backend.device
         self.dim = int(backend.dim)
-        self.sample_rate = int(backend.fbank.sample_frequency)
+        self.sample_rate = int(backend.sample_rate)
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu") -> Embedder:
-        """Load a stage-4 model dir (``config.yaml`` + ``model.pth``), a packed model file
-        (``python -m spkflow.bin.pack``) or an exported ``.onnx`` file (``python -m
-        spkflow.bin.export``; run by onnxruntime, without torch) onto ``device`` (``cpu``,
-        ``cuda``, ``cuda:N``)."""
+    def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu", toolkit: str | None = None) -> Embedder:
+        """Load a model onto ``device`` (``cpu``, ``cuda``, ``cuda:N``): a stage-4 model dir
+        (``config.yaml`` + ``model.pth``), a packed model file (``python -m spkflow.bin.pack``) or
+        an exported ``.onnx`` file (``python -m spkflow.bin.export``; run by onnxruntime, without
+        torch); or another toolkit's model (``toolkit``: ``espnet``, ``speechbrain``,
+        ``wespeaker``; None: told from the files, :func:`spkflow.embed.detect_toolkit`)."""
         p = Path(path)
-        check_model_path(p)  # a missing path, a packed/ folder instead of its zip: named, with a hint
+        if not p.exists():
+            raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
+        if toolkit is not None and toolkit not in TOOLKITS:
+            raise ValueError(f"toolkit must be one of {', '.join(TOOLKITS)}, got {toolkit!r}")
+        try:
+            kind = toolkit or detect_toolkit(p)
+        except InputError:
+            check_model_path(p)  # a packed/ folder instead of its zip: named, with a hint
+            raise
+        if kind != "spkflow":
+            return cls(load_embedder(kind, p, device), p)
+        check_model_path(p)
         if p.is_file() and p.suffix == ".onnx":
             return cls(OnnxBackend(p, device), p)
         SpkflowEmbedder = _extraction_embedder_class()
@@ -133,13 +157,17 @@ class Embedder:
 
     # ------------------------------------------------------------------ frontend
     def features(self, wave: Any, sample_rate: int) -> np.ndarray:
-        """What the model sees for one utterance: ``[T, F]`` float32 after resampling, fbank,
-        VAD and mean normalisation (the input of :attr:`model` and of an exported ONNX model)."""
+        """What the model sees for one utterance: for spkflow models ``[T, F]`` float32 after
+        resampling, fbank, VAD and mean normalisation (the input of :attr:`model` and of an
+        exported ONNX model); for other toolkits their stage-5 input (ESPnet, SpeechBrain: the
+        waveform at :attr:`sample_rate`; WeSpeaker: its fbank)."""
 
         b = self._backend
         x = _mono(wave)
         sr = _rate(sample_rate)
         x = resample(x, sr, self.sample_rate)
+        if self.toolkit != "spkflow":
+            return b.prepare_wave(x)
         feats = compute_fbank(x, self.sample_rate, b.fbank)
         vad = compute_vad(feats, b.vad) if (b.use_vad and b.vad is not None) else None
         out = apply_frontend(feats, vad, use_vad=b.use_vad, mean_norm=b.mean_norm)
@@ -174,8 +202,8 @@ class Embedder:
     ) -> np.ndarray:
         """Embeddings ``[N, dim]`` of ``N`` waveforms, in input order.  ``sample_rates``: one
         rate for all or one per waveform.  Run in batches of similar length, at most
-        ``batch_size`` utterances and ``max_frames`` padded 10 ms frames each (default: 3000 on
-        CPU, 60000 on CUDA, as stage 5); each gets the embedding it gets alone."""
+        ``batch_size`` utterances and ``max_frames`` padded 10 ms frames each (default: as stage 5,
+        :func:`spkflow.embed.base.default_max_frames`); each gets the embedding it gets alone."""
         n = len(waves)
         rates = [sample_rates] * n if isinstance(sample_rates, (int, np.integer)) else list(sample_rates)
         if len(rates) != n:
@@ -184,7 +212,7 @@ class Embedder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if n == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        bound = max_frames or (60000 if self.device.startswith("cuda") else 3000)
+        bound = max_frames or default_max_frames(self._backend, self.device)
         feats = []
         for i, (w, r) in enumerate(zip(waves, rates, strict=True)):
             try:
@@ -223,10 +251,11 @@ class Embedder:
         return self.embed(x, sample_rate)
 
     def __repr__(self) -> str:
-        name = (self.config.get("model") or {}).get("name")
+        model = self.config.get("model") if self.toolkit == "spkflow" else None
+        name = model.get("name") if isinstance(model, dict) else type(self.model).__name__
         return (
-            f"Embedder({self.source}, model={name}, dim={self.dim}, sample_rate={self.sample_rate}, "
-            f"device={self.device})"
+            f"Embedder({self.source}, toolkit={self.toolkit}, model={name}, dim={self.dim}, "
+            f"sample_rate={self.sample_rate}, device={self.device})"
         )
 
 

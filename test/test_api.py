@@ -308,8 +308,10 @@ def test_missing_and_corrupt_model_files_are_named(packed, model_dir, tmp_path):
     esp = tmp_path / "espnet"
     esp.mkdir()
     (esp / "config.yaml").write_text("encoder: ecapa_tdnn\nfrontend: melspec_torch\n")
+    with pytest.raises(InputError, match=r"espnet: cannot tell which weights to use \(no \*.pth file\)"):
+        Embedder.from_pretrained(esp)  # an ESPnet model dir is told apart and loaded as one
     with pytest.raises(InputError, match="--toolkit espnet"):
-        Embedder.from_pretrained(esp)
+        Embedder.from_pretrained(esp, toolkit="spkflow")
     # the script refuses a corrupted pack before any job, naming it
     p = run(["bash", SCRIPT, "--model-dir", cases[2][0], tmp_path / "x", tmp_path / "out"], check=False)
     assert p.returncode != 0 and "flipped.zip" in p.stderr and "sha256" in p.stderr
@@ -380,3 +382,65 @@ def test_cuda_embeddings_equal_stage5_on_cuda(model_dir, mixed, tmp_path):
     emb = Embedder.from_pretrained(model_dir, device="cuda")
     wavs = wav_scp(mixed)
     assert close_to(np.stack([emb.embed_file(wavs[u]) for u in ref]), np.stack(list(ref.values())))
+
+
+# ----------------------------------------------------------------------------- other toolkits (issue 33)
+
+
+def test_other_toolkits_detected_and_equal_to_stage5(tmp_path):
+    """An ESPnet RawNet3 dir, a SpeechBrain pretrained folder and a WeSpeaker .onnx are told apart
+    by their files (or named), resampled to the model's rate, and give stage 5's numbers: the
+    toolkit adapter's embedding of each utterance alone (ESPnet, SpeechBrain) or WeSpeaker's
+    fbank + graph, in input order, from arrays, files and batches."""
+    pytest.importorskip("speechbrain")
+    pytest.importorskip("onnxruntime")
+    from helpers.models import make_speechbrain_dir, make_wespeaker_onnx, save_espnet_model
+    from spkflow import Embedder
+    from spkflow.core.errors import InputError
+    from spkflow.data.audio import resample
+
+    rawnet3 = dict(
+        frontend="asteroid_frontend",
+        frontend_conf=dict(sinc_stride=16, sinc_kernel_size=251, sinc_filters=32),
+        specaug=None,
+        specaug_conf={},
+        normalize=None,
+        normalize_conf={},
+        encoder="rawnet3",
+        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
+        pooling="chn_attn_stat",
+        pooling_conf={},
+        projector="rawnet3",
+        projector_conf=dict(output_size=16),
+        loss="aamsoftmax",
+        loss_conf=dict(margin=0.2, scale=30),
+        spk_num=5,
+        input_size=None,
+        init=None,
+    )
+    models = {
+        "espnet": save_espnet_model(tmp_path / "espnet", rawnet3),
+        "speechbrain": make_speechbrain_dir(tmp_path / "sb"),
+        "wespeaker": make_wespeaker_onnx(tmp_path / "ws" / "resnet.onnx"),
+    }
+    rng = np.random.default_rng(5)
+    waves = [
+        (0.2 * np.sin(np.arange(n) * 0.05) + 0.01 * rng.standard_normal(n)).astype(np.float32) for n in (9000, 20000)
+    ]
+    path = tmp_path / "a.wav"
+    sf.write(path, waves[1], 8000)
+    for toolkit, model in models.items():
+        emb = Embedder.from_pretrained(model)
+        assert emb.toolkit == toolkit and emb.dim == 16 and emb.sample_rate == 16000
+        assert f"toolkit={toolkit}" in repr(emb)
+        b = emb._backend
+        alone = [b.embed([b.prepare_wave(resample(w, 8000, 16000))])[0] for w in waves]
+        got = emb.embed_batch(waves, 8000)
+        assert np.abs(l2(got) - l2(np.stack(alone))).max() <= 1e-4, toolkit
+        assert np.abs(l2(emb.embed_file(path)) - l2(alone[1])).max() <= 1e-4, toolkit
+        named = Embedder.from_pretrained(model, toolkit=toolkit)
+        assert named.toolkit == toolkit
+    with pytest.raises(ValueError, match="toolkit must be one of"):
+        Embedder.from_pretrained(models["espnet"], toolkit="kaldi")
+    with pytest.raises(InputError, match="model.pth: cannot load the ONNX model"):
+        Embedder.from_pretrained(models["espnet"] / "model.pth", toolkit="wespeaker")

@@ -2,7 +2,7 @@
 # Speaker embeddings for a data dir: --nj parallel jobs through $cmd, batched, CPU or GPU, resumable.
 #
 #   scripts/spk/extract_embeddings.sh [--cmd run.pl] [--nj 4] [--batch-size 32] [--max-frames 3000] \
-#       [--device cpu|cuda] [--toolkit spkflow|espnet] [--skip-bad false] [--num-workers 1] \
+#       [--device cpu|cuda] [--toolkit spkflow|espnet|speechbrain|wespeaker] [--skip-bad false] [--num-workers 1] \
 #       [--num-threads 1] [--dtype float32|bfloat16|float16] [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
 #       --model-dir DIR DATA_DIR OUT_DIR
 #
@@ -19,6 +19,11 @@
 #   run into OUT_DIR/.model.<pid>, removed when the run ends (however it ends).
 # --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
 #   only *.pth, or --model-file); audio at the frontend's rate.
+# --toolkit speechbrain: DIR is a SpeechBrain pretrained folder (hyperparams.yaml + *.ckpt, e.g. a
+#   copy of speechbrain/spkrec-ecapa-voxceleb), loaded with no network (pip install 'spkflow[speechbrain]').
+# --toolkit wespeaker: DIR holds a WeSpeaker ONNX export (feats -> embs) and optionally its training
+#   config.yaml (fbank settings; default 80 bins, 25/10 ms, 16 kHz), or DIR is the .onnx file.
+# Every toolkit: batched so that each utterance gets its single-utterance embedding (docs/toolkits.md).
 # --device cuda gives every job one GPU (--gpu 1 to $cmd; run.pl/queue.pl/slurm.pl set
 #   CUDA_VISIBLE_DEVICES; the job uses the first visible device).
 #
@@ -40,11 +45,14 @@ cmd=run.pl          # job runner: run.pl | queue.pl ... | slurm.pl ...
 nj=4                # number of parallel jobs
 batch_size=32       # utterances per batch
 max_frames=         # bound on padded 10 ms frames per batch (batch size x longest utterance);
-                    # default 3000 on cpu (bigger batches cost more CPU time: caches), 60000 on cuda
+                    # default 3000 on cpu (bigger batches cost more CPU time: caches), 60000 on cuda,
+                    # divided by the encoder's frames per 10 ms (RawNet3 reads 1 ms frames: 300 / 6000)
 device=cpu          # cpu | cuda (one GPU per job)
-toolkit=spkflow     # spkflow (stage-4 model dir) | espnet (ESPnet speaker model)
-model_dir=          # model directory (required)
-model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR)
+toolkit=spkflow     # spkflow (stage-4 model dir) | espnet (ESPnet speaker model) |
+                    # speechbrain (pretrained folder) | wespeaker (ONNX export)
+model_dir=          # model directory (required; wespeaker: or the .onnx file)
+model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR);
+                    # wespeaker: the .onnx (default: the only *.onnx in DIR)
 feats_dir=          # spkflow: read features (feats.scp + vad.scp) from here instead of the audio
 skip_bad=false      # leave unreadable utterances out (listed in OUT_DIR/bad_utts) instead of failing
 num_workers=        # DataLoader worker processes per job (audio reading, features, padding);
@@ -62,11 +70,12 @@ Options:
   --cmd CMD            job runner (default: ${cmd})
   --nj N               parallel jobs (default: ${nj})
   --batch-size B       utterances per batch (default: ${batch_size})
-  --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda)
+  --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda,
+                       divided by the encoder's frames per 10 ms)
   --device DEV         cpu | cuda (default: ${device})
-  --toolkit T          spkflow | espnet (default: ${toolkit})
-  --model-dir DIR      model directory: config.yaml + weights, or a packed model .zip (required)
-  --model-file F       espnet: the weights file, when DIR has several *.pth
+  --toolkit T          spkflow | espnet | speechbrain | wespeaker (default: ${toolkit})
+  --model-dir DIR      model directory (spkflow: or a packed model .zip; wespeaker: or the .onnx) (required)
+  --model-file F       espnet / wespeaker: the weights file, when DIR has several
   --feats-dir D        spkflow: features from D/feats.scp (+ vad.scp) instead of audio
   --skip-bad BOOL      leave bad utterances out instead of failing (default: ${skip_bad})
   --num-workers K      DataLoader worker processes per job (default: 1 on cpu, 4 on cuda)
@@ -81,15 +90,13 @@ EOF
 data=$1
 out=$2
 export OMP_NUM_THREADS=${num_threads}
-if [ -z "${max_frames}" ]; then
-    if [[ "${device}" == cuda* ]]; then max_frames=60000; else max_frames=3000; fi
-fi
 if [ -z "${num_workers}" ]; then
     if [[ "${device}" == cuda* ]]; then num_workers=4; else num_workers=1; fi
 fi
 
 # --- arguments, checked before any job starts
 for v in nj batch_size max_frames num_threads; do
+    [ "${v}" = max_frames ] && [ -z "${max_frames}" ] && continue  # the job picks the model's default
     if ! [[ "${!v}" =~ ^[0-9]+$ ]] || [ "${!v}" -lt 1 ]; then
         log "Error: --${v//_/-} must be a positive integer, got '${!v}'"
         exit 1
@@ -99,7 +106,10 @@ if ! [[ "${num_workers}" =~ ^[0-9]+$ ]]; then
     log "Error: --num-workers must be a non-negative integer, got '${num_workers}'"
     exit 1
 fi
-case "${toolkit}" in spkflow|espnet) ;; *) log "Error: --toolkit must be spkflow or espnet, got '${toolkit}'"; exit 1 ;; esac
+case "${toolkit}" in
+    spkflow|espnet|speechbrain|wespeaker) ;;
+    *) log "Error: --toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${toolkit}'"; exit 1 ;;
+esac
 case "${device}" in cpu|cuda|cuda:*) ;; *) log "Error: --device must be cpu or cuda, got '${device}'"; exit 1 ;; esac
 case "${dtype}" in float32|bfloat16|float16) ;; *) log "Error: --dtype must be float32, bfloat16 or float16, got '${dtype}'"; exit 1 ;; esac
 if [ "${dtype}" = float16 ] && [[ "${device}" != cuda* ]]; then
@@ -112,11 +122,29 @@ if [ -z "${model_dir}" ]; then
     echo "${help_message}" >&2
     exit 1
 fi
-if [ -f "${model_dir}" ] && [[ "${model_dir}" != *.onnx ]]; then  # a pack: verified now, unpacked once the lock is held
+if [ -f "${model_dir}" ] && [ "${toolkit}" = spkflow ]; then
+    case "${model_dir}" in
+        *.onnx) log "Error: --model-dir ${model_dir}: an ONNX export runs through the Python API and" \
+                    "spkflow.bin.verify; the extraction jobs need the model dir or its pack (.zip)"; exit 1 ;;
+    esac
+    # a pack: verified now, unpacked once the lock is held
     if ! check=$("${python}" -m spkflow.bin.pack --check "${model_dir}" 2>&1); then
         echo "${check#* ERROR: }" >&2
         exit 1
     fi
+elif [ ! -e "${model_dir}" ]; then
+    log "Error: --model-dir ${model_dir}: no such directory"
+    exit 1
+elif [ ! -d "${model_dir}" ] && [ "${toolkit}" != wespeaker ]; then
+    log "Error: --model-dir ${model_dir}: not a directory (only --toolkit wespeaker takes a model file: the .onnx)"
+    exit 1
+elif [ "${toolkit}" = espnet ] && [ ! -f "${model_dir}/config.yaml" ]; then
+    log "Error: ${model_dir}/config.yaml not found: an ESPnet model directory holds config.yaml and the weights"
+    exit 1
+fi
+if [ "${toolkit}" = wespeaker ] && [ "${dtype}" != float32 ]; then
+    log "Error: --dtype ${dtype}: a WeSpeaker ONNX graph runs in its own precision (float32 only)"
+    exit 1
 fi
 if [ -n "${feats_dir}" ] && [ ! -f "${feats_dir}/feats.scp" ]; then
     log "Error: --feats-dir ${feats_dir}: no feats.scp there"
@@ -141,22 +169,14 @@ mkdir -p "${out}"
 jobs_lock "${out}"   # from here to the merge, no other run writes into ${out}
 # --- the model: a dir, or a packed model (python -m spkflow.bin.pack) verified and unpacked for
 # this run beside its outputs (the jobs may run on other hosts) and removed however the run ends.
-if [ -f "${model_dir}" ]; then
-    case "${model_dir}" in
-        *.onnx) log "Error: --model-dir ${model_dir}: an ONNX export runs through the Python API and" \
-                    "spkflow.bin.verify; the extraction jobs need the model dir or its pack (.zip)"; exit 1 ;;
-    esac
+if [ -f "${model_dir}" ] && [ "${toolkit}" = spkflow ]; then
     unpacked=${out}/.model.$$
     jobs_remove_on_exit "${unpacked}"
     "${python}" -m spkflow.bin.pack --unpack "${model_dir}" --out "${unpacked}" 2> "${out}/.unpack.$$.log" || {
         sed 's/^.*ERROR: //' "${out}/.unpack.$$.log" >&2; rm -f "${out}/.unpack.$$.log"; exit 1; }
     rm -f "${out}/.unpack.$$.log"
     model_dir=${unpacked}
-elif [ ! -d "${model_dir}" ]; then
-    log "Error: --model-dir ${model_dir}: no such directory"
-    exit 1
-fi
-if [ ! -f "${model_dir}/config.yaml" ]; then
+elif [ "${toolkit}" = spkflow ] && [ ! -f "${model_dir}/config.yaml" ]; then
     zips=$(find "${model_dir}" -maxdepth 1 -name '*.zip' | sort | head -n 1)
     if [ -n "${zips}" ]; then
         log "Error: ${model_dir} holds no config.yaml but the packed model ${zips}: give that file as --model-dir"
@@ -166,33 +186,17 @@ if [ ! -f "${model_dir}/config.yaml" ]; then
     fi
     exit 1
 fi
-if [ -n "${model_file}" ]; then
-    weights=${model_file}
-elif [ -f "${model_dir}/model.pth" ]; then
-    weights=${model_dir}/model.pth
-elif [ "${toolkit}" = espnet ]; then
-    weights=$(find "${model_dir}" -maxdepth 1 -name '*.pth' ! -name checkpoint.pth | sort)
-    if [ "$(echo "${weights}" | grep -c .)" -ne 1 ]; then
-        log "Error: cannot tell which weights in ${model_dir} to use (${weights:-no *.pth}); give --model-file"
-        exit 1
-    fi
-else
-    log "Error: ${model_dir}/model.pth not found: the model directory has no weights"
-    exit 1
-fi
-if [ ! -f "${weights}" ]; then
-    log "Error: model file ${weights} not found"
-    exit 1
-fi
+# The model's stamp: the toolkit and the hashes of the files that make its embeddings (config and
+# weights; a missing or ambiguous file is named here, before anything is written).
+stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}" \
+    ${model_file:+--model-file "${model_file}"} --dtype "${dtype}") || exit 1
 mkdir -p "${jobs}" "${out}/log"
 if [ "${toolkit}" = spkflow ] && [ -z "${feats_dir}" ]; then  # recordings the jobs will upsample: named
     "${python}" -m spkflow.bin.audio_rates --model-dir "${model_dir}" "${data}" 2>&1 \
         | sed 's/^.*INFO: //; s/^.*WARNING: /Warning: /' >&2 || true
 fi
 
-# --- resume only with the same model: a stamp of the toolkit and the weights' and config's hashes
-stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}/config.yaml" "${weights}" \
-    --dtype "${dtype}")
+# --- resume only with the same model (its stamp, computed above)
 if [ -f "${jobs}/model.stamp" ] && [ "$(cat "${jobs}/model.stamp")" != "${stamp}" ]; then
     log "The model changed since ${jobs} was written: discarding its partial outputs"
     rm -rf "${jobs}"
@@ -222,7 +226,7 @@ if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/
         "${python}" -m spkflow.bin.extract_embeddings --toolkit "${toolkit}" --model-dir "${model_dir}" \
             ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
             --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
-            --batch-size "${batch_size}" --max-frames "${max_frames}" --num-workers "${num_workers}" \
+            --batch-size "${batch_size}" ${max_frames:+--max-frames "${max_frames}"} --num-workers "${num_workers}" \
             --dtype "${dtype}" --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
     jobs_report_failed "${out}/log/extract_${name}"
     if grep -q "cannot load the model: " "${out}/log/extract_${name}".*.log 2>/dev/null; then

@@ -1,6 +1,6 @@
 """One extraction job: embed a list of utterances of a data dir into a job directory.
 
-    python -m spkflow.bin.extract_embeddings --toolkit spkflow --model-dir exp/spk_x \\
+    python -m spkflow.bin.extract_embeddings --toolkit spkflow|espnet|speechbrain|wespeaker --model-dir exp/spk_x \\
         [--keys exp/spk_x/embed/test/jobs/utts.3 --job-id 3] [--device cpu|cuda] \\
         [--batch-size 32] [--max-frames 3000] [--num-workers 1] [--num-threads 1] \\
         [--dtype float32|bfloat16|float16] [--skip-bad false] [--model-file F] [--feats-dir D] DATA_DIR JOB_DIR
@@ -25,8 +25,8 @@ from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
 from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.data.tables import read_keys
-from spkflow.embed import load_embedder
-from spkflow.embed.base import DTYPES
+from spkflow.embed import TOOLKITS, load_embedder
+from spkflow.embed.base import DTYPES, default_max_frames
 from spkflow.embed.run import data_dir_keys, run_job
 
 _positive = int_at_least(1)
@@ -38,9 +38,19 @@ def get_parser() -> argparse.ArgumentParser:
         prog="python -m spkflow.bin.extract_embeddings",
         description="Embed the utterances of one job (batched, resumable).",
     )
-    p.add_argument("--toolkit", choices=("spkflow", "espnet"), default="spkflow", help="model type")
-    p.add_argument("--model-dir", required=True, help="model directory (config.yaml + weights)")
-    p.add_argument("--model-file", default=None, help="espnet: weights file (default: DIR/model.pth or the only *.pth)")
+    p.add_argument("--toolkit", choices=TOOLKITS, default="spkflow", help="model format")
+    p.add_argument(
+        "--model-dir",
+        required=True,
+        help="spkflow / espnet: config.yaml + weights; speechbrain: a pretrained folder (hyperparams.yaml + *.ckpt); "
+        "wespeaker: the .onnx (+ config.yaml), or the .onnx file",
+    )
+    p.add_argument(
+        "--model-file",
+        default=None,
+        help="espnet: weights file (default: DIR/model.pth or the only *.pth); "
+        "wespeaker: the .onnx (default: the only one)",
+    )
     p.add_argument("--feats-dir", default=None, help="spkflow: read feats.scp (+ vad.scp) here instead of audio")
     p.add_argument("--keys", default=None, help="file whose first fields are this job's utterances (default: all)")
     p.add_argument("--job-id", default="1", help="job number (names the outputs)")
@@ -51,7 +61,7 @@ def get_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         help="bound on padded 10 ms frames per batch (batch size x longest utterance); "
-        "default 3000 on cpu, 60000 on cuda",
+        "default 3000 on cpu, 60000 on cuda, divided by the encoder's frames per 10 ms (RawNet3: 10)",
     )
     p.add_argument(
         "--num-workers",
@@ -97,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                 model_file=args.model_file,
                 feats_dir=args.feats_dir,
                 dtype=args.dtype,
+                num_threads=args.num_threads,
             )
-        except (InputError, ConfigError, FileNotFoundError) as err:
+        except (InputError, ConfigError, FileNotFoundError, ValueError) as err:
             logging.error("cannot load the model: %s", err)  # the stage script looks for this phrase
             return 1
         logging.info(
@@ -110,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             embedder.dim,
         )
         on_cuda = args.device.startswith("cuda")
-        max_frames = args.max_frames or (60000 if on_cuda else 3000)
+        max_frames = args.max_frames or default_max_frames(embedder, args.device)
         run_job(
             embedder,
             args.data_dir,

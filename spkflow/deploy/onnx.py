@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from spkflow.core.errors import InputError
+from spkflow.embed.base import onnx_session
 from spkflow.features.fbank import FbankOptions, VadOptions
 
 __all__ = ["OnnxBackend"]
@@ -35,30 +36,15 @@ class OnnxBackend:
     def __init__(self, path: str | os.PathLike[str], device: str = "cpu") -> None:
 
         p = Path(path)
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            raise InputError(
-                p, None, f"running an ONNX model needs onnxruntime: pip install 'spkflow[export]' ({exc})"
-            ) from None
-        if device == "cpu":
-            providers = ["CPUExecutionProvider"]
-        elif device.startswith("cuda"):
-            if "CUDAExecutionProvider" not in ort.get_available_providers():
-                raise RuntimeError(f"--device {device}: this onnxruntime has no CUDAExecutionProvider")
-            index = int(device.partition(":")[2] or 0)
-            providers = [("CUDAExecutionProvider", {"device_id": index})]
-        else:
-            raise ValueError(f"device must be cpu or cuda[:N], got {device!r}")
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        try:
-            self.model = ort.InferenceSession(os.fspath(p), opts, providers=providers)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise InputError(p, None, f"cannot load the ONNX model: {type(exc).__name__}: {exc}") from None
+        self.model = onnx_session(p, device)
         meta = self.model.get_modelmeta().custom_metadata_map
         if "spkflow.frontend" not in meta:
-            raise InputError(p, None, "no spkflow.frontend metadata: not written by python -m spkflow.bin.export")
+            raise InputError(
+                p,
+                None,
+                "no spkflow.frontend metadata: not written by python -m spkflow.bin.export "
+                "(a WeSpeaker export? use toolkit='wespeaker')",
+            )
         try:
             fe = json.loads(meta["spkflow.frontend"])
             self.config = {"frontend": fe, "model": json.loads(meta.get("spkflow.model", "{}"))}
@@ -68,6 +54,7 @@ class OnnxBackend:
             self.dim = int(meta["spkflow.embed_dim"])
         except (ValueError, TypeError, KeyError) as exc:
             raise InputError(p, None, f"bad spkflow metadata: {type(exc).__name__}: {exc}") from None
+        self.sample_rate = int(self.fbank.sample_frequency)
         self.use_vad = bool(fe.get("vad", False))
         self.mean_norm = bool(fe.get("mean_norm", False))
         self.device = device

@@ -2,24 +2,29 @@
 
 :class:`Embedder` is what :func:`spkflow.embed.run.run_job` needs from a model: a picklable
 per-utterance input maker run in DataLoader workers, a length in 10 ms frames and a batched
-forward.  :class:`spkflow.embed.native.SpkflowEmbedder` runs a stage-4 model dir; the ESPnet
-adapter is :class:`spkflow.embed.espnet.EspnetEmbedder`; :func:`spkflow.embed.load_embedder`
-picks one.
+forward.  :class:`spkflow.embed.native.SpkflowEmbedder` runs a stage-4 model dir; the other
+toolkits' adapters are :class:`~spkflow.embed.espnet.EspnetEmbedder`,
+:class:`~spkflow.embed.speechbrain.SpeechbrainEmbedder` and
+:class:`~spkflow.embed.wespeaker.WespeakerEmbedder`; :func:`spkflow.embed.load_embedder` picks
+one.  :func:`model_files` names the files that make a model's embeddings (what its stamp
+hashes), :class:`WavePreparer` reads a data dir's audio at the model's rate in the workers.
 
 What it guarantees
 ------------------
 * **Batched = alone.**  A padded batch gives every utterance the embedding it gets alone
   (spkflow models take ``lengths`` and :mod:`spkflow.nnet.models` masks padding;
-  ``test/test_embed*.py`` check mixed lengths within 1e-4).
+  ``test/embed/test_embed*.py`` check mixed lengths within 1e-4; other toolkits' encoders run
+  under :mod:`spkflow.embed.masking` or in equal-length groups).
 * **Bounded batches.**  :func:`plan_batches` puts at most ``batch_size`` utterances and at most
   ``max_frames`` padded frames (batch size x longest utterance, 10 ms frames) in a batch,
   longest first, deterministically; :func:`split_by_frames` applies the bound again after
-  loading, so one long utterance never multiplies memory.  The scripts' default bound is 3000
-  frames on CPU, where bigger batches cost *more* CPU time (measured on speechocean762 with an
-  ECAPA-512: 8000 frames +15 %, 60000 frames +30 %), and 60000 on GPU.
+  loading, so one long utterance never multiplies memory.  The default bound
+  (:func:`default_max_frames`) is 3000 frames on CPU, where bigger batches cost *more* CPU time
+  (measured on speechocean762 with an ECAPA-512: 8000 frames +15 %, 60000 frames +30 %), and
+  60000 on GPU, divided by the encoder's frames per 10 ms (RawNet3: 10).
 * **The model's identity.**  Every embedder carries :attr:`stamp` (toolkit and the SHA-256 of
-  its config and weights, :func:`model_stamp`), recorded beside each job's embeddings so that
-  the merge never mixes two models' vectors.
+  each of :func:`model_files`: config and weights, :func:`model_stamp`), recorded beside each
+  job's embeddings so that the merge never mixes two models' vectors.
 * **Precision.**  ``dtype`` float32 (default) or, through ``torch.autocast``, bfloat16 (CPU
   and CUDA) or float16 (CUDA only; a ValueError on CPU).  Vectors are returned float32 and
   the dtype is part of the stamp.  Batches are padded in DataLoader workers
@@ -39,7 +44,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from spkflow.core.errors import InputError
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.audio import AudioReader
 from spkflow.data.jobs import file_sha256
 
 __all__ = [
@@ -49,6 +55,14 @@ __all__ = [
     "check_model_dir",
     "resolve_device",
     "model_stamp",
+    "model_files",
+    "default_max_frames",
+    "CPU_MAX_FRAMES",
+    "GPU_MAX_FRAMES",
+    "TOOLKITS",
+    "WavePreparer",
+    "equal_length_groups",
+    "onnx_session",
     "plan_batches",
     "split_by_frames",
     "pad",
@@ -59,6 +73,10 @@ __all__ = [
 
 #: frames per second of the length bound (``max_frames``): 10 ms frames for every toolkit
 FRAME_RATE = 100
+#: the default bound on padded 10 ms frames per batch, for a model whose encoder reads 10 ms frames
+#: (scaled down for one that reads more, :func:`default_max_frames`): on CPU bigger batches cost
+#: *more* CPU time (caches), on GPU they are what makes it fast
+CPU_MAX_FRAMES, GPU_MAX_FRAMES = 3000, 60000
 
 
 class ModelError(InputError):
@@ -66,18 +84,87 @@ class ModelError(InputError):
     with the same model cannot help, so the stage script does not suggest resuming."""
 
 
+#: ``--toolkit`` choices: the model formats stage 5 and the API run
+TOOLKITS = ("spkflow", "espnet", "speechbrain", "wespeaker")
+
 #: ``--dtype`` choices: the precision the model runs in (outputs are always written float32)
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def model_stamp(
-    toolkit: str, config: str | os.PathLike[str], weights: str | os.PathLike[str], dtype: str = "float32"
-) -> str:
-    """``toolkit=T <sha256 of config> <sha256 of weights>[ dtype=D]``: what the job dir's embeddings
-    came from.  A reduced precision changes the numbers, so it is part of the stamp (a job dir is
-    never half float32, half bfloat16); float32 adds nothing, so older stamps stay valid."""
-    base = f"toolkit={toolkit} {file_sha256(config)} {file_sha256(weights)}"
+def model_stamp(toolkit: str, *files: str | os.PathLike[str], dtype: str = "float32") -> str:
+    """``toolkit=T <sha256 of each file>...[ dtype=D]``: what the job dir's embeddings came from
+    (``files``: :func:`model_files`, config first).  A reduced precision changes the numbers, so
+    it is part of the stamp (a job dir is never half float32, half bfloat16); float32 adds
+    nothing, so older stamps stay valid."""
+    base = " ".join([f"toolkit={toolkit}", *(file_sha256(f) for f in files)])
     return base if dtype == "float32" else f"{base} dtype={dtype}"
+
+
+def model_files(
+    toolkit: str, model_dir: str | os.PathLike[str], model_file: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """The files whose bytes make a model's embeddings, config first: what :func:`model_stamp`
+    hashes, for the stage script (``python -m spkflow.bin.model_stamp``) and the jobs alike.
+
+    * ``spkflow``: ``config.yaml``, ``model.pth``;
+    * ``espnet``: ``config.yaml`` and ``model_file``, else ``model.pth``, else the only ``*.pth``
+      (a ``checkpoint.pth`` aside);
+    * ``speechbrain``: ``hyperparams.yaml`` and every ``*.ckpt`` beside it (the files its
+      ``Pretrainer`` loads; label and example files do not change an embedding);
+    * ``wespeaker``: ``config.yaml`` when there is one (the frontend's settings), then
+      ``model_file``, else the only ``*.onnx``; ``model_dir`` may be the ``.onnx`` file itself.
+
+    Raises :class:`ModelError` naming what is missing or ambiguous.  Reads no file.
+    """
+    d = Path(model_dir)
+    if toolkit == "wespeaker" and d.is_file():
+        return [d]
+    if not d.is_dir():
+        raise ModelError(d, None, "model directory not found" if not d.exists() else "not a directory")
+    if model_file is not None and toolkit in ("spkflow", "speechbrain"):
+        raise ModelError(Path(model_file), None, f"--model-file is for --toolkit espnet or wespeaker, not {toolkit}")
+    chosen = Path(model_file) if model_file is not None else None
+    if chosen is not None and not chosen.is_file():
+        raise ModelError(chosen, None, "model file not found")
+
+    def need(p: Path, what: str) -> Path:
+        if not p.is_file():
+            raise ModelError(p, None, f"not found: {what}")
+        return p
+
+    def only(pattern: str, skip: tuple[str, ...] = ()) -> Path:
+        cands = sorted(p for p in d.glob(pattern) if p.name not in skip)
+        if len(cands) == 1:
+            return cands[0]
+        what = f"no {pattern} file" if not cands else f"several: {' '.join(p.name for p in cands)}"
+        raise ModelError(d, None, f"cannot tell which weights to use ({what}); give --model-file")
+
+    if toolkit == "spkflow":
+        cfg = need(d / "config.yaml", "a model directory holds config.yaml and the weights (stage 4 writes both)")
+        return [cfg, need(d / "model.pth", "the model directory has no weights")]
+    if toolkit == "espnet":
+        cfg = need(d / "config.yaml", "an ESPnet speaker model directory holds config.yaml and the weights")
+        if chosen is None:
+            chosen = d / "model.pth" if (d / "model.pth").is_file() else only("*.pth", ("checkpoint.pth",))
+        return [cfg, chosen]
+    if toolkit == "speechbrain":
+        hp = need(d / "hyperparams.yaml", "a SpeechBrain pretrained folder holds hyperparams.yaml and its *.ckpt files")
+        return [hp, *sorted(d.glob("*.ckpt"))]
+    if toolkit == "wespeaker":
+        side = [d / "config.yaml"] if (d / "config.yaml").is_file() else []
+        return [*side, chosen if chosen is not None else only("*.onnx")]
+    raise ValueError(f"--toolkit must be one of {', '.join(TOOLKITS)}, got {toolkit!r}")
+
+
+def default_max_frames(embedder: Any, device: str) -> int:
+    """The bound on padded 10 ms frames per batch when ``--max-frames`` is not given: 3000 on CPU,
+    60000 on GPU, divided by the model's encoder frames per 10 ms (``embedder.frames_per_10ms``,
+    1 by default): the bound is on what the encoder holds in memory.  RawNet3's encoder reads
+    raw-waveform frames at 1 ms (10 per 10 ms): 300 on CPU, where its batch of 16 padded
+    utterances ran at 0.55x the speed of one at a time (docs/benchmarks.md)."""
+    rate = float(getattr(embedder, "frames_per_10ms", 1.0) or 1.0)
+    base = GPU_MAX_FRAMES if str(device).startswith("cuda") else CPU_MAX_FRAMES
+    return max(1, int(base / max(rate, 1.0)))
 
 
 def autocast_dtype(dtype: str, device: str) -> Any:
@@ -155,18 +242,86 @@ def split_by_frames(items: Sequence[Any], frames: Callable[[Any], int], max_fram
     return parts
 
 
+def equal_length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Indices grouped by equal length (first-seen order): the batches a model that cannot be
+    masked may run at once, with no padding at all."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(int(n), []).append(i)
+    return list(groups.values())
+
+
+class WavePreparer:
+    """A data dir's utterance -> the model's input, in a DataLoader worker: the audio at the
+    model's rate (:class:`spkflow.data.audio.AudioReader`: mono, float32 in [-1, 1], resampled),
+    then ``transform`` (e.g. a toolkit's fbank; None: the waveform).  Picklable: the reader
+    opens lazily in the worker.  A ``transform`` ValueError fails the utterance, named."""
+
+    def __init__(
+        self, data_dir: str, sample_rate: int, transform: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> None:
+        self.data_dir, self.sample_rate, self.transform = data_dir, sample_rate, transform
+        self._reader: Any = None
+
+    def __call__(self, utt: str) -> np.ndarray:
+        if self._reader is None:
+            self._reader = AudioReader(self.data_dir, sample_rate=self.sample_rate)
+        wave = self._reader.read(utt)
+        if self.transform is None:
+            return wave
+        try:
+            return self.transform(wave)
+        except ValueError as exc:
+            raise UtteranceError(utt, self._reader.source(utt), str(exc)) from None
+
+
 # --------------------------------------------------------------------------- embedders
+
+
+def onnx_session(path: str | os.PathLike[str], device: str = "cpu", num_threads: int | None = None) -> Any:
+    """An onnxruntime session on ``device`` (``cpu``, ``cuda``, ``cuda:N``) with ``num_threads``
+    intra-op threads (None: onnxruntime's default), for spkflow's exports and WeSpeaker's models.
+    A missing onnxruntime, a missing CUDA provider and an unreadable file are named."""
+    p = Path(path)
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise ModelError(
+            p, None, f"running an ONNX model needs onnxruntime: pip install 'spkflow[export]' ({exc})"
+        ) from None
+    if device == "cpu":
+        providers: list[Any] = ["CPUExecutionProvider"]
+    elif device.startswith("cuda"):
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise RuntimeError(f"--device {device}: this onnxruntime has no CUDAExecutionProvider")
+        providers = [("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)})]
+    else:
+        raise ValueError(f"device must be cpu or cuda[:N], got {device!r}")
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if num_threads is not None:
+        opts.intra_op_num_threads = num_threads
+        opts.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(os.fspath(p), opts, providers=providers)
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise ModelError(p, None, f"cannot load the ONNX model: {type(exc).__name__}: {exc}") from None
 
 
 class Embedder(Protocol):
     """What :func:`spkflow.embed.run.run_job` needs from a model: a picklable per-utterance input maker that runs
-    in DataLoader workers, a length in 10 ms frames, and a batched forward."""
+    in DataLoader workers, a length in 10 ms frames, and a batched forward; and what the API needs:
+    the rate the model's inputs are computed at and the input of a waveform at that rate."""
 
     name: str
     dim: int
     stamp: str
+    device: str
+    sample_rate: int
 
     def preparer(self, data_dir: str | os.PathLike[str]) -> Callable[[str], np.ndarray]: ...
+
+    def prepare_wave(self, wave: np.ndarray) -> np.ndarray: ...
 
     def frames(self, x: np.ndarray) -> int: ...
 

@@ -1,16 +1,25 @@
-"""ESPnet speaker models in stage 5: :class:`EspnetEmbedder` and :class:`PaddingMask`.
+"""ESPnet speaker models in stage 5: :class:`EspnetEmbedder` and the encoders it batches (:data:`BLOCKS`).
 
 What it guarantees
 ------------------
-* **Batched = alone.**  ESPnet's speaker models do not honour lengths (below), so a zero-padded
-  batch would change every embedding but the longest one's.  :class:`EspnetEmbedder` runs
-  ESPnet's frontend one utterance at a time and the encoder under :class:`PaddingMask` (which
-  makes convolutions, max pooling and the SE squeeze blind to padding), or one utterance at a
-  time when the encoder has a layer whose padding behaviour we cannot control; it reproduces
-  ESPnet's single-utterance numbers (identical in ``test/embed/test_embed_espnet.py``).
+* **Batched = alone, for every encoder ESPnet ships for speakers but SKA-TDNN.**  ESPnet's speaker
+  models do not honour lengths (below), so a zero-padded batch would change every embedding but
+  the longest one's.  :class:`EspnetEmbedder` runs ESPnet's frontend one utterance at a time and
+  the encoder on the padded batch under :class:`~spkflow.embed.masking.PaddingMask` (masked,
+  not equal-length batching: utterances of a corpus almost never have equal lengths), with the
+  rules of :data:`BLOCKS`: ECAPA-TDNN, x-vector, RawNet3 (its AFMS mean made a masked mean),
+  ResNet (Conv2d with time last) and the MFA-Conformer with absolute or (``rel_pos_type:
+  latest``) relative positions (a key mask given to every layer's attention).  Pooling runs on
+  each utterance's valid frames.  Encoders the mask does not understand (SKA-TDNN; a conformer
+  with ESPnet's legacy relative attention, whose ``rel_shift`` reads other positions when the time
+  axis grows) run in groups of equal length, one at a time otherwise, and say so in the log.
+  Every path reproduces ESPnet's single-utterance numbers (``model(speech, extract_embd=True)``)
+  within 1e-4 after L2 normalisation (``test/embed/test_embed_espnet.py``, real speech included).
 * **Weights that fit.**  Built with ``SpeakerTask.build_model`` from the config, weights loaded
   with ``weights_only=True`` (a truncated or code-holding file is refused naming it); every key
   other than the training loss's must match in name and shape.
+* **Precision.**  ``dtype`` bfloat16 / float16 runs encoder, pooling and projector under
+  ``torch.autocast`` (the frontend stays float32); vectors are returned float32.
 
 What ESPnet does with lengths (espnet 202511, read for this module)
 -------------------------------------------------------------------
@@ -18,14 +27,16 @@ What ESPnet does with lengths (espnet 202511, read for this module)
 from the frontend to the pooling, never to the encoder.  ``DefaultFrontend`` (STFT) masks
 padded frames and returns true frame counts; ``MelSpectrogramTorch`` (the frontend of ESPnet's
 ECAPA/x-vector speaker recipes) ignores the lengths, returns the *padded* length for every row
-and its ``normalize: mn`` subtracts a mean taken over the padding too.  The encoders
-(``ecapa_tdnn``, ``xvector``, ``rawnet3``, ...) take no lengths: their convolutions read padded
-frames and the SE / AFMS blocks average over them.  So a zero-padded batch changes every
-embedding but the longest one's (``test/embed/test_embed_espnet.py``: L2-normalised differences above
-0.01 for a tiny ECAPA).  The pooling gets the *frontend's* frame count even when the encoder
-shortens the time axis (``xvector``: 6 frames fewer), so ESPnet's statistics divide by a count
-a little larger than the frames summed; :class:`EspnetEmbedder` reproduces ESPnet's
-single-utterance numbers (identical in the tests), it does not correct them.
+and its ``normalize: mn`` subtracts a mean taken over the padding too; ``AsteroidFrontend``
+(RawNet3's) normalises the whole padded waveform (``InstanceNorm1d``).  The encoders
+(``ecapa_tdnn``, ``xvector``, ``rawnet3``, ``resnet``, ``mfaconformer``) take no lengths: their
+convolutions read padded frames and the SE / AFMS blocks average over them; the conformer's
+layers are called with ``mask=None``.  So a zero-padded batch changes every embedding but the
+longest one's (``test/embed/test_embed_espnet.py``: L2-normalised differences above 0.01 for a
+tiny ECAPA).  The pooling gets the *frontend's* frame count even when the encoder shortens the
+time axis (``xvector``: 6 frames fewer; ``rawnet3``: 15 times fewer; ``resnet``: 8 times), so
+ESPnet's statistics divide by a count larger than the frames summed; :class:`EspnetEmbedder`
+reproduces ESPnet's single-utterance numbers (equal in the tests), it does not correct them.
 """
 
 from __future__ import annotations
@@ -35,191 +46,105 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from spkflow.core.errors import InputError
-from spkflow.data.audio import AudioReader
 from spkflow.data.jobs import show_keys
-from spkflow.embed.base import FRAME_RATE, check_model_dir, model_stamp, resolve_device
+from spkflow.embed.base import (
+    FRAME_RATE,
+    WavePreparer,
+    autocast_dtype,
+    equal_length_groups,
+    model_files,
+    model_stamp,
+    resolve_device,
+)
+from spkflow.embed.masking import Block, PaddingMask, Untracked
 from spkflow.nnet.checkpoint import load_checkpoint
 
-__all__ = ["EspnetEmbedder", "PaddingMask"]
+__all__ = ["EspnetEmbedder", "BLOCKS"]
 
 log = logging.getLogger("spkflow.embed.run")
 
 
-class _WavePreparer:
-    """Audio at the model's rate, in a worker (ESPnet models take waveforms)."""
+def _afms_install(mask: PaddingMask, afms: Any) -> None:
+    """RawNet3's AFMS averages over time with ``F.adaptive_avg_pool1d`` (no layer to hook): its
+    output is recomputed with the mean over valid frames (``AFMS.forward``'s three lines)."""
 
-    def __init__(self, data_dir: str, sample_rate: int) -> None:
-        self.data_dir, self.sample_rate = data_dir, sample_rate
-        self._reader: Any = None
+    def hook(mod: Any, args: tuple[Any, ...], out: Any) -> Any:
+        if not mask.is_active:
+            return None
+        x = args[0]
+        y = mask.masked_mean(x).view(x.size(0), -1)
+        y = mod.sig(mod.fc(y)).view(x.size(0), x.size(1), -1)
+        return (x + mod.alpha) * y
 
-    def __call__(self, utt: str) -> np.ndarray:
-        if self._reader is None:
-            self._reader = AudioReader(self.data_dir, sample_rate=self.sample_rate)
-        return self._reader.read(utt)
-
-
-class _Untracked(RuntimeError):
-    """A layer saw a time axis whose valid lengths are unknown (or ambiguous)."""
+    afms.register_forward_hook(hook)
 
 
-class PaddingMask:
-    """Forward hooks that make a convolutional ESPnet encoder blind to padding.
+def _attention_mask_install(mask: PaddingMask, layer: Any) -> None:
+    """A conformer layer is called with ``mask=None`` by ``MfaConformerEncoder``: give its
+    self-attention the batch's key mask ([B, 1, T], True on valid frames, ESPnet's convention)."""
+    import torch
 
-    While :meth:`active` is in force with the valid lengths of a zero-padded batch, every
-    ``Conv1d`` sees its padded frames set to zero (what its own zero padding gives an utterance
-    alone), every ``MaxPool1d`` sees ``-inf`` there, and every ``AdaptiveAvgPool1d(1)`` (the SE
-    squeeze) averages valid frames only.  Valid lengths are followed through the layers by
-    the size of the time axis (a strided or unpadded convolution shortens it), so after the
-    encoder :meth:`lengths` gives the valid frames of its output for the pooling.
+    def pre(mod: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if not mask.is_active:
+            return None
+        x = args[0][0] if isinstance(args[0], tuple) else args[0]
+        t = x.shape[1]
+        valid = mask.lengths(t).to(x.device)
+        keys = (torch.arange(t, device=x.device)[None, :] < valid[:, None])[:, None, :]
+        return (args[0], keys, *args[2:])
 
-    Only encoders made of layers listed in :data:`SAFE_LAYERS` and of ESPnet blocks whose
-    ``forward`` combines sub-layer outputs frame by frame (:data:`SAFE_BLOCKS`: ECAPA-TDNN and
-    x-vector) are accepted (:meth:`supports`); others (RawNet3 calls ``F.adaptive_avg_pool1d``
-    directly, conformers and ResNets mix time otherwise) are run one utterance at a time by
-    :class:`EspnetEmbedder`.  Outside :meth:`active` the hooks do nothing.
-    """
+    layer.register_forward_pre_hook(pre)
 
-    SAFE_BLOCKS = frozenset(
-        {
-            "espnet2.spk.encoder.ecapa_tdnn_encoder.EcapaTdnnEncoder",
-            "espnet2.spk.layers.ecapa_block.EcapaBlock",
-            "espnet2.spk.layers.ecapa_block.SEModule",
-            "espnet2.spk.encoder.xvector_encoder.XvectorEncoder",
-        }
-    )
 
-    def __init__(self, encoder: Any) -> None:
-        import torch
-
-        self._torch = torch
-        self._lengths: dict[int, Any] | None = None
-        ok, why = self.supports(encoder)
-        if not ok:
-            raise ValueError(why)
-        nn = torch.nn
-        for mod in encoder.modules():
-            if isinstance(mod, (nn.Conv1d, nn.MaxPool1d)):
-                mod.register_forward_pre_hook(self._mask_before)
-                mod.register_forward_hook(self._track_after)
-            elif isinstance(mod, nn.AdaptiveAvgPool1d):
-                mod.register_forward_hook(self._masked_mean)
-
-    @classmethod
-    def safe_layers(cls) -> tuple[type, ...]:
-        import torch.nn as nn
-
-        return (
-            nn.Conv1d,
-            nn.BatchNorm1d,
-            nn.ReLU,
-            nn.LeakyReLU,
-            nn.PReLU,
-            nn.SiLU,
-            nn.GELU,
-            nn.ELU,
-            nn.Sigmoid,
-            nn.Tanh,
-            nn.Identity,
-            nn.Dropout,
-            nn.Sequential,
-            nn.ModuleList,
-            nn.AdaptiveAvgPool1d,
-            nn.MaxPool1d,
+_SPK = "espnet2.spk"
+_NETS = "espnet.nets.pytorch_backend"
+#: ESPnet's speaker encoders and blocks :class:`PaddingMask` understands (espnet 202511).
+BLOCKS: dict[str, Block] = {
+    # ECAPA-TDNN and x-vector: blocks combining convolutions frame by frame (SE: AdaptiveAvgPool1d)
+    f"{_SPK}.encoder.ecapa_tdnn_encoder.EcapaTdnnEncoder": Block(),
+    f"{_SPK}.layers.ecapa_block.EcapaBlock": Block(),
+    f"{_SPK}.layers.ecapa_block.SEModule": Block(),
+    f"{_SPK}.encoder.xvector_encoder.XvectorEncoder": Block(),
+    # RawNet3 on raw waveforms: Res2Net blocks with MaxPool1d and AFMS (a mean over time)
+    f"{_SPK}.encoder.rawnet3_encoder.RawNet3Encoder": Block(),
+    f"{_SPK}.layers.rawnet_block.Bottle2neck": Block(),
+    f"{_SPK}.layers.rawnet_block.AFMS": Block(frame_wise=True, install=_afms_install),
+    # ResNet on [B, 1, F, T] (WeSpeaker's ResNet): Conv2d with time last
+    f"{_SPK}.encoder.resnet_encoder.ResNetEncoder": Block(time_axis=-1),
+    f"{_SPK}.layers.resnet_block.BasicBlock": Block(),
+    f"{_SPK}.layers.resnet_block.Bottleneck": Block(),
+    # MFA-Conformer: Conv2d subsampling on [B, 1, T, F], then layers on [B, T, C] with a key mask.
+    # Attention with absolute or (latest) relative positions only: the legacy relative attention's
+    # rel_shift reads other positions when the time axis grows, so padding changes it.
+    f"{_SPK}.encoder.conformer_encoder.MfaConformerEncoder": Block(),
+    **{
+        f"{_NETS}.transformer.subsampling.{name}": Block(frame_wise=True, time_axis=-2)
+        for name in (
+            "Conv2dSubsampling",
+            "Conv2dSubsampling1",
+            "Conv2dSubsampling2",
+            "Conv2dSubsampling6",
+            "Conv2dSubsampling8",
         )
-
-    @classmethod
-    def supports(cls, encoder: Any) -> tuple[bool, str]:
-        """(True, "") when every sub-module is understood; else (False, the first that is not)."""
-        import torch.nn as nn
-
-        safe = cls.safe_layers()
-        for name, mod in encoder.named_modules():
-            qual = f"{type(mod).__module__}.{type(mod).__qualname__}"
-            if qual in cls.SAFE_BLOCKS:
-                continue
-            if type(mod) not in safe:
-                return False, f"layer '{name or '<encoder>'}' ({qual}) may mix padded frames into valid ones"
-            if isinstance(mod, nn.Conv1d) and mod.padding_mode != "zeros":
-                return False, f"layer '{name}' pads with {mod.padding_mode!r}, not zeros"
-            if isinstance(mod, nn.AdaptiveAvgPool1d) and mod.output_size not in (1, (1,)):
-                return False, f"layer '{name}' pools to {mod.output_size} frames (only 1 is handled)"
-        return True, ""
-
-    @contextlib.contextmanager
-    def active(self, lengths: Any, max_len: int) -> Iterator[PaddingMask]:
-        """Hooks on for one forward of a batch padded to ``max_len`` with valid ``lengths``."""
-        self._lengths = {int(max_len): lengths}
-        try:
-            yield self
-        finally:
-            self._lengths = None
-
-    def lengths(self, time_size: int) -> Any:
-        """Valid lengths of a tensor whose time axis has ``time_size`` frames."""
-        assert self._lengths is not None
-        if time_size not in self._lengths:
-            raise _Untracked(f"no lengths known for a time axis of {time_size} frames")
-        return self._lengths[time_size]
-
-    def _put(self, time_size: int, lengths: Any) -> None:
-        assert self._lengths is not None
-        prev = self._lengths.get(time_size)
-        if prev is not None and not bool(self._torch.equal(prev, lengths)):
-            raise _Untracked(f"two different length sets for a time axis of {time_size} frames")
-        self._lengths[time_size] = lengths
-
-    def _mask_before(self, mod: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        if self._lengths is None:
-            return None
-        x = args[0]
-        t = x.shape[-1]
-        lens = self.lengths(t)
-        if bool((lens >= t).all()):
-            return None
-        valid = self._torch.arange(t, device=x.device)[None, None, :] < lens.to(x.device)[:, None, None]
-        fill = 0.0 if isinstance(mod, self._torch.nn.Conv1d) else float("-inf")
-        return (x.masked_fill(~valid, fill), *args[1:])
-
-    def _track_after(self, mod: Any, args: tuple[Any, ...], out: Any) -> None:
-        if self._lengths is None:
-            return
-        lens = self.lengths(args[0].shape[-1])
-        nn = self._torch.nn
-
-        def one(v: Any) -> int:
-            return int(v[0]) if isinstance(v, (tuple, list)) else int(v)
-
-        k, s, d = one(mod.kernel_size), one(mod.stride), one(mod.dilation)
-        if isinstance(mod, nn.Conv1d) and isinstance(mod.padding, str):
-            p = (d * (k - 1)) // 2 if mod.padding == "same" else 0
-            new = lens.clone() if mod.padding == "same" else (lens - d * (k - 1) - 1) // s + 1
-        else:
-            p = one(mod.padding)
-            span = lens + 2 * p - d * (k - 1) - 1
-            if isinstance(mod, nn.MaxPool1d) and mod.ceil_mode:
-                new = -((-span) // s) + 1
-            else:
-                new = span // s + 1
-        self._put(out.shape[-1], new.clamp(min=0, max=out.shape[-1]))
-
-    def _masked_mean(self, mod: Any, args: tuple[Any, ...], out: Any) -> Any:
-        if self._lengths is None:
-            return None
-        x = args[0]
-        t = x.shape[-1]
-        lens = self.lengths(t).to(x.device)
-        self._put(1, self._torch.ones_like(lens))
-        if bool((lens >= t).all()):
-            return None
-        valid = (self._torch.arange(t, device=x.device)[None, None, :] < lens[:, None, None]).to(x.dtype)
-        return (x * valid).sum(dim=-1, keepdim=True) / lens.clamp(min=1).to(x.dtype)[:, None, None]
+    },
+    f"{_NETS}.conformer.encoder_layer.EncoderLayer": Block(install=_attention_mask_install),
+    f"{_NETS}.transformer.repeat.MultiSequential": Block(),
+    f"{_NETS}.transformer.attention.MultiHeadedAttention": Block(frame_wise=True),
+    f"{_NETS}.transformer.attention.RelPositionMultiHeadedAttention": Block(frame_wise=True),
+    f"{_NETS}.transformer.embedding.PositionalEncoding": Block(frame_wise=True),
+    f"{_NETS}.transformer.embedding.ScaledPositionalEncoding": Block(frame_wise=True),
+    f"{_NETS}.transformer.embedding.RelPositionalEncoding": Block(frame_wise=True),
+    f"{_NETS}.transformer.positionwise_feed_forward.PositionwiseFeedForward": Block(frame_wise=True),
+    f"{_NETS}.transformer.layer_norm.LayerNorm": Block(frame_wise=True),
+    f"{_NETS}.conformer.convolution.ConvolutionModule": Block(),
+    f"{_NETS}.conformer.swish.Swish": Block(),
+}
 
 
 class EspnetEmbedder:
@@ -230,26 +155,32 @@ class EspnetEmbedder:
     other than the training loss's must all match.  Inputs are waveforms at the frontend's
     ``fs`` (16 kHz unless the config says otherwise).  A batch runs ESPnet's frontend and
     normalisation one utterance at a time (they are cheap, and ``MelSpectrogramTorch`` ignores
-    lengths), pads the features, runs the encoder under :class:`PaddingMask` and pools with the
-    valid lengths.  Encoders :class:`PaddingMask` does not support run one utterance at a time.
+    lengths), pads the features, runs the encoder under :class:`PaddingMask` and pools each
+    utterance's valid frames.  Encoders :class:`PaddingMask` does not support run in groups of
+    equal length (one at a time otherwise).
     """
 
     name = "espnet"
 
     def __init__(
-        self, model_dir: str | os.PathLike[str], device: str = "cpu", model_file: str | os.PathLike[str] | None = None
+        self,
+        model_dir: str | os.PathLike[str],
+        device: str = "cpu",
+        model_file: str | os.PathLike[str] | None = None,
+        dtype: str = "float32",
     ) -> None:
         import torch
         import yaml
 
-        d = check_model_dir(model_dir)
-        self.config_path = d / "config.yaml"
-        self.model_path = self._model_file(d, model_file)
+        self.config_path, self.model_path = model_files(self.name, model_dir, model_file)
         self.device = resolve_device(device)
+        self.dtype = dtype
+        self._autocast = autocast_dtype(dtype, self.device)
         with open(self.config_path, encoding="utf-8") as f:
             args = yaml.safe_load(f)
         if not isinstance(args, dict) or "encoder" not in args:
             raise InputError(self.config_path, None, "not an ESPnet speaker config (no 'encoder')")
+        self.config: dict[str, Any] = args
         from espnet2.tasks.spk import SpeakerTask
 
         model = SpeakerTask.build_model(argparse.Namespace(**args))
@@ -287,35 +218,27 @@ class EspnetEmbedder:
 
             fs = humanfriendly.parse_size(fs)
         self.sample_rate = int(fs)
-        ok, why = PaddingMask.supports(model.encoder)
-        self.mask = PaddingMask(model.encoder) if ok else None
+        ok, why = PaddingMask.supports(model.encoder, BLOCKS)
+        self.mask = PaddingMask(model.encoder, BLOCKS) if ok else None
         if not ok:
             log.warning(
-                "ESPnet encoder %s: %s; utterances run one at a time so that each gets its own embedding",
+                "ESPnet encoder %s: %s; utterances run in groups of equal length (one at a time otherwise) "
+                "so that each gets its own embedding",
                 type(model.encoder).__name__,
                 why,
             )
         self.dim = int(model.projector.output_size()) if model.projector is not None else -1
-        self.stamp = model_stamp(self.name, self.config_path, self.model_path)
+        self.stamp = model_stamp(self.name, self.config_path, self.model_path, dtype=dtype)
         self._torch = torch
-
-    @staticmethod
-    def _model_file(d: Path, model_file: str | os.PathLike[str] | None) -> Path:
-        if model_file is not None:
-            p = Path(model_file)
-            if not p.is_file():
-                raise InputError(p, None, "model file not found")
-            return p
-        if (d / "model.pth").is_file():
-            return d / "model.pth"
-        cands = sorted(p for p in d.glob("*.pth") if p.name != "checkpoint.pth")
-        if len(cands) == 1:
-            return cands[0]
-        what = "no *.pth file" if not cands else f"several: {' '.join(p.name for p in cands)}"
-        raise InputError(d, None, f"cannot tell which weights to use ({what}); give --model-file")
+        with torch.inference_mode():  # the encoder's frames per 10 ms (RawNet3's frontend: 1 ms frames)
+            probe = np.sin(np.arange(self.sample_rate, dtype=np.float32) * 0.1)
+            self.frames_per_10ms = max(1.0, float(round(self._features(probe)[0].shape[0] / FRAME_RATE)))
 
     def preparer(self, data_dir: str | os.PathLike[str]) -> Callable[[str], np.ndarray]:
-        return _WavePreparer(os.fspath(data_dir), self.sample_rate)
+        return WavePreparer(os.fspath(data_dir), self.sample_rate)
+
+    def prepare_wave(self, wave: np.ndarray) -> np.ndarray:
+        return np.asarray(wave, dtype=np.float32)
 
     def frames(self, x: np.ndarray) -> int:
         return max(1, int(math.ceil(x.shape[0] * FRAME_RATE / self.sample_rate)))
@@ -341,33 +264,48 @@ class EspnetEmbedder:
         ]
         return self._torch.cat(pooled, dim=0)
 
+    def _masked(self, feats: Sequence[Any], flens: Sequence[Any]) -> Any:
+        """Pooled vectors of a padded batch under the mask (raises Untracked when lost)."""
+        torch = self._torch
+        assert self.mask is not None
+        lens = torch.tensor([f.shape[0] for f in feats], device=self.device)
+        padded = torch.nn.utils.rnn.pad_sequence(list(feats), batch_first=True)
+        with self.mask.active(lens, padded.shape[1]) as mask:
+            frames = self.model.encode_frame(padded)
+            valid = mask.lengths(frames.shape[-1])
+        if all(int(v) == int(f.round()) for v, f in zip(valid.tolist(), flens, strict=True)):
+            return self.model.pooling(frames, feat_lengths=torch.cat(flens))  # ECAPA: the time axis is kept
+        return self._pool_each(frames, valid.tolist(), flens)
+
+    def _equal_lengths(self, feats: Sequence[Any], flens: Sequence[Any]) -> Any:
+        """Pooled vectors, utterances of equal length stacked (no padding), exactly as ESPnet's
+        ``model.forward`` runs them."""
+        torch = self._torch
+        out: list[Any] = [None] * len(feats)
+        for group in equal_length_groups([f.shape[0] for f in feats]):
+            frames = self.model.encode_frame(torch.stack([feats[i] for i in group]))
+            pooled = self.model.pooling(frames, feat_lengths=torch.cat([flens[i] for i in group]))
+            for j, i in enumerate(group):
+                out[i] = pooled[j : j + 1]
+        return torch.cat(out, dim=0)
+
     def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
         torch = self._torch
+        autocast = (
+            torch.autocast(device_type=self.device.split(":")[0], dtype=self._autocast)
+            if self._autocast is not None
+            else contextlib.nullcontext()
+        )
         with torch.inference_mode():
             feats, flens = zip(*(self._features(x) for x in xs), strict=True)
-            pooled = None
-            if self.mask is not None:
-                lens = torch.tensor([f.shape[0] for f in feats], device=self.device)
-                padded = torch.nn.utils.rnn.pad_sequence(list(feats), batch_first=True)
-                try:
-                    with self.mask.active(lens, padded.shape[1]) as mask:
-                        frames = self.model.encode_frame(padded)
-                        valid = mask.lengths(frames.shape[-1])
-                    same = all(int(v) == int(f.round()) for v, f in zip(valid.tolist(), flens, strict=True))
-                    if same:  # the usual case (ECAPA keeps the time axis): pool the batch at once
-                        pooled = self.model.pooling(frames, feat_lengths=torch.cat(flens))
-                    else:
-                        pooled = self._pool_each(frames, valid.tolist(), flens)
-                except _Untracked as exc:
-                    log.debug("batch of %d run one by one: %s", len(xs), exc)
-                    pooled = None
-            if pooled is None:  # one at a time, exactly as ESPnet's model.forward does it
-                pooled = torch.cat(
-                    [
-                        self.model.pooling(self.model.encode_frame(f[None]), feat_lengths=n)
-                        for f, n in zip(feats, flens, strict=True)
-                    ],
-                    dim=0,
-                )
-            out = self.model.project_spk_embd(pooled)
+            with autocast:
+                pooled = None
+                if self.mask is not None and len(xs) > 1:
+                    try:
+                        pooled = self._masked(feats, flens)
+                    except Untracked as exc:
+                        log.debug("batch of %d run in equal-length groups: %s", len(xs), exc)
+                if pooled is None:
+                    pooled = self._equal_lengths(feats, flens)
+                out = self.model.project_spk_embd(pooled)
         return out.float().cpu().numpy()

@@ -24,6 +24,7 @@ from spkflow.embed.base import (
     PadCollate,
     autocast_dtype,
     check_model_dir,
+    model_files,
     model_stamp,
     pad,
     resolve_device,
@@ -124,7 +125,7 @@ class SpkflowEmbedder:
         self._autocast = autocast_dtype(dtype, self.device)
         # a truncated or code-holding model.pth: spkflow.nnet.checkpoint's CheckpointError names it
         self.model, self.config = load_model_dir(d, self.device)
-        self.stamp = model_stamp(self.name, d / "config.yaml", d / "model.pth", dtype)
+        self.stamp = model_stamp(self.name, *model_files(self.name, d), dtype=dtype)
         fe = dict(self.config.get("frontend") or {})
         self.fbank = FbankOptions.from_dict(dict(fe.get("fbank") or {}))
         self.use_vad = bool(fe.get("vad", False))
@@ -133,11 +134,22 @@ class SpkflowEmbedder:
         self.mean_norm = bool(fe.get("mean_norm", False))
         self.feats_dir = None if feats_dir is None else os.fspath(feats_dir)
         self.dim = int(self.model.embed_dim)
+        self.sample_rate = int(self.fbank.sample_frequency)
         self._frames_per_frame = FRAME_RATE / (1000.0 / float(self.fbank.frame_shift))
         self._torch = torch
 
     def preparer(self, data_dir: str | os.PathLike[str]) -> Callable[[str], np.ndarray]:
         return _FbankPreparer(os.fspath(data_dir), self.fbank, self.vad, self.use_vad, self.mean_norm, self.feats_dir)
+
+    def prepare_wave(self, wave: np.ndarray) -> np.ndarray:
+        """The model's input of a mono waveform at :attr:`sample_rate`: fbank, VAD and mean
+        normalisation as the config says (what the workers compute from a data dir's audio)."""
+        feats = compute_fbank(wave, self.sample_rate, self.fbank)
+        vad = compute_vad(feats, self.vad) if (self.use_vad and self.vad is not None) else None
+        out = apply_frontend(feats, vad, use_vad=self.use_vad, mean_norm=self.mean_norm)
+        if out.shape[0] == 0:
+            raise ValueError("no frames left after the frontend")
+        return out
 
     def frames(self, x: np.ndarray) -> int:
         return max(1, int(math.ceil(x.shape[0] * self._frames_per_frame)))

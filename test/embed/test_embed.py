@@ -292,3 +292,36 @@ def test_model_dir_errors(tmp_path):
     # refusals leave the model dir as it was: nothing written into it, the config untouched
     assert sorted(os.listdir(tmp_path / "empty")) == ["config.yaml"]
     assert (tmp_path / "empty" / "config.yaml").read_text() == config
+
+
+def test_model_files_and_toolkit_detection(tmp_path):
+    """Each toolkit's files (what the stamp hashes), told apart by detect_toolkit without building
+    a model; ambiguous or foreign dirs are named."""
+    from spkflow.embed import detect_toolkit
+    from spkflow.embed.base import model_files
+
+    def make(name: str, files: dict[str, str]) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        for f, text in files.items():
+            (d / f).write_text(text)
+        return d
+
+    spk = make("spk", {"config.yaml": "model: {name: ecapa_tdnn}\nfrontend: {}\n", "model.pth": ""})
+    esp = make("esp", {"config.yaml": "encoder: rawnet3\n", "valid.eer.best.pth": "", "checkpoint.pth": ""})
+    sb = make("sb", {"hyperparams.yaml": "n_mels: 80\n", "embedding_model.ckpt": "", "label_encoder.txt": ""})
+    ws = make("ws", {"config.yaml": "dataset_args: {}\nmodel: ResNet34\n", "resnet.onnx": ""})
+    assert [detect_toolkit(d) for d in (spk, esp, sb, ws)] == ["spkflow", "espnet", "speechbrain", "wespeaker"]
+    assert model_files("spkflow", spk) == [spk / "config.yaml", spk / "model.pth"]
+    assert model_files("espnet", esp) == [esp / "config.yaml", esp / "valid.eer.best.pth"]
+    assert model_files("speechbrain", sb) == [sb / "hyperparams.yaml", sb / "embedding_model.ckpt"]
+    assert model_files("wespeaker", ws) == [ws / "config.yaml", ws / "resnet.onnx"]
+    assert model_files("wespeaker", ws / "resnet.onnx") == [ws / "resnet.onnx"]
+    (ws / "other.onnx").write_text("")
+    with pytest.raises(InputError, match=r"several: other.onnx resnet.onnx\); give --model-file"):
+        model_files("wespeaker", ws)
+    assert model_files("wespeaker", ws, ws / "other.onnx")[-1] == ws / "other.onnx"
+    with pytest.raises(InputError, match="--model-file is for --toolkit espnet or wespeaker"):
+        model_files("speechbrain", sb, sb / "embedding_model.ckpt")
+    with pytest.raises(InputError, match="cannot tell the toolkit"):
+        detect_toolkit(make("empty", {}))

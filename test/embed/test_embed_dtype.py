@@ -97,8 +97,7 @@ def test_dtype_is_part_of_the_stamp(model_dir, tmp_path):
     assert f32.stamp == model_stamp("spkflow", model_dir / "config.yaml", model_dir / "model.pth")  # unchanged
     assert b16.stamp == f32.stamp + " dtype=bfloat16"
     cli = subprocess.run(
-        [sys.executable, "-m", "spkflow.bin.model_stamp", "spkflow", "--dtype", "bfloat16"]
-        + [str(model_dir / "config.yaml"), str(model_dir / "model.pth")],
+        [sys.executable, "-m", "spkflow.bin.model_stamp", "spkflow", str(model_dir), "--dtype", "bfloat16"],
         cwd=ROOT,
         capture_output=True,
         text=True,

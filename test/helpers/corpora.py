@@ -104,3 +104,25 @@ def assert_valid(d: Path) -> None:
     if script.exists():
         r = subprocess.run([str(script), "--no-feats", "--no-text", str(d)], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+def real_speech_data_dir(corpus, out: Path, libri: int = 6, fsdd: int = 2) -> Path:
+    """A sorted data dir of real recordings from the shared corpora (``corpus``: the conftest
+    fixture): ``libri`` LibriSpeech test-clean utterances (16 kHz, 6-20 s), two per speaker, and
+    ``fsdd`` FSDD digits (8 kHz, under 1 s: resampled), one per speaker.  Ids are speaker-prefixed."""
+    from helpers.audio import write_data_dir_by_prefix
+
+    entries: dict[str, str] = {}
+    by_spk: dict[str, list[Path]] = {}
+    for p in sorted(corpus("LIBRISPEECH").rglob("*.flac")):
+        by_spk.setdefault(p.stem.split("-")[0], []).append(p)
+    for p in [p for ps in by_spk.values() for p in ps[:2]][:libri]:
+        entries[f"{p.stem.split('-')[0]}-{p.stem}"] = str(p)
+    if fsdd:
+        seen: set[str] = set()
+        for p in sorted((corpus("FSDD") / "recordings").glob("*")):
+            spk = p.stem.split("_")[1]
+            if spk not in seen and len(seen) < fsdd:
+                seen.add(spk)
+                entries[f"{spk}-{p.stem}"] = str(p)
+    return write_data_dir_by_prefix(out, entries)

@@ -1,5 +1,7 @@
-"""Tiny spkflow models with random weights: a stage-4-style model dir (with or without the scoring
-stage 6 fits), BatchNorm statistics that make a padding leak show, L2 normalisation of embeddings."""
+"""Tiny models with random weights: a stage-4-style spkflow model dir (with or without the scoring
+stage 6 fits), a SpeechBrain pretrained folder and a WeSpeaker ONNX export (each written by its
+toolkit's own code), BatchNorm statistics that make a padding leak show, L2 normalisation of
+embeddings."""
 
 from __future__ import annotations
 
@@ -97,4 +99,155 @@ def make_scored_model_dir(path: Path, audio_root: Path, seed: int = 0) -> Path:
         cohort_size=3,
         set_name="dev",
     ).save(path)
+    return path
+
+
+# ----------------------------------------------------------------------------- other toolkits' formats
+
+
+def save_espnet_model(path: Path, cfg: dict, seed: int = 0) -> Path:
+    """An ESPnet speaker model dir (config.yaml + model.pth) built by ``SpeakerTask.build_model``
+    from ``cfg``, ESPnet's random init with non-trivial BatchNorm statistics.  Returns ``path``."""
+    import argparse
+
+    import torch
+    from espnet2.tasks.spk import SpeakerTask
+
+    torch.manual_seed(seed)
+    model = SpeakerTask.build_model(argparse.Namespace(**cfg))
+    perturb_batchnorm(model, seed)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    torch.save(model.state_dict(), path / "model.pth")
+    return path
+
+
+#: SpeechBrain encoders in the layout of speechbrain/spkrec-ecapa-voxceleb and spkrec-xvect-voxceleb, tiny
+SB_ENCODERS = {
+    "ecapa": """embedding_model: !new:speechbrain.lobes.models.ECAPA_TDNN.ECAPA_TDNN
+    input_size: !ref <n_mels>
+    channels: [32, 32, 32, 32, 96]
+    kernel_sizes: [5, 3, 3, 3, 1]
+    dilations: [1, 2, 3, 4, 1]
+    attention_channels: 16
+    lin_neurons: 16
+classifier: !new:speechbrain.lobes.models.ECAPA_TDNN.Classifier
+    input_size: 16
+    out_neurons: !ref <out_n_neurons>
+""",
+    "xvector": """embedding_model: !new:speechbrain.lobes.models.Xvector.Xvector
+    in_channels: !ref <n_mels>
+    activation: !name:torch.nn.LeakyReLU
+    tdnn_blocks: 5
+    tdnn_channels: [32, 32, 32, 32, 96]
+    tdnn_kernel_sizes: [5, 3, 3, 1, 1]
+    tdnn_dilations: [1, 2, 3, 1, 1]
+    lin_neurons: 16
+classifier: !new:speechbrain.lobes.models.Xvector.Classifier
+    input_shape: [null, null, 16]
+    activation: !name:torch.nn.LeakyReLU
+    lin_blocks: 1
+    lin_neurons: 16
+    out_neurons: !ref <out_n_neurons>
+""",
+}
+
+_SB_HPARAMS = """# A pretrained folder as SpeechBrain publishes them (speechbrain/spkrec-*-voxceleb), tiny
+n_mels: 24
+pretrained_path: speechbrain/spkrec-ecapa-voxceleb
+out_n_neurons: 5
+compute_features: !new:speechbrain.lobes.features.Fbank
+    n_mels: !ref <n_mels>
+mean_var_norm: !new:speechbrain.processing.features.InputNormalization
+    norm_type: sentence
+    std_norm: False
+{encoder}mean_var_norm_emb: !new:speechbrain.processing.features.InputNormalization
+    norm_type: global
+    std_norm: False
+modules:
+    compute_features: !ref <compute_features>
+    mean_var_norm: !ref <mean_var_norm>
+    embedding_model: !ref <embedding_model>
+    mean_var_norm_emb: !ref <mean_var_norm_emb>
+    classifier: !ref <classifier>
+label_encoder: !new:speechbrain.dataio.encoder.CategoricalEncoder
+pretrainer: !new:speechbrain.utils.parameter_transfer.Pretrainer
+    loadables:
+        embedding_model: !ref <embedding_model>
+        mean_var_norm_emb: !ref <mean_var_norm_emb>
+        classifier: !ref <classifier>
+        label_encoder: !ref <label_encoder>
+    paths:
+        embedding_model: !ref <pretrained_path>/embedding_model.ckpt
+        mean_var_norm_emb: !ref <pretrained_path>/mean_var_norm_emb.ckpt
+        classifier: !ref <pretrained_path>/classifier.ckpt
+        label_encoder: !ref <pretrained_path>/label_encoder.txt
+"""
+
+
+def make_speechbrain_dir(path: Path, kind: str = "ecapa", seed: int = 0) -> Path:
+    """A SpeechBrain pretrained folder built by SpeechBrain's own code: hyperparams.yaml (its hub
+    layout, ``pretrained_path`` naming the hub repo), the encoder's and classifier's random
+    weights and the embedding normaliser saved by SpeechBrain's checkpoint hooks, the label
+    encoder by ``CategoricalEncoder.save``.  Returns ``path``."""
+    import torch
+    from hyperpyyaml import load_hyperpyyaml
+    from speechbrain.utils.checkpoints import DEFAULT_SAVE_HOOKS, get_default_hook
+
+    text = _SB_HPARAMS.format(encoder=SB_ENCODERS[kind])
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "hyperparams.yaml").write_text(text)
+    torch.manual_seed(seed)
+    hp = load_hyperpyyaml(text)
+    perturb_batchnorm(hp["embedding_model"], seed)
+    norm = hp["mean_var_norm_emb"]
+    norm.train()
+    norm(torch.randn(7, 16), torch.ones(7))  # global statistics, as after training
+    norm.eval()
+    for name in ("embedding_model", "mean_var_norm_emb", "classifier"):
+        get_default_hook(hp[name], DEFAULT_SAVE_HOOKS)(hp[name], path / f"{name}.ckpt")
+    labels = hp["label_encoder"]
+    labels.update_from_iterable([f"id{i:05d}" for i in range(5)])
+    labels.save(path / "label_encoder.txt")
+    return path
+
+
+def make_wespeaker_onnx(path: Path, feat_dim: int = 80, seed: int = 0) -> Path:
+    """An ONNX file as ``wespeaker/bin/export_onnx.py`` writes it (input ``feats`` [B, T, F] with
+    dynamic B and T, output ``embs`` [B, D], opset 14), from a small torch model of WeSpeaker's
+    ResNet-TSTP shape: ESPnet's ResNet encoder (adapted from WeSpeaker's), mean and standard
+    deviation over time, a linear layer; random weights.  Returns ``path``."""
+    import torch
+    from espnet2.spk.encoder.resnet_encoder import ResNetEncoder
+
+    class ResNetTSTP(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.front = ResNetEncoder(input_size=feat_dim, m_channels=4)
+            self.seg_1 = torch.nn.Linear(self.front.output_size() * 2, 16)
+
+        def forward(self, feats: torch.Tensor) -> torch.Tensor:
+            x = self.front(feats)  # [B, D, T']
+            stats = torch.cat([x.mean(dim=-1), torch.sqrt(torch.var(x, dim=-1) + 1e-7)], dim=-1)
+            return self.seg_1(stats)
+
+    torch.manual_seed(seed)
+    model = ResNetTSTP().eval()
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.running_mean.normal_(0.0, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(
+        model,
+        torch.ones(1, 200, feat_dim),
+        str(path),
+        do_constant_folding=True,
+        opset_version=14,
+        export_params=True,
+        input_names=["feats"],
+        output_names=["embs"],
+        dynamic_axes={"feats": {0: "B", 1: "T"}, "embs": {0: "B"}},
+        dynamo=False,
+    )
     return path

@@ -4,6 +4,7 @@
 #
 #   ./run.sh --stage 2 --stop_stage 5 --nj 8
 #   ./run.sh --pretrained ../spk1/exp/spk_train/packed/spk_train.zip --test_sets mine --stage 5
+#   ./run.sh --pretrained spkrec-ecapa-voxceleb --pretrained_toolkit speechbrain --stage 5
 #
 # Stages: 1 data prep, 2 fbank + VAD, 3 N x M batch lists, 4 training,
 #         5 embedding extraction, 6 scoring (backend, calibration; EER, minDCF, Cllr, plots),
@@ -91,7 +92,10 @@ calib_prior=0.5       # target prior of the same-speaker decision (equal costs):
 
 # Pretrained model options (stages 5-6 on new data, no training).
 pretrained=           # a trained model dir or packed .zip: stages 2-4 are skipped, stage 5 embeds with it into
-                      # exp/<tag> (default tag: pretrained_<name>), stage 6 scores with its own packed scoring
+                      # exp/<tag> (default tag: pretrained_<name>), stage 6 scores with its own packed scoring;
+                      # another toolkit's model (a dir, or a WeSpeaker .onnx) with pretrained_toolkit
+pretrained_toolkit=spkflow  # spkflow | espnet | speechbrain | wespeaker: for another toolkit's model stage 6 fits
+                      # the scoring (backend, calibration) on the training set's embeddings as for a model trained here
 
 # shellcheck disable=SC1091  # scripts/ is the recipe's link to the project's scripts
 help_message=$(. scripts/lib/help.sh; options_help "${BASH_SOURCE[0]}" \
@@ -123,18 +127,31 @@ fi
 
 # The model: trained here (exp/spk_<tag>), or a pretrained one; an exp dir unpacked from a pack
 # is used like a pretrained one (its scoring and RESULTS.md are the pack's and stay as they are).
+# Another toolkit's model has no scoring of ours: stage 6 fits one on the training set.
+case "${pretrained_toolkit}" in
+    spkflow|espnet|speechbrain|wespeaker) ;;
+    *) log "Error: --pretrained_toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${pretrained_toolkit}'"; exit 2 ;;
+esac
 if [ -n "${pretrained}" ]; then
-    case "${pretrained}" in
-        *.onnx) log "Error: --pretrained ${pretrained}: an ONNX file runs through the API and spkflow.bin.verify; stages 5-6 need the model dir or pack"; exit 2 ;;
+    case "${pretrained_toolkit}:${pretrained}" in
+        spkflow:*.onnx) log "Error: --pretrained ${pretrained}: an ONNX file of ours runs through the API and spkflow.bin.verify; stages 5-6 need the model dir or pack (a WeSpeaker .onnx: --pretrained_toolkit wespeaker)"; exit 2 ;;
     esac
     if [ ! -e "${pretrained}" ]; then
-        log "Error: --pretrained ${pretrained} not found (a model dir or a packed .zip)"
+        log "Error: --pretrained ${pretrained} not found (a model dir or a packed .zip; another toolkit's dir or .onnx)"
         exit 1
     fi
-    [ -z "${tag}" ] && tag=pretrained_$(basename "${pretrained%/}" .zip)
+    [ -z "${tag}" ] && tag=pretrained_$(basename "${pretrained%/}" | sed -E 's/\.(zip|onnx)$//')
     spk_exp=${expdir}/${tag}
-    if [ -f "${pretrained}" ]; then model_dir=${spk_exp}/model; else model_dir=${pretrained}; fi
-    packed_scoring=true
+    if [ "${pretrained_toolkit}" != spkflow ]; then
+        model_dir=${pretrained}; packed_scoring=false
+    elif [ -f "${pretrained}" ]; then
+        model_dir=${spk_exp}/model; packed_scoring=true
+    else
+        model_dir=${pretrained}; packed_scoring=true
+    fi
+elif [ "${pretrained_toolkit}" != spkflow ]; then
+    log "Error: --pretrained_toolkit ${pretrained_toolkit} needs --pretrained (the ${pretrained_toolkit} model)"
+    exit 2
 else
     [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
     spk_exp=${expdir}/spk_${tag}
@@ -161,12 +178,13 @@ if ${packed_scoring} && ${score_qmf}; then
     exit 2
 fi
 # Stage 6 needs the training set's embeddings for the cohort, the centring, the backend and the
-# default calibration trials; a pretrained model brings its own.
-train_cohort=false
+# default calibration trials; a pretrained model of ours brings its own.
+# (train_scoring: needed; train_cohort: also for the default calibration, which goes without when a
+# pretrained model's recipe has no training set: then the scores are not calibrated, and stage 6 says so).
+train_scoring=false; train_cohort=false
 if ! ${packed_scoring}; then
-    if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ] || [ -z "${calib_set}" ] || ${score_qmf}; then
-        train_cohort=true
-    fi
+    if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ] || ${score_qmf}; then train_scoring=true; fi
+    if ${train_scoring} || [ -z "${calib_set}" ]; then train_cohort=true; fi
     [ -n "${calib_set}" ] && embed_sets="${embed_sets} ${calib_set}"
 fi
 # Stage 4 reads stage 2's output for the training set unless it trains on audio alone
@@ -182,7 +200,8 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     local/data.sh ${local_data_opts}
     # Every set must be a valid data dir; the sets that are scored need a trials list.
     _sets="${train_set} ${calib_set} ${test_sets} ${valid_set}"
-    [ -n "${pretrained}" ] && _sets="${test_sets}"   # a pretrained model needs no training set
+    # a pretrained model needs no training set, unless stage 6 fits its scoring there (another toolkit's)
+    [ -n "${pretrained}" ] && ! ${train_cohort} && _sets="${calib_set} ${test_sets}"
     for dset in $(echo "${_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++'); do
         utils/validate_data_dir.sh --no-feats --no-text "data/${dset}"
         if [ "${dset}" != "${train_set}" ] && [ ! -s "data/${dset}/trials" ]; then
@@ -202,7 +221,7 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
 fi
 
 if [ -n "${pretrained}" ] && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 2 ]; then
-    log "Stages 2-4 skipped: the pretrained model ${pretrained} is used (${spk_exp})"
+    log "Stages 2-4 skipped: the pretrained ${pretrained_toolkit} model ${pretrained} is used (${spk_exp})"
 fi
 
 if [ -z "${pretrained}" ] && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
@@ -351,15 +370,24 @@ fi
 if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     _sets=${embed_sets}
     if ${train_cohort} && [[ " ${_sets} " != *" ${train_set} "* ]]; then
-        _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
+        if ${train_scoring} || [ -z "${pretrained}" ] || [ -s "data/${train_set}/utt2spk" ]; then
+            _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
+        else
+            log "No data/${train_set}: stage 6 will not calibrate the scores of ${pretrained} (give --calib_set to)"
+        fi
     fi
-    log "Stage 5: embedding extraction for ${_sets} -> ${spk_exp}/embed/<set>"
-    if [ -f "${pretrained}" ]; then  # a pack: verified and unpacked once (kept while it is the same pack)
-        python -m spkflow.bin.pack --unpack "${pretrained}" --out "${model_dir}"
+    log "Stage 5: embedding extraction for ${_sets} with the ${pretrained_toolkit} model ${model_dir} -> ${spk_exp}/embed/<set>"
+    if [ "${pretrained_toolkit}" = spkflow ]; then
+        if [ -f "${pretrained}" ]; then  # a pack: verified and unpacked once (kept while it is the same pack)
+            python -m spkflow.bin.pack --unpack "${pretrained}" --out "${model_dir}"
+        fi
+        for _f in config.yaml model.pth; do
+            [ -f "${model_dir}/${_f}" ] || { log "Error: ${model_dir}/${_f} not found (stage 4 writes the model)"; exit 1; }
+        done
+    else
+        mkdir -p "${spk_exp}"
+        echo "${pretrained_toolkit} ${pretrained}" > "${spk_exp}/pretrained_model"
     fi
-    for _f in config.yaml model.pth; do
-        [ -f "${model_dir}/${_f}" ] || { log "Error: ${model_dir}/${_f} not found (stage 4 writes the model)"; exit 1; }
-    done
     if ${gpu_inference}; then
         _cmd=${cuda_cmd}; _device=cuda   # one GPU per job (--gpu 1)
     else
@@ -368,7 +396,7 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     for dset in ${_sets}; do
         # shellcheck disable=SC2086
         scripts/spk/extract_embeddings.sh --cmd "${_cmd}" --nj "${nj}" --device "${_device}" \
-            --batch-size "${embed_batch_size}" --toolkit spkflow --skip-bad "${skip_bad}" ${embed_opts} \
+            --batch-size "${embed_batch_size}" --toolkit "${pretrained_toolkit}" --skip-bad "${skip_bad}" ${embed_opts} \
             --model-dir "${model_dir}" "data/${dset}" "${spk_exp}/embed/${dset}"
     done
 fi
@@ -393,7 +421,7 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         fi
     else
         _cohort=${spk_exp}/embed/${train_set}/spk_xvector.scp
-        if ${train_cohort} && [ ! -f "${_cohort}" ]; then
+        if ${train_scoring} && [ ! -f "${_cohort}" ]; then
             log "Error: score_norm/score_center/score_backend and the default calibration need the training set's embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
             exit 1
         fi
@@ -415,6 +443,16 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         fi
         # The calibration: score -> LLR on trials the reported figures do not come from (those of
         # calib_set, or trials drawn from the training set), scored as above (spkflow/score/verification.py).
+        _calib=true
+        if [ -z "${calib_set}" ] && { [ ! -s "data/${train_set}/utt2spk" ] || [ ! -f "${spk_exp}/embed/${train_set}/xvector.scp" ]; }; then
+            _calib=false
+            log "No calibration: no --calib_set and no utterance embeddings of ${train_set} (data/${train_set}/utt2spk," \
+                "${spk_exp}/embed/${train_set}/xvector.scp); the scores are not log-likelihood ratios"
+            _score_opts+=("${_fit_opts[@]}")
+            rm -f "${spk_exp}/scoring.yaml" "${spk_exp}/scoring.npz"  # an earlier run's: stage 7 must not pack it
+        fi
+    fi
+    if ! ${packed_scoring} && ${_calib}; then
         mkdir -p "${spk_exp}/calib/log"
         if [ -n "${calib_set}" ]; then
             _ctrials=data/${calib_set}/trials
@@ -422,8 +460,12 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         else
             _ctrials=${spk_exp}/calib/trials
             _cname="${train_set} (seen in training)"
-            python -m spkflow.bin.make_trials --max-per-spk 8 --nontarget-ratio 10 --seed 0 "data/${train_set}" \
-                "${_ctrials}" 2> "${spk_exp}/calib/log/make_trials.log"
+            if ! python -m spkflow.bin.make_trials --max-per-spk 8 --nontarget-ratio 10 --seed 0 "data/${train_set}" \
+                    "${_ctrials}" 2> "${spk_exp}/calib/log/make_trials.log"; then
+                tail -n 3 "${spk_exp}/calib/log/make_trials.log" >&2
+                log "Error: drawing the calibration trials from data/${train_set} failed, see ${spk_exp}/calib/log/make_trials.log"
+                exit 1
+            fi
         fi
         _cscp=${spk_exp}/embed/${calib_set:-${train_set}}/xvector.scp
         for _f in "${_ctrials}" "${_cscp}"; do
@@ -472,7 +514,7 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Results: ${_results}, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"
 fi
 
-if ${packed_scoring} && [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+if { [ -n "${pretrained}" ] || ${packed_scoring}; } && [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
     log "Stage 7 skipped: ${model_dir} is a pretrained model, not trained here (nothing new to pack)"
 elif [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
     _packed=${spk_exp}/packed/spk_${tag}.zip
