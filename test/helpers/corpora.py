@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,27 @@ import soundfile as sf
 from helpers.paths import ROOT
 from spkflow.data.datadir import DataDir
 from spkflow.data.tables import check_sorted_unique
+
+#: Real speech for the tests and benchmarks that need some, per db.sh corpus: (glob under the
+#: corpus, the speaker of a file, speakers, files per speaker): the first files of the first
+#: speakers in sorted order.  test/bench/gpu_bundle.sh copies exactly these files (same layout), and
+#: the selection picks the same files from the copy, so the CUDA-marked tests and bench_gpu.py run
+#: on a GPU machine without the corpora (7 MB: 16 kHz read speech and words, 8 kHz digits).
+SPEECH: dict[str, tuple[str, Callable[[Path], str], int, int]] = {
+    "SPEECHOCEAN762": ("WAVE/*/*.flac", lambda p: p.parent.name, 16, 3),  # 16 kHz read English, 2-20 s
+    "LIBRISPEECH": ("test-clean/*/*/*.flac", lambda p: p.parent.parent.name, 8, 8),  # 16 kHz, 6-20 s
+    "DSPSPEECH20": ("speech_data/*/*.flac", lambda p: p.parent.name, 12, 3),  # 16 kHz words, ~2 s
+    "FSDD": ("recordings/*.flac", lambda p: p.stem.split("_")[1], 6, 8),  # 8 kHz digits, 0.2-2 s
+}
+
+
+def speech_files(root: Path, name: str) -> list[Path]:
+    """The :data:`SPEECH` selection of corpus ``name`` (a db.sh variable) found under ``root``."""
+    pattern, speaker, num_spk, per_spk = SPEECH[name]
+    groups: dict[str, list[Path]] = {}
+    for p in sorted(Path(root).glob(pattern)):
+        groups.setdefault(speaker(p), []).append(p)
+    return [p for spk in list(groups)[:num_spk] for p in groups[spk][:per_spk]]
 
 
 def tone(path: Path, seconds: float, rate: int = 16000, freq: float = 220.0) -> None:
