@@ -66,7 +66,7 @@ from spkflow.train.config import normalize_train_config
 from spkflow.train.data import complete_config, infer_num_utt, input_stats, rank_batches
 from spkflow.train.loader import NxMCropDataset, make_loader
 from spkflow.train.optim import build_optimizer, build_scheduler
-from spkflow.train.raw_loader import NxMWaveDataset
+from spkflow.train.raw_loader import CropFbank, NxMWaveDataset
 from spkflow.train.state import (
     StopFlag,
     average_state_dicts,
@@ -173,6 +173,7 @@ class _Run:
     epoch_start: float = 0.0
     amp_dtype: torch.dtype = torch.float16  # train.amp_dtype (used when amp)
     wave_aug: Any = None  # spkflow.augment.wave.WaveAugment with frontend.feats_type raw, else None
+    wave_fbank: Any = None  # raw path with the fbank on the device (train.fbank_on): CropFbank, else None
 
 
 class Trainer:
@@ -265,6 +266,10 @@ class Trainer:
         wave_aug = None  # feats_type raw: audio crops, waveform augmentation, fbank in the loader
         if cfg["frontend"]["feats_type"] == "raw":
             wave_aug = WaveAugment(cfg["augment"], int(cfg["frontend"]["fbank"]["sample_frequency"]))
+        on = tcfg["fbank_on"]
+        wave_fbank = None  # raw crops' fbank on the device (auto: on CUDA): workers only decode and augment
+        if wave_aug is not None and (on == "device" or (on == "auto" and device.type == "cuda")):
+            wave_fbank = CropFbank(cfg["frontend"]["fbank"], "crop" if cfg["frontend"]["mean_norm"] else "none")
         factors = speed.factors if speed is not None else (wave_aug.speed_factors if wave_aug is not None else None)
         # with speed perturbation a classification loss sees speaker x factor as its classes
         num_classes = len(self.spk2idx) * (len(factors) if factors else 1)
@@ -288,7 +293,7 @@ class Trainer:
             opts.num_epochs,
             device,
             torch.get_num_threads(),
-            f", AMP {tcfg['amp_dtype']}" if amp else "",
+            (f", AMP {tcfg['amp_dtype']}" if amp else "") + (", crops' fbank on the device" if wave_fbank else ""),
         )
         crop = (int(tcfg["crop_min_frames"]), int(tcfg["crop_max_frames"]))
         if speed is not None:  # read longer crops; after the warp every speaker has the configured length
@@ -311,6 +316,7 @@ class Trainer:
             crop=crop,
             amp_dtype=amp_dtype,
             wave_aug=wave_aug,
+            wave_fbank=wave_fbank,
         )
 
     def _resume_or_init(self, run: _Run) -> None:
@@ -493,6 +499,7 @@ class Trainer:
                 augment=run.wave_aug,
                 num_utt=self.num_utt,
                 utt2spk=self.utt2spk,
+                fbank_on="workers" if run.wave_fbank is None else "device",
             )
         return NxMCropDataset(
             os.path.join(self.opts.train_feats, "feats.scp"),
@@ -533,10 +540,13 @@ class Trainer:
             labels = labels + factor * len(self.spk2idx)
         elif wave_speed is not None and run.wave_aug is not None and run.wave_aug.speed_factors:
             labels = labels + wave_speed * len(self.spk2idx)  # raw path: factor per speaker from the loader
-        if run.channel is not None:
+        if run.channel is not None and run.wave_fbank is None:
             x = run.channel(x)
         labels = labels.to(run.device)
         x = x.to(run.device, non_blocking=True)
+        if run.wave_fbank is not None:  # audio crops: their fbank here, then the feature-domain channel
+            x = run.wave_fbank(x)
+            x = x if run.channel is None else run.channel(x)
         assert run.net is not None
         run.objective.loss.schedule(run.step, len(run.first))  # e.g. the AAM margin warm-up
         loss = run.net(x, labels, run.num_spk, self.num_utt, run.amp_dtype if run.amp else None)
