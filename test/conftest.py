@@ -30,7 +30,7 @@ def speakers(tmp_path: Path) -> Path:
     return make_speakers(tmp_path)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def corpus():
     """``corpus("SPEECHOCEAN762")`` -> Path from db.sh; skip if absent (fail under CI=true)."""
 
