@@ -14,7 +14,7 @@ import soundfile as sf
 import torch
 
 from helpers.audio import synth_voice
-from helpers.corpora import speech_files
+from helpers.corpora import real_speech_sets, speech_files
 from spkflow.data.audio import resample
 from spkflow.features.fbank import FbankOptions, apply_frontend, compute_fbank, compute_vad, num_frames
 from spkflow.features.torch_fbank import BatchFrontend, fbank_batch, frame_counts, frontend_batch, vad_batch
@@ -53,22 +53,10 @@ def _max_diff(waves16: list[np.ndarray], refs: list[np.ndarray], opts: FbankOpti
 def _real_speech(corpus) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
     """Per set: (waveforms at 16 kHz as stage 2 reads them, the numpy fbank of the audio as read)."""
     opts = FbankOptions()
-    sets: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-    for name in ("SPEECHOCEAN762", "LIBRISPEECH", "DSPSPEECH20", "FSDD"):
-        waves, refs = [], []
-        for path in speech_files(corpus(name), name):
-            w, sr = _read(path)
-            waves.append(resample(w, sr, 16000))
-            refs.append(compute_fbank(w, sr, opts))  # FSDD: 8 kHz, resampled inside
-        sets[name] = (waves, refs)
-    # dsp20_8k: DSPSpeech-20 through an 8 kHz channel (ffmpeg to 16-bit 8 kHz), read back at 16 kHz
-    waves, refs = [], []
-    for w16 in sets["DSPSPEECH20"][0]:
-        w8 = np.round(resample(w16, 16000, 8000) * 32768).clip(-32768, 32767).astype(np.float32) / 32768
-        waves.append(resample(w8, 8000, 16000))
-        refs.append(compute_fbank(w8, 8000, opts))
-    sets["dsp20_8k"] = (waves, refs)
-    return sets
+    return {
+        name: ([resample(w, sr, 16000) for w, sr in audio], [compute_fbank(w, sr, opts) for w, sr in audio])
+        for name, audio in real_speech_sets(corpus).items()
+    }
 
 
 @pytest.mark.corpus

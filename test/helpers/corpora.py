@@ -37,6 +37,26 @@ def speech_files(root: Path, name: str) -> list[Path]:
     return [p for spk in list(groups)[:num_spk] for p in groups[spk][:per_spk]]
 
 
+def real_speech_sets(root_of: Callable[[str], Path]) -> dict[str, list[tuple[np.ndarray, int]]]:
+    """Audio as stage 2 reads it, ``(waveform, native rate)``, per set: the :data:`SPEECH` selection of
+    each corpus (``root_of(name)``: its directory), and ``dsp20_8k``: DSPSpeech-20 through an 8 kHz
+    16-bit channel (ffmpeg ``-ar 8000 pcm_s16le`` in the demo's local/narrowband_copy.py; here
+    :func:`spkflow.data.audio.resample`), which the recipes resample back to 16 kHz."""
+    from spkflow.data.audio import resample
+
+    sets: dict[str, list[tuple[np.ndarray, int]]] = {}
+    for name in SPEECH:
+        sets[name] = []
+        for path in speech_files(root_of(name), name):
+            w, sr = sf.read(path, dtype="float32", always_2d=True)
+            sets[name].append((w[:, 0], int(sr)))
+    sets["dsp20_8k"] = [
+        (np.round(resample(w, sr, 8000) * 32768).clip(-32768, 32767).astype(np.float32) / 32768, 8000)
+        for w, sr in sets["DSPSPEECH20"]
+    ]
+    return sets
+
+
 def tone(path: Path, seconds: float, rate: int = 16000, freq: float = 220.0) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     t = np.arange(int(round(seconds * rate))) / rate
