@@ -461,7 +461,7 @@ def aug_sources(work: Path, clips_dir: Path, rirs: Path | None) -> dict[str, Pat
         rirs = work / "rirs"
         if not (rirs / "wav.scp").is_file():
             subprocess.run(
-                [sys.executable, "-m", "spkflow.bin.make_rirs", "--num", "20", "--out", str(rirs)], check=True
+                [sys.executable, "-m", "spkflow.bin.make_rirs", "--num", "8", "--out", str(rirs)], check=True
             )
     files = sorted((rirs / "audio").glob("*.flac")) or sorted(rirs.glob("*.flac"))
     rir_dir = write_data_dir(work / "rirs_list", {p.stem: str(p) for p in files}, {p.stem: p.stem for p in files})
@@ -763,7 +763,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     clips_dir = write_data_dir(
         a.workdir / "clips_dir", {c.stem: str(c) for c in clips}, {c.stem: c.stem for c in clips}
     )
-    data = repeated_data_dir(a.workdir / "data", clips, a.num_utts, a.data_spk, a.utt_sec)
+    speakers = min(a.data_spk, a.num_utts // a.num_utt)  # M utterances per speaker at least
+    if "train" in a.parts and a.train_steps > 0 and speakers < a.num_spk:
+        sys.exit(f"--num-utts {a.num_utts} gives {speakers} speakers of {a.num_utt} utterances: fewer than --num-spk")
+    data = repeated_data_dir(a.workdir / "data", clips, a.num_utts, speakers, a.utt_sec)
     result: dict[str, Any] = {"machine": machine_info(a.device), "args": {k: str(v) for k, v in vars(a).items()}}
     result["device"] = result["machine"]["device"]
     result["tests"] = junit_counts(a.tests_junit)
