@@ -216,7 +216,15 @@ class SpkflowEmbedder:
         torch = self._torch
         nb = self.device.startswith("cuda")
         x, n = feats.to(self.device, non_blocking=nb), lengths.to(self.device, non_blocking=nb)
-        with torch.inference_mode():
+        cudnn = torch.backends.cudnn
+        with (
+            torch.inference_mode(),
+            # float32 is float32 on a GPU too: cuDNN's TF32 convolutions (torch's default) would
+            # round inputs to 10 bits and break batched = alone; bfloat16/float16 are for speed
+            cudnn.flags(
+                enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic, allow_tf32=False
+            ),
+        ):
             if x.ndim == 2:
                 if self._frontend is None:
                     raise ValueError("waveform input needs the model's fbank dither to be 0 (give features instead)")

@@ -39,12 +39,15 @@ if [ -z "${python}" ]; then
     if [ -x .venv/bin/python ]; then python=${root}/.venv/bin/python; else python=python3; fi
 fi
 start=${SECONDS}
+site=
+work=
+trap 'rm -rf "${site}" "${work}"' EXIT
 log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (gpu_check.sh, +$((SECONDS - start)) s) $*"; }
 
 case "${device}" in
     cuda)
         tests_limit=180; bench_limit=270; markers="cuda"
-        bench_opts=(--device cuda)
+        bench_opts=(--device cuda --num-utts 12000)
         ;;
     cpu)
         # limits against a hang only: on 2 free cores the whole check takes about 3 minutes; one torch
@@ -110,7 +113,6 @@ timeout -k 10 "${bench_limit}" "${python}" test/bench/bench_gpu.py "${bench_opts
     --markdown "${out}/gpu_check.md" > "${out}/bench.log" 2>&1 || bench_rc=$?
 grep -E '^  (extraction|training) ' "${out}/bench.log" || true
 [ "${bench_rc}" = 0 ] || { log "Error: bench_gpu.py exited ${bench_rc} (124: past ${bench_limit} s); bench.log:"; tail -n 20 "${out}/bench.log"; }
-rm -rf "${work}"
 
 # --- 5. the report (also when a part failed: what ran is kept)
 "${python}" - "${out}" "${device}" "${tests_rc}" "${bench_rc}" "$((SECONDS - start))" <<'EOF'
