@@ -20,18 +20,18 @@ What it guarantees
   decisions on the same features (the same float64 arithmetic, numpy's percentile rule), and
   :func:`frontend_batch` :func:`~spkflow.features.fbank.apply_frontend`'s frames.
 * **Float64 up to the power spectrum**, as the numpy version, and for the same reason: the lowest
-  mel bins of quiet frames lie 100-120 dB under the frame's peak, and float32 framing or FFT
-  moves them by up to 0.06 on the log scale on speechocean762 (measured: float32 anywhere
-  before the power spectrum fails the 1e-3 bound on every corpus here).  On a GPU that costs
-  little: the frontend moves ~25 MB per 6 s utterance, a few percent of an H100's bandwidth at
-  10,000 utterances/s.  The mel projection runs in float64 too (no TF32, no autocast: the
+  mel bins of quiet frames lie 100-120 dB under the frame's peak, and float32 (``precision``)
+  moves them by up to 0.04 on the log scale on speechocean762, failing the 1e-3 bound on every
+  corpus here (``bench_gpu.py --parts parity``: docs/gpu.md).  On a GPU that should cost
+  little (~25 MB of tensors per 6 s utterance: under a tenth of an H100's bandwidth at 10,000
+  utterances/s; an estimate, docs/gpu.md).  The mel projection runs in float64 too (no TF32, no autocast: the
   frontend switches autocast off), the log and the output are float32.
 * **Batched = alone.**  A row's frames depend on its own samples only; padding frames
   (``t >= frames[b]``) are zero.  Rows shorter than one frame raise ``ValueError`` naming the
   row (the callers check lengths per utterance first, so an utterance is named there).
 
 Anchors: ``torchaudio.compliance.kaldi.fbank`` takes one waveform (no batch, no lengths) and
-computes in the input's dtype (float32 in practice: the 1e-2 errors above); Lhotse's
+computes in the input's dtype (float32 in practice: the errors above); Lhotse's
 ``Wav2LogFilterBank`` / ``torchaudio.transforms.MelSpectrogram`` batch but are not Kaldi's numbers
 (other mel scale, window and DC handling); WeSpeaker and SpeechBrain compute fbank per utterance
 in the data loader, ESPnet in the model (float32, padded frames not zeroed).
@@ -109,11 +109,13 @@ def fbank_batch(
     opts: FbankOptions | None = None,
     *,
     generator: torch.Generator | None = None,
+    precision: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-mel filterbanks of a padded batch: ``waves [B, S]`` (float, [-1, 1], at
     ``opts.sample_frequency``; samples past ``lengths[b]`` are ignored) -> ``(feats [B, T, F]
     float32, frames [B] int64)`` on the waves' device, ``T = max(frames)``, padding frames zero.
-    ``generator`` draws the dither (only when ``opts.dither != 0``)."""
+    ``generator`` draws the dither (only when ``opts.dither != 0``).  ``precision``: of everything
+    before the log (float32 only to measure what it costs in accuracy: see the module doc)."""
     opts = opts or FbankOptions()
     if waves.ndim != 2 or lengths.ndim != 1 or lengths.shape[0] != waves.shape[0]:
         raise ValueError(f"expected waves [B, S] and lengths [B], got {tuple(waves.shape)} and {tuple(lengths.shape)}")
@@ -131,9 +133,9 @@ def fbank_batch(
     if int(lengths.max()) > waves.shape[1]:
         raise ValueError(f"lengths up to {int(lengths.max())} but the waves have {waves.shape[1]} samples")
     t = int(frames.max())
-    win, mel = _constants(opts, str(waves.device))
+    win, mel = (c.to(precision) for c in _constants(opts, str(waves.device)))
     with torch.autocast(waves.device.type, enabled=False):
-        x = waves.to(torch.float64) * 32768.0
+        x = waves.to(precision) * 32768.0
         energy = None
         if opts.snip_edges and opts.dither == 0.0 and not opts.use_energy:
             fr = _windowed_fast(x, t, opts, win)
