@@ -30,7 +30,7 @@ def speakers(tmp_path: Path) -> Path:
     return make_speakers(tmp_path)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def corpus():
     """``corpus("SPEECHOCEAN762")`` -> Path from db.sh; skip if absent (fail under CI=true)."""
 
@@ -44,3 +44,17 @@ def corpus():
         return path
 
     return get
+
+
+@pytest.fixture(scope="session")
+def accel() -> str:
+    """The device of the CUDA-marked tests (``pytest -m cuda``, run first by test/bench/gpu_check.sh):
+    ``cuda`` when torch sees a GPU; ``cpu`` under ``GPU_CHECK_DEVICE=cpu`` (the check rehearsed on a
+    machine without one: the same tests, CPU bounds where precision differs); else the test is skipped."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if os.environ.get("GPU_CHECK_DEVICE") == "cpu":
+        return "cpu"
+    pytest.skip("no CUDA device here (GPU_CHECK_DEVICE=cpu runs the CUDA-marked tests on the CPU)")

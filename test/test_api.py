@@ -369,17 +369,15 @@ def test_spk_sh_stage7_packs_the_experiment(model_dir, tmp_path):
     )
 
 
-def test_cuda_embeddings_equal_stage5_on_cuda(model_dir, mixed, tmp_path):
-    """On a GPU machine: the API on CUDA gives what stage 5 gives with --device cuda."""
-    import torch
-
+@pytest.mark.cuda
+def test_cuda_embeddings_equal_stage5_on_cuda(model_dir, mixed, tmp_path, accel):
+    """On a GPU machine: the API on CUDA gives what stage 5 gives with --device cuda (whose fbank then
+    runs on the GPU: --fbank-on auto)."""
     from spkflow import Embedder
 
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device here")
-    run(["bash", SCRIPT, "--nj", "1", "--device", "cuda", "--model-dir", model_dir, mixed, tmp_path / "out"])
+    run(["bash", SCRIPT, "--nj", "1", "--device", accel, "--model-dir", model_dir, mixed, tmp_path / "out"])
     ref = dict(kaldiio.load_scp(str(tmp_path / "out" / "xvector.scp")))
-    emb = Embedder.from_pretrained(model_dir, device="cuda")
+    emb = Embedder.from_pretrained(model_dir, device=accel)
     wavs = wav_scp(mixed)
     assert close_to(np.stack([emb.embed_file(wavs[u]) for u in ref]), np.stack(list(ref.values())))
 

@@ -3,7 +3,8 @@
 #
 #   scripts/spk/extract_embeddings.sh [--cmd run.pl] [--nj 4] [--batch-size 32] [--max-frames 3000] \
 #       [--device cpu|cuda] [--toolkit spkflow|espnet|speechbrain|wespeaker] [--skip-bad false] [--num-workers 1] \
-#       [--num-threads 1] [--dtype float32|bfloat16|float16] [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
+#       [--num-threads 1] [--dtype float32|bfloat16|float16] [--fbank-on auto|workers|device] \
+#       [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
 #       --model-dir DIR DATA_DIR OUT_DIR
 #
 # Writes (float32 Kaldi vectors; ESPnet reads them as type kaldi_ark):
@@ -14,7 +15,9 @@
 # Job outputs and commit logs under OUT_DIR/jobs/, one log per job under OUT_DIR/log/.
 #
 # --toolkit spkflow: DIR is a stage-4 model dir (config.yaml + model.pth); audio -> fbank/VAD in
-#   DataLoader workers (or features from --feats-dir, a stage-2 dump dir with feats.scp + vad.scp).
+#   DataLoader workers (or features from --feats-dir, a stage-2 dump dir with feats.scp + vad.scp);
+#   --fbank-on device (the default on cuda) computes them batched on the GPU instead, the workers
+#   then only decode and pad the audio (spkflow/embed/native.py).
 #   DIR may also be a packed model file (python -m spkflow.bin.pack): verified and unpacked for the
 #   run into OUT_DIR/.model.<pid>, removed when the run ends (however it ends).
 # --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
@@ -59,6 +62,8 @@ num_workers=        # DataLoader worker processes per job (audio reading, featur
                     # default 1 on cpu, 4 on cuda (so the GPU does not wait for the loader)
 dtype=float32       # model precision: float32 | bfloat16 (cpu, cuda) | float16 (cuda only); part of the
                     # model stamp (resuming with another dtype recomputes); outputs are float32
+fbank_on=auto       # spkflow: fbank/VAD in the loader workers (numpy) | on the model's device (torch,
+                    # batched) | auto (device on cuda without --feats-dir); same numbers within 1e-5
 num_threads=1       # torch threads per job (also passed to $cmd as --num-threads)
 spk_mean=raw        # speaker means of raw vectors (ESPnet's convention) | l2 (of L2-normalised vectors)
 python=             # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
@@ -80,6 +85,7 @@ Options:
   --skip-bad BOOL      leave bad utterances out instead of failing (default: ${skip_bad})
   --num-workers K      DataLoader worker processes per job (default: 1 on cpu, 4 on cuda)
   --dtype D            float32 | bfloat16 | float16 (cuda only) (default: ${dtype})
+  --fbank-on W         spkflow: auto | workers | device, where fbank runs (default: ${fbank_on})
   --num-threads N      torch threads per job (default: ${num_threads})
   --spk-mean M         raw | l2 speaker means (default: ${spk_mean})
 EOF
@@ -116,6 +122,7 @@ if [ "${dtype}" = float16 ] && [[ "${device}" != cuda* ]]; then
     log "Error: --dtype float16 needs --device cuda; on cpu use bfloat16 or float32"
     exit 1
 fi
+case "${fbank_on}" in auto|workers|device) ;; *) log "Error: --fbank-on must be auto, workers or device, got '${fbank_on}'"; exit 1 ;; esac
 case "${spk_mean}" in raw|l2) ;; *) log "Error: --spk-mean must be raw or l2, got '${spk_mean}'"; exit 1 ;; esac
 if [ -z "${model_dir}" ]; then
     log "Error: --model-dir is required"
@@ -227,7 +234,8 @@ if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/
             ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
             --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
             --batch-size "${batch_size}" ${max_frames:+--max-frames "${max_frames}"} --num-workers "${num_workers}" \
-            --dtype "${dtype}" --num-threads "${num_threads}" --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
+            --dtype "${dtype}" --fbank-on "${fbank_on}" --num-threads "${num_threads}" \
+            --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
     jobs_report_failed "${out}/log/extract_${name}"
     if grep -q "cannot load the model: " "${out}/log/extract_${name}".*.log 2>/dev/null; then
         log "Error: the model cannot be used (see above); re-running with the same model will fail again"

@@ -3,7 +3,8 @@
     python -m spkflow.bin.extract_embeddings --toolkit spkflow|espnet|speechbrain|wespeaker --model-dir exp/spk_x \\
         [--keys exp/spk_x/embed/test/jobs/utts.3 --job-id 3] [--device cpu|cuda] \\
         [--batch-size 32] [--max-frames 3000] [--num-workers 1] [--num-threads 1] \\
-        [--dtype float32|bfloat16|float16] [--skip-bad false] [--model-file F] [--feats-dir D] DATA_DIR JOB_DIR
+        [--dtype float32|bfloat16|float16] [--fbank-on auto|workers|device] [--skip-bad false] \\
+        [--model-file F] [--feats-dir D] DATA_DIR JOB_DIR
 
 Normally started by ``scripts/spk/extract_embeddings.sh`` through ``$cmd JOB=1:N``; the merge
 (``spkflow.bin.merge_embeddings``) writes the final ``xvector.scp``.  Utterances already
@@ -27,6 +28,7 @@ from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.data.tables import read_keys
 from spkflow.embed import TOOLKITS, load_embedder
 from spkflow.embed.base import DTYPES, default_max_frames
+from spkflow.embed.native import FBANK_ON
 from spkflow.embed.run import data_dir_keys, run_job
 
 _positive = int_at_least(1)
@@ -75,6 +77,14 @@ def get_parser() -> argparse.ArgumentParser:
         default="float32",
         help="model precision through autocast (float16: cuda only); embeddings are written float32",
     )
+    p.add_argument(
+        "--fbank-on",
+        choices=FBANK_ON,
+        default="auto",
+        help="spkflow: where fbank, VAD and frontend run: workers (numpy, per utterance in the DataLoader "
+        "workers), device (torch, batched on the model's device; workers only decode and pad), "
+        "auto (device on cuda when reading audio, else workers)",
+    )
     p.add_argument("--num-threads", type=_positive, default=1, help="torch threads of the model")
     p.add_argument("--skip-bad", type=boolean, default=False, help="list unreadable utterances instead of failing")
     add_bool_option(p, "--progress", default=True, old_negative="--no-progress", help="tqdm progress bar")
@@ -108,17 +118,21 @@ def main(argv: list[str] | None = None) -> int:
                 feats_dir=args.feats_dir,
                 dtype=args.dtype,
                 num_threads=args.num_threads,
+                fbank_on=args.fbank_on,
             )
         except (InputError, ConfigError, FileNotFoundError, ValueError) as err:
             logging.error("cannot load the model: %s", err)  # the stage script looks for this phrase
             return 1
         logging.info(
-            "model %s (%s) on %s in %s, %d-dim embeddings",
+            "model %s (%s) on %s in %s, %d-dim embeddings%s",
             args.model_dir,
             args.toolkit,
             args.device,
             args.dtype,
             embedder.dim,
+            {"device": "; fbank on the device", "workers": "; fbank in the loader workers"}.get(
+                getattr(embedder, "fbank_on", ""), ""
+            ),
         )
         on_cuda = args.device.startswith("cuda")
         max_frames = args.max_frames or default_max_frames(embedder, args.device)

@@ -34,6 +34,7 @@ def load_embedder(
     feats_dir: str | os.PathLike[str] | None = None,
     dtype: str = "float32",
     num_threads: int | None = None,
+    fbank_on: str = "workers",
 ) -> Embedder:
     """The model of ``model_dir`` run by ``toolkit``'s adapter (:data:`TOOLKITS`):
 
@@ -41,13 +42,16 @@ def load_embedder(
     weights when there are several); ``speechbrain`` a SpeechBrain pretrained folder; ``wespeaker``
     a WeSpeaker ONNX model (a dir with the ``.onnx`` and optionally its ``config.yaml``, or the
     ``.onnx`` itself).  ``feats_dir`` (stage-2 features) is for spkflow models only;
-    ``num_threads``: onnxruntime's threads (WeSpeaker; torch's are set by the caller)."""
+    ``num_threads``: onnxruntime's threads (WeSpeaker; torch's are set by the caller); ``fbank_on``:
+    where a spkflow model's frontend runs (:mod:`spkflow.embed.native`; the others compute their own)."""
     if feats_dir is not None and toolkit != "spkflow":
         raise ValueError(f"--feats-dir is for --toolkit spkflow; {toolkit} models read audio")
     if model_file is not None and toolkit in ("spkflow", "speechbrain"):
         raise ValueError(f"--model-file is for --toolkit espnet or wespeaker; a {toolkit} model dir names its files")
+    if fbank_on == "device" and toolkit != "spkflow":
+        raise ValueError(f"--fbank-on device is for --toolkit spkflow (a {toolkit} model computes its own frontend)")
     if toolkit == "spkflow":
-        return SpkflowEmbedder(model_dir, device, feats_dir=feats_dir, dtype=dtype)
+        return SpkflowEmbedder(model_dir, device, feats_dir=feats_dir, dtype=dtype, fbank_on=fbank_on)
     if toolkit == "espnet":
         return EspnetEmbedder(model_dir, device, model_file=model_file, dtype=dtype)
     if toolkit == "speechbrain":

@@ -37,6 +37,8 @@ __all__ = [
     "compute_fbank",
     "check_resample_rate",
     "num_frames",
+    "mel_matrix",
+    "window",
     "VadOptions",
     "compute_vad",
     "frame_log_energy",
@@ -172,7 +174,8 @@ def num_frames(num_samples: int, opts: FbankOptions) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def _window(opts: FbankOptions) -> np.ndarray:
+def window(opts: FbankOptions) -> np.ndarray:
+    """Kaldi's analysis window of ``opts`` ([window_size] float64, read-only)."""
     n = opts.window_size
     i = np.arange(n, dtype=np.float64)
     a = 2.0 * math.pi / (n - 1)
@@ -250,7 +253,7 @@ def _windowed_frames_fast(x: np.ndarray, m: int, opts: FbankOptions) -> np.ndarr
     frames = np.lib.stride_tricks.as_strided(pre, (m, size), (pre.strides[0] * shift, pre.strides[0]))
     frames = frames - ((1.0 - c) * means)[:, None]
     frames[:, 0] = (x[starts] - means) * (1.0 - c)
-    frames *= _window(opts)
+    frames *= window(opts)
     return frames
 
 
@@ -296,7 +299,7 @@ def compute_fbank(
             c = opts.preemphasis_coefficient
             frames[:, 1:] -= c * frames[:, :-1].copy()
             frames[:, 0] *= 1.0 - c
-        frames *= _window(opts)
+        frames *= window(opts)
         if opts.use_energy and not opts.raw_energy:
             energy = np.einsum("ij,ij->i", frames, frames)
     spec = np.fft.rfft(frames, n=opts.padded_window_size)

@@ -78,6 +78,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "log_every": 10,  # steps between log lines (and TensorBoard points)
         "tensorboard": True,  # event files in <exp>/tensorboard (needs the tensorboard package; else skipped)
         "num_workers": 0,  # DataLoader workers for the training loader (0 = in process)
+        "fbank_on": "auto",  # feats_type raw: fbank of the crops in the workers | on the device | auto (device
+        # on CUDA); the same numbers within 1e-5 (spkflow/train/raw_loader.py)
         "input_stats_utts": 500,  # utterances used to estimate the global mean/std of the input
         "input_stats_augmented": False,  # add the channel perturbation's curve mean/variance to them
         "speed_perturb": None,  # e.g. [0.9, 1.0, 1.1]: one factor per speaker of a batch, on the
@@ -172,6 +174,7 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
         raise ConfigError(f"{source}: train.init_from must be null or a path, got {t['init_from']!r}")
     check_choice(source, "train.select", t["select"], ("best", "last", "average"))
     check_choice(source, "train.amp_dtype", t["amp_dtype"], ("float16", "bfloat16"))
+    check_choice(source, "train.fbank_on", t["fbank_on"], ("auto", "workers", "device"))
     check_choice(source, "optim.name", out["optim"]["name"], ("adam", "adamw", "sgd"))
     sc = out["scheduler"]
     check_choice(

@@ -35,10 +35,11 @@ from spkflow.data.ark import KaldiArkReader
 from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.train.batches import read_batch_list
 from spkflow.train.loader import NxMCropDataset
-from spkflow.train.raw_loader import NxMWaveDataset
+from spkflow.train.raw_loader import CropFbank, NxMWaveDataset
 
 __all__ = [
     "complete_config",
+    "crop_fbank",
     "epoch_dataset",
     "features_needed",
     "infer_num_utt",
@@ -121,9 +122,11 @@ def epoch_dataset(
     feats: KaldiArkReader | None,
     num_utt: int,
     utt2spk: Mapping[str, str],
+    fbank_on: str = "workers",
 ) -> NxMWaveDataset | NxMCropDataset:
     """An epoch's N x M crops, indexed by batch: fbank of (augmented) audio crops with a
-    ``wave_aug`` (``frontend.feats_type: raw``), else crops of stage 2's arks."""
+    ``wave_aug`` (``frontend.feats_type: raw``; ``fbank_on`` device: the crops themselves, their
+    fbank computed in the training process), else crops of stage 2's arks."""
     if wave_aug is not None:
         return NxMWaveDataset(
             train_data,
@@ -138,6 +141,7 @@ def epoch_dataset(
             augment=wave_aug,
             num_utt=num_utt,
             utt2spk=utt2spk,
+            fbank_on=fbank_on,
         )
     return NxMCropDataset(
         os.path.join(train_feats, "feats.scp"),
@@ -149,6 +153,16 @@ def epoch_dataset(
         mean_norm="utterance" if frontend["mean_norm"] else "none",
         feats=feats,
     )
+
+
+def crop_fbank(cfg: Mapping[str, Any], wave_aug: Any, device: Any) -> CropFbank | None:
+    """The fbank of audio crops computed in the training process (``train.fbank_on`` device, or
+    auto on CUDA; the loader workers then only decode and augment), or None: fbank in the workers,
+    or stage 2's features (no ``wave_aug``)."""
+    on = cfg["train"]["fbank_on"]
+    if wave_aug is None or not (on == "device" or (on == "auto" and device.type == "cuda")):
+        return None
+    return CropFbank(cfg["frontend"]["fbank"], "crop" if cfg["frontend"]["mean_norm"] else "none")
 
 
 def input_stats(train_feats: str, frontend: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:

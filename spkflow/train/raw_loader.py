@@ -22,6 +22,11 @@
   :func:`spkflow.features.fbank.compute_fbank` (stage 2's options, so an un-augmented raw crop equals
   the ark path's features of the same samples); ``mean_norm`` is ``"crop"`` or ``"none"`` (the
   per-utterance mean of the stored features does not describe an augmented crop).
+* Where the fbank runs (``fbank_on``, the config's ``train.fbank_on``): ``workers`` computes it per
+  crop in the DataLoader workers (numpy); ``device`` returns the augmented waveform crops
+  ``[N*M, S]`` instead and :class:`CropFbank` computes fbank and ``mean_norm`` batched on the
+  training device (:mod:`spkflow.features.torch_fbank`, within 1e-5 of the workers' numbers), so
+  the workers only decode, augment and crop.
 * Determinism: the crop starts and speed factors come from a generator seeded by (seed, epoch,
   batch), the augmentation of crop ``i`` from one seeded by (seed, epoch, batch, i): a batch is a
   pure function of the files and those numbers, whatever the number of workers, and a resume at
@@ -50,10 +55,14 @@ from spkflow.data.ark import KaldiArkReader
 from spkflow.data.audio import AudioReader
 from spkflow.data.tables import read_kv
 from spkflow.features.fbank import FbankOptions, compute_fbank, num_frames
+from spkflow.features.torch_fbank import fbank_batch
 from spkflow.train.batches import crop_frames
 from spkflow.train.loader import BatchBuffers
 
-__all__ = ["NxMWaveDataset", "samples_for_frames"]
+__all__ = ["NxMWaveDataset", "CropFbank", "samples_for_frames", "FBANK_ON"]
+
+#: ``fbank_on`` of the dataset (the config's ``train.fbank_on`` also takes ``auto``: device on CUDA)
+FBANK_ON = ("workers", "device")
 
 _LOADER_PURPOSE = 0x6C6F6164  # "load": the same per-batch stream as the ark path (crop starts)
 _SPEED_PURPOSE = 0x73706564  # "sped"
@@ -83,6 +92,8 @@ class NxMWaveDataset(BatchBuffers, Dataset):
     augment: a :class:`spkflow.augment.wave.WaveAugment` or None; its ``speed_factors`` set the
         speed perturbation.
     utt2spk: the speaker of each utterance (kept out of babble; default: ``data_dir/utt2spk``).
+    fbank_on: ``workers`` (features out) or ``device`` (waveform crops ``[N*M, S]`` out, for
+        :class:`CropFbank`; ``mean_norm`` is then its business).
     """
 
     def __init__(
@@ -100,6 +111,7 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         augment: Any = None,
         num_utt: int = 1,
         utt2spk: Mapping[str, str] | None = None,
+        fbank_on: str = "workers",
     ) -> None:
 
         if fbank is None:
@@ -115,6 +127,9 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         if mean_norm not in RAW_MEAN_NORM:
             raise ValueError(f"mean_norm must be one of {RAW_MEAN_NORM} on raw audio, got {mean_norm!r}")
         self.mean_norm = mean_norm
+        if fbank_on not in FBANK_ON:
+            raise ValueError(f"fbank_on must be one of {FBANK_ON}, got {fbank_on!r}")
+        self.fbank_on = fbank_on
         self.augment = augment
         self.speed = list(augment.speed_factors) if augment is not None and augment.speed_factors else None
         # speed.perturb false: the classes of the factors, every crop at 1.0 (large-margin fine-tuning)
@@ -149,7 +164,10 @@ class NxMWaveDataset(BatchBuffers, Dataset):
     def batch_numel(self) -> int:
         if not self.batches:
             return 0
-        return max(len(b) for b in self.batches) * self.crop_range[1] * self.fbank.dim
+        per_crop = self.crop_range[1] * self.fbank.dim
+        if self.fbank_on == "device":
+            per_crop = samples_for_frames(self.crop_range[1], self.fbank)
+        return max(len(b) for b in self.batches) * per_crop
 
     def _voiced_samples(self, utt: str, wave: np.ndarray) -> np.ndarray | None:
         """Sample indices of the voiced waveform (None: the whole waveform)."""
@@ -208,7 +226,8 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         # the start frame exactly as the ark path draws it (same generator, same bounds for factor 1)
         rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
         starts = rng.integers(0, np.where(n >= spans, n - spans + 1, n)).tolist()
-        out = self.batch_tensor((len(utts), T, self.fbank.dim), into)
+        waves = self.fbank_on == "device"
+        out = self.batch_tensor((len(utts), need) if waves else (len(utts), T, self.fbank.dim), into)
         buf = out.numpy()
         counts: collections.Counter[str] = collections.Counter(crops=len(utts))
         for i, u in enumerate(utts):
@@ -226,11 +245,34 @@ class NxMWaveDataset(BatchBuffers, Dataset):
             if self.augment is not None:
                 arng = np.random.default_rng([self.seed, self.epoch, b, _AUG_PURPOSE, i])
                 x = self.augment(x, arng, speaker=self.utt2spk.get(u), counts=counts)
+            if waves:
+                buf[i] = x[:need]
+                continue
             try:
                 feats = compute_fbank(x, self.rate, self.fbank)
             except ValueError as e:
                 raise UtteranceError(u, self.audio.source(u), str(e)) from e
             buf[i] = feats[:T]
-        if self.mean_norm == "crop":
+        if self.mean_norm == "crop" and not waves:
             buf -= buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
         return out, list(utts), torch.from_numpy(np.asarray(speed_idx, dtype=np.int64)), dict(counts)
+
+
+class CropFbank:
+    """Fbank of a batch of equal-length waveform crops ``[B, S]`` on their device -> ``[B, T, F]``
+    float32, then ``mean_norm`` (``crop``: each crop's mean over its frames, as the workers'
+    path subtracts it): :class:`NxMWaveDataset` with ``fbank_on="device"``.  Dither, when the
+    options ask for it, comes from torch's generator of that device (the trainer seeds it per step)."""
+
+    def __init__(self, fbank: FbankOptions | Mapping[str, Any], mean_norm: str = "none") -> None:
+        self.fbank = fbank if isinstance(fbank, FbankOptions) else FbankOptions.from_dict(dict(fbank))
+        if mean_norm not in RAW_MEAN_NORM:
+            raise ValueError(f"mean_norm must be one of {RAW_MEAN_NORM} on raw audio, got {mean_norm!r}")
+        self.mean_norm = mean_norm
+
+    def __call__(self, waves: torch.Tensor) -> torch.Tensor:
+        lengths = torch.full((waves.shape[0],), waves.shape[1], dtype=torch.int64, device=waves.device)
+        feats, _ = fbank_batch(waves, lengths, self.fbank)
+        if self.mean_norm == "crop":
+            feats -= feats.mean(dim=1, keepdim=True, dtype=torch.float64).to(feats.dtype)
+        return feats

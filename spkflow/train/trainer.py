@@ -2,11 +2,10 @@
 
 What it guarantees (the reasoning behind it: docs/training.md):
 
-* **Determinism**: a step is a pure function of (files, config, seed, epoch, batch index, the
-  weights before it): crops come from :class:`spkflow.train.loader.NxMCropDataset` (or, with
-  ``frontend.feats_type: raw``, augmented audio crops from :class:`spkflow.train.raw_loader.NxMWaveDataset`)
-  seeded by (seed, epoch, batch), and the global torch generator (SpecAugment masks) is re-seeded with
-  :func:`step_seed` before every step.
+* **Determinism**: a step is a pure function of (files, config, seed, epoch, batch index, the weights
+  before it): crops come from :class:`spkflow.train.loader.NxMCropDataset` (or, with ``frontend.feats_type:
+  raw``, augmented audio crops from :class:`spkflow.train.raw_loader.NxMWaveDataset`) seeded by (seed, epoch,
+  batch), and the global torch generator (SpecAugment masks) is re-seeded with :func:`step_seed` before every step.
 * **Resume**: ``checkpoint.pth`` (tensors and plain containers only, ``weights_only=True``) is
   written atomically at the end of every epoch and mid-epoch when ``max_steps`` or
   SIGINT/SIGTERM stops training at a step boundary; a resumed run continues the exact batch
@@ -33,8 +32,8 @@ What it guarantees (the reasoning behind it: docs/training.md):
   (:mod:`spkflow.train.monitor`).  The learning rate follows the global batch
   (:mod:`spkflow.train.optim`); train.log states both.
 
-Why about 690 lines: this is the :class:`Trainer`'s setup, epoch, step, validation and checkpoint
-parts only; optimiser, run state, data, resume and validation helpers are their own modules.
+Why about 700 lines: the :class:`Trainer`'s setup, epoch, step, validation and checkpoint parts
+only; the optimiser, run state, data, resume, monitor and validation helpers are their own modules.
 """
 
 from __future__ import annotations
@@ -67,6 +66,7 @@ from spkflow.nnet.models import SpeakerEmbedder, build_model
 from spkflow.train.config import TRAIN_DEFAULTS, normalize_train_config
 from spkflow.train.data import (
     complete_config,
+    crop_fbank,
     epoch_dataset,
     infer_num_utt,
     input_stats,
@@ -187,6 +187,7 @@ class _Run:
     grad_norm: float = 0.0  # the global gradient norm of the last step (before clipping)
     step_lr: float = 0.0  # the learning rate the last step used
     monitor: Any = None  # spkflow.train.monitor.Monitor: step lines, gradient norms, TensorBoard
+    wave_fbank: Any = None  # raw path with the fbank on the device (train.fbank_on): CropFbank, else None
 
 
 class Trainer:
@@ -276,6 +277,7 @@ class Trainer:
         wave_aug = None  # feats_type raw: audio crops, waveform augmentation, fbank in the loader
         if cfg["frontend"]["feats_type"] == "raw":
             wave_aug = WaveAugment(cfg["augment"], int(cfg["frontend"]["fbank"]["sample_frequency"]))
+        wave_fbank = crop_fbank(cfg, wave_aug, device)  # train.fbank_on: raw crops' fbank here, or None
         factors = speed.factors if speed is not None else (wave_aug.speed_factors if wave_aug is not None else None)
         # with speed perturbation a classification loss sees speaker x factor as its classes
         num_classes = len(self.spk2idx) * (len(factors) if factors else 1)
@@ -302,7 +304,7 @@ class Trainer:
             opts.num_epochs,
             device,
             torch.get_num_threads(),
-            f", AMP {tcfg['amp_dtype']}" if amp else "",
+            (f", AMP {tcfg['amp_dtype']}" if amp else "") + (", crops' fbank on the device" if wave_fbank else ""),
         )
         log.info(
             "%s", describe_schedule(cfg["optim"], cfg["scheduler"], global_batch, self.world_size, steps_per_epoch)
@@ -328,6 +330,7 @@ class Trainer:
             crop=crop,
             amp_dtype=amp_dtype,
             wave_aug=wave_aug,
+            wave_fbank=wave_fbank,
         )
 
     def _resume_or_init(self, run: _Run) -> None:
@@ -538,6 +541,7 @@ class Trainer:
             feats=run.feats,
             num_utt=self.num_utt,
             utt2spk=self.utt2spk,
+            fbank_on="workers" if run.wave_fbank is None else "device",
         )
 
     def _agree(self, run: _Run, values: list[float]) -> torch.Tensor:
@@ -568,10 +572,11 @@ class Trainer:
             labels = labels + factor * len(self.spk2idx)
         elif wave_speed is not None and run.wave_aug is not None and run.wave_aug.speed_factors:
             labels = labels + wave_speed * len(self.spk2idx)  # raw path: factor per speaker from the loader
-        if run.channel is not None:
+        if run.channel is not None and run.wave_fbank is None:
             x = run.channel(x)
-        labels = labels.to(run.device)
-        x = x.to(run.device, non_blocking=True)
+        labels, x = labels.to(run.device), x.to(run.device, non_blocking=True)
+        if run.wave_fbank is not None:  # audio crops: their fbank here, then the feature-domain channel
+            x = run.wave_fbank(x) if run.channel is None else run.channel(run.wave_fbank(x))
         assert run.net is not None
         run.objective.loss.schedule(run.step, len(run.first))  # e.g. the AAM margin warm-up
         loss = run.net(x, labels, run.num_spk, self.num_utt, run.amp_dtype if run.amp else None)

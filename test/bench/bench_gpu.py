@@ -1,46 +1,60 @@
-"""Benchmark: embedding extraction and training throughput on a GPU (or, small, on the CPU), and
-whether the input pipeline or the model is the limit.
+"""Benchmark: on a GPU (or, small, on the CPU), the torch frontend's parity on the device, embedding
+extraction and training throughput, and which part is the limit.  test/bench/gpu_check.sh runs it
+after the CUDA-marked tests, with one H100 box's sizes, or small with GPU_CHECK_DEVICE=cpu.
 
-    .venv/bin/python test/bench/bench_gpu.py [--device cuda|cpu] [--batch-sizes 1,8,32,64,128,256]
-        [--num-utts 2000] [--min-sec 2 --max-sec 12] [--num-workers 8] [--model-dir DIR]
-        [--data DIR] [--channels 512] [--dtypes float32,bfloat16,float16] [--amp true|false]
-        [--amp-dtype float16|bfloat16] [--train-steps 50] [--json out.json]
+    .venv/bin/python test/bench/bench_gpu.py [--device cuda|cpu] [--utt-sec 6] [--num-utts 16000]
+        [--batch-sizes 64,256] [--dtypes float32,bfloat16,float16] [--fbank-on workers,device]
+        [--num-workers N] [--channels 512] [--model-dir DIR] [--data DIR] [--rirs DIR]
+        [--train-paths ark,raw,raw-device] [--train-steps 20] [--num-spk 64 --num-utt 2 --crop 200]
+        [--json out.json] [--markdown out.md] [--tests-junit junit.xml] [--workdir /tmp/bench_gpu]
 
-Data: utterances of 2-12 s (--min-sec/--max-sec) of real speech, speechocean762 train + test
-from the recipe's db.sh (the corpus is referenced, never copied), or any data dir (--data).
-Models: ECAPA-TDNN with --channels (512: the 6.2 M-parameter model of the papers) and *random
-weights*, plus the stage-4 model dir --model-dir when given (e.g. the demo recipe's model).
+Data: real speech cut into --utt-sec clips (the SPEECH selection of speechocean762 and LibriSpeech
+through db.sh, or --data's wav.scp; the corpus itself or test/bench/gpu_bundle.sh's copy), written
+as FLAC, then a data dir of --num-utts utterances cycling over the clips ("repeated": decoding and
+everything after it run per utterance).  Models: ECAPA-TDNN with --channels (512: the 6.2 M-parameter
+model of the papers) and *random weights*, plus --model-dir when given.
 
-Extraction, per model, per --dtypes entry (stage 5's --dtype: autocast; float16 on CUDA only) and
-per batch size B (batches of at most B utterances, length-sorted, as stage 5 plans them):
-* end to end: ``spkflow.embed.run.run_job`` (stage 5's job: DataLoader workers decode the audio and
-  compute fbank + VAD, the model embeds, the job writes its ark), utterances/s;
-* model alone: the same batches with their inputs computed beforehand, utterances/s;
-* on CUDA, GPU utilisation (mean and max %, nvidia-smi every 0.2 s) during each phase;
-* the limit: "model" when end to end reaches >= 90 % of the model alone, else "loader";
-* for a reduced dtype, the lowest cosine of its embeddings against float32's (parity).
-Training (ECAPA, GE2E on N x M batches of --crop frames, Adam, AMP on CUDA with --amp true in
---amp-dtype, float16 with a GradScaler, bfloat16 without):
-* with the loader: stage 4's NxMCropDataset + make_loader over stage-2 features of the same
-  utterances (computed first by scripts/feats/make_fbank.sh), steps/s;
-* model alone: one batch kept on the device, the same number of steps, steps/s.
-The ratio loader / model says which is the limit (>= 0.9: the model; below: the loader).
+Parts (each timed; the JSON is rewritten after each, so a part cut short keeps the others):
+1. fbank parity: :func:`spkflow.features.torch_fbank.fbank_batch` on the device against the numpy
+   :func:`spkflow.features.fbank.compute_fbank` on the real speech of every rate the recipes use
+   (``fbank_max_abs_diff``), and the device frontend's own rate on batches of clips.
+2. extraction, per dtype x batch size x where the fbank runs (``--fbank-on``: numpy in the DataLoader
+   workers, or on the device):
+   * end to end: stage 5's job :func:`spkflow.embed.run.run_job` (workers decode [and fbank + VAD],
+     the job pads, copies pinned batches, runs the model, writes its ark), utterances/s counted from
+     the first batch's return to the end (worker start-up left out; the wall time with it is kept);
+   * model alone: the same padded batches of features already on the device, utterances/s;
+   * GPU utilisation (mean/max %, NVML or nvidia-smi every 0.2 s) during each;
+   * the limit: "model" when end to end reaches >= 90 % of the model alone, else "loader";
+   * reduced dtypes: the lowest cosine of the clips' embeddings against float32.
+3. training of the VoxCeleb recipe's ECAPA-512 AAM config (egs/voxceleb/spk1/conf/
+   train_ecapa_c512_aam.yaml: SGD, AMP float16 on CUDA, 64 x 2 crops of 200 frames), steps/s fed by
+   the loader against the model alone (one batch kept on the device): ``ark`` (stage-2 features,
+   NxMCropDataset), ``raw`` (audio crops with the config's augmentation, fbank in the workers) and
+   ``raw-device`` (the same, fbank on the device).  Augmentation sources: speed 0.9/1.0/1.1,
+   simulated RIRs (--rirs, else made here with spkflow.bin.make_rirs), coloured noise
+   (spkflow.bin.make_noise), music-like tones (MUSAN is not here; mixing costs the same) and babble
+   of 4-7 real speech clips.  The decoded-audio cache is off (SPKFLOW_AUDIO_CACHE_MB=0): VoxCeleb2's
+   million files do not fit in it, so every crop decodes its file and its babble.
 
-Prints one table per part and, with --json, writes every figure. On the CPU use small sizes
-(test/embed/test_bench_gpu.py runs it in seconds so that it cannot rot).
+Prints a Markdown table per part and the limits; --json / --markdown write them (gpu_check.json and
+gpu_check.md, with --tests-junit's counts).  test/embed/test_bench_gpu.py runs it small on the CPU
+so that it cannot rot.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import datetime
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,15 +62,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "test"))
+# before spkflow.augment.wave is imported (here and in the loader workers): no decoded-audio cache
+os.environ.setdefault("SPKFLOW_AUDIO_CACHE_MB", "0")
 
 FRAMES_PER_SEC = 100  # 10 ms fbank frames
+VOXCELEB_CONFIG = ROOT / "egs" / "voxceleb" / "spk1" / "conf" / "train_ecapa_c512_aam.yaml"
+TRAIN_PATHS = ("ark", "raw", "raw-device")
 
 
 # ------------------------------------------------------------------------------- GPU sampling
 class GpuSampler:
-    """GPU utilisation of ``device_index`` sampled every ``interval`` s while active (nvidia-smi;
-    pynvml when installed). ``summary()`` -> (mean %, max %) or (None, None) off CUDA."""
+    """GPU utilisation of ``device_index`` sampled every ``interval`` s while active (NVML when
+    importable, else nvidia-smi). ``summary()`` -> (mean %, max %) or (None, None) off CUDA."""
 
     def __init__(self, device_index: int | None, interval: float = 0.2) -> None:
         self.index = device_index
@@ -67,7 +85,7 @@ class GpuSampler:
         self._nvml: Any = None
         if device_index is not None:
             try:
-                import pynvml  # optional
+                import pynvml  # nvidia-ml-py, when installed
 
                 pynvml.nvmlInit()
                 self._nvml = pynvml.nvmlDeviceGetHandleByIndex(device_index)
@@ -117,60 +135,111 @@ class GpuSampler:
         return round(sum(self.samples) / len(self.samples), 1), max(self.samples)
 
 
-def fmt_util(u: tuple[float | None, float | None]) -> str:
+def fmt_util(u: Sequence[float | None]) -> str:
     return "-" if u[0] is None else f"{u[0]:.0f}/{u[1]:.0f}"
 
 
 def sync(device: Any) -> None:
     import torch
 
-    if device.type == "cuda":
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
 
+def machine_info(device: str) -> dict[str, Any]:
+    import torch
+
+    dev = torch.device(device)
+    info: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "date": datetime.date.today().isoformat(),
+    }
+    try:
+        info["cpu_model"] = next(
+            ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        info["cpu_model"] = None
+    if dev.type == "cuda":
+        try:
+            q = "--query-gpu=driver_version,memory.total"
+            out = subprocess.run(["nvidia-smi", q, "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+            info["driver"], info["gpu_memory"] = (s.strip() for s in out.stdout.splitlines()[0].split(","))
+        except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+            info["driver"] = info["gpu_memory"] = None
+    return info
+
+
 # ------------------------------------------------------------------------------- data, models
-def speech_data_dir(out: Path, data: Path | None, num_utts: int, min_sec: float, max_sec: float) -> Path:
-    """A data dir of ``num_utts`` utterances of min_sec..max_sec seconds, whole speakers first."""
-    from spkflow.data.audio import known_durations
-    from spkflow.data.tables import read_kv
+def source_files(data: Path | None) -> list[Path]:
+    """Real speech: --data's wav.scp paths, else the SPEECH selection of speechocean762 and LibriSpeech."""
+    if data is not None:
+        return [Path(ln.split(maxsplit=1)[1].strip()) for ln in (data / "wav.scp").read_text().splitlines() if ln]
+    from helpers.corpora import speech_files
+    from helpers.paths import db_var
 
-    if data is None:
-        from bench_embed import build_data_dir  # speechocean762 through db.sh
+    files: list[Path] = []
+    for name in ("LIBRISPEECH", "SPEECHOCEAN762"):
+        root = Path(db_var(name))
+        if not root.is_dir():
+            sys.exit(f"no real speech: {name} not found at {root} (set it, see db.sh, or run test/bench/gpu_bundle.sh)")
+        files += speech_files(root, name)
+    return files
 
-        data = build_data_dir(out / "all", None)
-    wav = read_kv(data / "wav.scp")
-    u2s = read_kv(data / "utt2spk")
-    dur = known_durations(data, list(wav))
-    fit = sorted((u for u, d in dur.items() if d is not None and min_sec <= d <= max_sec), key=lambda u: u.encode())
-    if not fit:
-        sys.exit(f"no utterance of {min_sec}-{max_sec} s in {data}")
-    # whole speakers, in a fixed order spread over the speaker list, so that training finds M
-    # utterances per speaker
-    by_spk: dict[str, list[str]] = {}
-    for u in fit:
-        by_spk.setdefault(u2s[u], []).append(u)
-    spks = sorted(by_spk)
-    order = spks[::7] + [s for s in spks if s not in set(spks[::7])]
-    keep: list[str] = []
-    for s in order:
-        keep += by_spk[s][: num_utts - len(keep)]
-        if len(keep) >= num_utts:
-            break
-    keep.sort(key=lambda u: u.encode())
-    d = out / "data"
+
+def make_clips(files: Sequence[Path], out: Path, seconds: float, rate: int = 16000, limit: int = 48) -> list[Path]:
+    """Consecutive ``seconds`` windows of the files' speech (resampled to ``rate``, each file's
+    tail carried into the next) as FLAC clips, at most ``limit``."""
+    import numpy as np
+    import soundfile as sf
+
+    from spkflow.data.audio import resample
+
+    out.mkdir(parents=True, exist_ok=True)
+    n = int(round(seconds * rate))
+    clips: list[Path] = []
+    buf = np.zeros(0, dtype=np.float32)
+    for f in files:
+        w, sr = sf.read(f, dtype="float32", always_2d=True)
+        buf = np.concatenate([buf, resample(w[:, 0], sr, rate)])
+        while len(buf) >= n and len(clips) < limit:
+            path = out / f"clip{len(clips):03d}.flac"
+            sf.write(path, buf[:n], rate, subtype="PCM_16")
+            clips.append(path)
+            buf = buf[n:]
+    if not clips:
+        sys.exit(f"less than {seconds} s of speech in {len(files)} files")
+    return clips
+
+
+def write_data_dir(d: Path, wav: dict[str, str], spk: dict[str, str], seconds: float | None = None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
-    (d / "wav.scp").write_text("".join(f"{u} {wav[u]}\n" for u in keep))
-    (d / "utt2spk").write_text("".join(f"{u} {u2s[u]}\n" for u in keep))
-    (d / "utt2dur").write_text("".join(f"{u} {dur[u]:.3f}\n" for u in keep))
+    keys = sorted(wav, key=str.encode)
+    (d / "wav.scp").write_text("".join(f"{u} {wav[u]}\n" for u in keys))
+    (d / "utt2spk").write_text("".join(f"{u} {spk[u]}\n" for u in keys))
+    if seconds is not None:
+        (d / "utt2dur").write_text("".join(f"{u} {seconds:.3f}\n" for u in keys))
     s2u: dict[str, list[str]] = {}
-    for u in keep:
-        s2u.setdefault(u2s[u], []).append(u)
-    (d / "spk2utt").write_text("".join(f"{s} {' '.join(v)}\n" for s, v in sorted(s2u.items())))
+    for u in keys:
+        s2u.setdefault(spk[u], []).append(u)
+    (d / "spk2utt").write_text("".join(f"{s} {' '.join(s2u[s])}\n" for s in sorted(s2u, key=str.encode)))
     return d
+
+
+def repeated_data_dir(d: Path, clips: Sequence[Path], num_utts: int, num_spk: int, seconds: float) -> Path:
+    """``num_utts`` utterances cycling over ``clips``, ``num_spk`` speakers in turn."""
+    wav = {f"s{i % num_spk:04d}-u{i:06d}": str(clips[i % len(clips)]) for i in range(num_utts)}
+    return write_data_dir(d, wav, {u: u.split("-")[0] for u in wav}, seconds)
 
 
 def ecapa_model_dir(out: Path, channels: int) -> Path:
     """A stage-4 model dir of ECAPA-TDNN with random weights (80-bin fbank + energy VAD)."""
+    import dataclasses
+
     import torch
     import yaml
 
@@ -188,255 +257,497 @@ def ecapa_model_dir(out: Path, channels: int) -> Path:
         "model": model_cfg,
     }
     torch.manual_seed(0)
-    model = build_model(model_cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg))
-    torch.save(model.state_dict(), out / "model.pth")
+    torch.save(build_model(model_cfg).state_dict(), out / "model.pth")
     return out
 
 
-def _embed_api() -> tuple[Any, Any, Any]:
-    """(load_embedder, plan_batches, run_job): stage 5's pieces."""
-    from spkflow.embed import load_embedder
-    from spkflow.embed.base import plan_batches
-    from spkflow.embed.run import run_job
+# ------------------------------------------------------------------------------- 1. fbank parity
+def bench_parity(device: str, clips: Sequence[Path], batch: int, reps: int) -> dict[str, Any]:
+    """Max |torch fbank on the device - numpy fbank| per set of real speech; the device frontend's rate."""
+    import numpy as np
+    import soundfile as sf
+    import torch
 
-    return load_embedder, plan_batches, run_job
+    from helpers.corpora import real_speech_sets
+    from helpers.paths import db_var
+    from spkflow.data.audio import resample
+    from spkflow.features.fbank import FbankOptions, VadOptions, compute_fbank
+    from spkflow.features.torch_fbank import BatchFrontend, fbank_batch
+
+    opts = FbankOptions()
+    sets: dict[str, Any] = {}
+    for name, audio in real_speech_sets(lambda n: Path(db_var(n))).items():
+        if not audio:
+            continue
+        waves = [resample(w, sr, 16000) for w, sr in audio]
+        lengths = torch.tensor([len(w) for w in waves])
+        x = torch.zeros(len(waves), int(lengths.max()))
+        for i, w in enumerate(waves):
+            x[i, : len(w)] = torch.from_numpy(w)
+        refs = [compute_fbank(w, sr, opts) for w, sr in audio]
+        diffs = []
+        for precision in (torch.float64, torch.float32):  # float32: what it would cost (module doc)
+            feats = fbank_batch(x.to(device), lengths.to(device), opts, precision=precision)[0].cpu().numpy()
+            diffs.append(max(float(np.abs(feats[i, : len(r)] - r).max()) for i, r in enumerate(refs)))
+        sets[name] = {"utts": len(audio), "max_abs_diff": diffs[0], "max_abs_diff_if_float32": diffs[1]}
+    # the frontend (fbank + VAD) on the device, batches of clips
+    waves = [sf.read(c, dtype="float32")[0] for c in clips]
+    x = torch.from_numpy(np.stack([waves[i % len(waves)] for i in range(batch)])).to(device)
+    n = torch.full((batch,), x.shape[1], device=device)
+    frontend = BatchFrontend(opts, VadOptions(), use_vad=True)
+    frontend(x, n)
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(reps):
+        frontend(x, n)
+    sync(device)
+    rate = reps * batch / (time.perf_counter() - t)
+    return {
+        "fbank_max_abs_diff": max((s["max_abs_diff"] for s in sets.values()), default=None),
+        "sets": sets,
+        "frontend_utt_per_s": round(rate, 1),
+        "frontend_batch": batch,
+    }
 
 
-# ------------------------------------------------------------------------------- extraction
+# ------------------------------------------------------------------------------- 2. extraction
+class TimedEmbedder:
+    """Stage 5's embedder with the time and utterance count after the first batch's return, so the
+    end-to-end rate leaves out the DataLoader workers' start-up."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.first: float | None = None
+        self.utts_after_first = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def embed_padded(self, feats: Any, lengths: Any) -> Any:
+        out = self._inner.embed_padded(feats, lengths)
+        if self.first is None:
+            self.first = time.perf_counter()
+        else:
+            self.utts_after_first += len(out)
+        return out
+
+
 def bench_extraction(
     name: str,
     model_dir: Path,
     data: Path,
+    clips: Sequence[Path],
     work: Path,
-    device: str,
-    batch_sizes: Sequence[int],
-    num_workers: int,
+    a: argparse.Namespace,
     sampler: GpuSampler,
-    dtype: str = "float32",
-    reference: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """``reference``: float32 embeddings per utterance (filled when dtype is float32, compared
-    against otherwise)."""
     import numpy as np
     import torch
 
-    from spkflow.data.audio import known_durations
-    from spkflow.data.tables import read_kv
+    from spkflow.embed import load_embedder
+    from spkflow.embed.base import pad
+    from spkflow.embed.run import run_job
+    from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
 
-    load_embedder, plan_batches, run_job = _embed_api()
-    embedder = load_embedder("spkflow", model_dir, device, dtype=dtype)
-    utts = sorted(read_kv(data / "utt2spk"), key=lambda u: u.encode())
-    durations = known_durations(data, utts)
-    longest = max(int(d * FRAMES_PER_SEC) + 10 for d in durations.values() if d is not None)
-    prepare = embedder.preparer(data)
-    t = time.perf_counter()
-    inputs = {u: prepare(u) for u in utts}  # for the model-alone figure
-    prep_s = time.perf_counter() - t
-    embedder.embed([inputs[utts[0]]])  # warm-up (CUDA context, kernels)
-    rows = []
-    for b in batch_sizes:
-        max_frames = b * longest  # the batch size, not the frame budget, is what limits a batch
-        job = work / f"job_{Path(name.split()[0]).name}_{dtype}_b{b}"
-        shutil.rmtree(job, ignore_errors=True)
-        with sampler.active():
-            t = time.perf_counter()
-            run_job(
-                embedder,
-                data,
-                utts,
-                job,
-                1,
-                batch_size=b,
-                max_frames=max_frames,
-                num_workers=num_workers,
-                progress=False,
-            )
-            e2e = time.perf_counter() - t
-        util_e2e = sampler.summary()
-        batches = plan_batches(utts, durations, b, max_frames)
-        with sampler.active():
-            t = time.perf_counter()
-            vecs = {}
-            for batch in batches:
-                vecs.update(zip(batch, embedder.embed([inputs[u] for u in batch]), strict=True))
-            model_s = time.perf_counter() - t
-        util_model = sampler.summary()
-        min_cos = None
-        if reference is not None and dtype == "float32":
-            reference.update(vecs)
-        elif reference:
-            cos = [
-                float(vecs[u] @ reference[u] / (np.linalg.norm(vecs[u]) * np.linalg.norm(reference[u]))) for u in utts
-            ]
-            min_cos = round(min(cos), 6)
-        e2e_rate, model_rate = len(utts) / e2e, len(utts) / model_s
-        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() and device != "cpu" else None
-        rows.append(
-            {
-                "model": name,
-                "dtype": dtype,
-                "batch_size": b,
-                "utts": len(utts),
-                "batches": len(batches),
-                "e2e_utt_per_s": round(e2e_rate, 2),
-                "model_utt_per_s": round(model_rate, 2),
-                "limit": "model" if e2e_rate >= 0.9 * model_rate else "loader",
-                "min_cosine_vs_float32": min_cos,
-                "gpu_util_e2e": util_e2e,
-                "gpu_util_model": util_model,
-                "prepare_utt_per_s_one_process": round(len(utts) / prep_s, 2),
-                "peak_gpu_mem_gib": None if peak is None else round(peak, 2),
-            }
-        )
-        shutil.rmtree(job, ignore_errors=True)
+    utts = sorted((ln.split()[0] for ln in (data / "utt2spk").read_text().splitlines()), key=str.encode)
+    longest = int(a.utt_sec * FRAMES_PER_SEC) + 10
+    rows: list[dict[str, Any]] = []
+    reference: dict[int, np.ndarray] = {}
+    inputs: list[np.ndarray] | None = None
+    alone: dict[tuple[str, int], tuple[float, Any]] = {}  # (dtype, batch) -> model-alone rate, GPU util
+    for dtype in a.dtypes:
+        for fbank_on in a.fbank_on:
+            emb = load_embedder("spkflow", model_dir, a.device, dtype=dtype, fbank_on=fbank_on)
+            if inputs is None:  # the model's input of each clip, as the workers compute it
+                import soundfile as sf
+
+                inputs = []
+                for c in clips:
+                    f = compute_fbank(sf.read(c, dtype="float32")[0], 16000, emb.fbank)
+                    v = compute_vad(f, emb.vad) if emb.use_vad else None
+                    inputs.append(apply_frontend(f, v, use_vad=emb.use_vad, mean_norm=emb.mean_norm))
+            vecs = emb.embed(inputs)  # also the warm-up
+            if dtype == "float32":
+                reference.update(enumerate(vecs))
+            min_cos = None
+            if dtype != "float32" and reference:
+                unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+                ref = np.stack([reference[i] for i in range(len(vecs))])
+                min_cos = round(float((unit * (ref / np.linalg.norm(ref, axis=1, keepdims=True))).sum(1).min()), 6)
+            for b in a.batch_sizes:
+                job = work / f"job_{dtype}_{fbank_on}_b{b}"
+                shutil.rmtree(job, ignore_errors=True)
+                timed = TimedEmbedder(emb)
+                if a.device.startswith("cuda"):
+                    torch.cuda.reset_peak_memory_stats()
+                with sampler.active():
+                    t = time.perf_counter()
+                    run_job(
+                        timed, data, utts, job, 1, batch_size=b, max_frames=b * longest,
+                        num_workers=a.num_workers, progress=False,
+                    )  # fmt: skip
+                    end = time.perf_counter()
+                util_e2e = sampler.summary()
+                steady = timed.utts_after_first / (end - timed.first) if timed.first and end > timed.first else 0.0
+                shutil.rmtree(job, ignore_errors=True)
+                if (dtype, b) not in alone:  # model alone: the same batch shape, features on the device
+                    feats, lengths = pad([inputs[i % len(inputs)] for i in range(b)])
+                    x, n = torch.from_numpy(feats).to(a.device), torch.from_numpy(lengths).to(a.device)
+                    reps = max(3, math.ceil(len(utts) / b))
+                    emb.embed_padded(x, n)
+                    with sampler.active():
+                        sync(a.device)
+                        t0 = time.perf_counter()
+                        for _ in range(reps):
+                            emb.embed_padded(x, n)
+                        sync(a.device)
+                        alone[dtype, b] = (reps * b / (time.perf_counter() - t0), sampler.summary())
+                model_rate, util_model = alone[dtype, b]
+                peak = torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else None
+                rows.append(
+                    {
+                        "model": name,
+                        "dtype": dtype,
+                        "batch_size": b,
+                        "fbank_on": fbank_on,
+                        "utts": len(utts),
+                        "e2e_utt_per_s": round(steady, 1),
+                        "e2e_wall_s": round(end - t, 2),
+                        "model_utt_per_s": round(model_rate, 1),
+                        "e2e_over_model": round(steady / model_rate, 3),
+                        "realtime_factor": round(steady * a.utt_sec, 0),
+                        "limit": "model" if steady >= 0.9 * model_rate else "loader",
+                        "gpu_util_e2e": util_e2e,
+                        "gpu_util_model": util_model,
+                        "min_cosine_vs_float32": min_cos,
+                        "peak_gpu_mem_gib": None if peak is None else round(peak, 2),
+                    }
+                )
+                print(f"  extraction {name} {dtype} B={b} fbank in {fbank_on}: {rows[-1]['e2e_utt_per_s']} utt/s "
+                      f"end to end, {rows[-1]['model_utt_per_s']} model alone", flush=True)  # fmt: skip
     return rows
 
 
-# ------------------------------------------------------------------------------- training
+# ------------------------------------------------------------------------------- 3. training
+def tones_dir(out: Path, num: int = 6, seconds: float = 10.0, rate: int = 16000) -> Path:
+    """Music-like tones (random chords of harmonic notes with a decaying envelope): the cost of
+    MUSAN music (a file to decode and mix), which is not here."""
+    import numpy as np
+
+    from spkflow.augment.sources import write_source_dir
+
+    rng = np.random.default_rng(0)
+    t = np.arange(int(seconds * rate)) / rate
+    items = []
+    for k in range(num):
+        x = np.zeros_like(t)
+        for start in np.arange(0.0, seconds, 0.5):
+            on = (t >= start) & (t < start + 0.5)
+            env = np.exp(-4.0 * (t[on] - start))
+            for f0 in 110.0 * 2 ** (rng.integers(0, 36, size=3) / 12.0):
+                x[on] += env * sum(np.sin(2 * np.pi * f0 * h * t[on]) / h for h in (1, 2, 3))
+        items.append((f"tones{k:03d}", (0.3 * x / np.abs(x).max()).astype(np.float32)))
+    return write_source_dir(out, items, rate)
+
+
+def aug_sources(work: Path, clips_dir: Path, rirs: Path | None) -> dict[str, Path]:
+    """Data dirs of the augmentation sources (see the module doc)."""
+    from spkflow.augment.sources import noise_items, write_source_dir
+
+    if rirs is None:
+        rirs = work / "rirs"
+        if not (rirs / "wav.scp").is_file():
+            subprocess.run(
+                [sys.executable, "-m", "spkflow.bin.make_rirs", "--num", "8", "--out", str(rirs)], check=True
+            )
+    files = sorted((rirs / "audio").glob("*.flac")) or sorted(rirs.glob("*.flac"))
+    rir_dir = write_data_dir(work / "rirs_list", {p.stem: str(p) for p in files}, {p.stem: p.stem for p in files})
+    noise = work / "noise"
+    if not (noise / "wav.scp").is_file():
+        write_source_dir(noise, noise_items(6, 10.0, 0), 16000)
+    music = work / "music"
+    if not (music / "wav.scp").is_file():
+        tones_dir(music)
+    return {"rirs": rir_dir, "noise": noise, "music": music, "speech": clips_dir}
+
+
+def ark_features(clips_dir: Path, data: Path, work: Path) -> Path:
+    """Stage-2 features of the clips (the real job code), listed for every utterance of ``data``
+    (an utterance's entries are its clip's)."""
+    from spkflow.data.tables import read_kv
+    from spkflow.features.fbank import FbankOptions, VadOptions
+    from spkflow.features.jobs import extract_job, merge_jobs
+
+    feats = work / "clip_feats"
+    if not (feats / "feats.scp").is_file():
+        (work / "clip_list").write_text("".join(ln.split()[0] + "\n" for ln in (clips_dir / "utt2spk").open()))
+        extract_job(clips_dir, work / "clip_list", work / "clip_arks", "clips", 1, FbankOptions(), VadOptions(),
+                    progress=False)  # fmt: skip
+        merge_jobs(clips_dir, feats, work / "clip_arks", "clips", 1)
+    out = work / "train_feats"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    clip_of = {u: Path(p).stem for u, p in read_kv(data / "wav.scp").items()}
+    for scp in ("feats.scp", "vad.scp", "cmvn_utt.scp", "cmvn_utt_voiced.scp"):
+        table = read_kv(feats / scp)
+        (out / scp).write_text("".join(f"{u} {table[clip_of[u]]}\n" for u in sorted(clip_of, key=str.encode)))
+    for name in ("utt2spk", "spk2utt"):
+        shutil.copy(data / name, out / name)
+    return out
+
+
 def bench_training(
-    data: Path,
-    work: Path,
-    device_name: str,
-    channels: int,
-    num_spk: int,
-    num_utt: int,
-    crop: int,
-    steps: int,
-    warmup: int,
-    num_workers: int,
-    amp: bool,
-    sampler: GpuSampler,
-    amp_dtype: str = "float16",
+    data: Path, clips_dir: Path, work: Path, a: argparse.Namespace, sampler: GpuSampler
 ) -> dict[str, Any]:
     import torch
+    import yaml
 
-    from spkflow.core.errors import InputError
+    from spkflow.augment.wave import WaveAugment
     from spkflow.data.tables import read_kv
     from spkflow.nnet.losses import batch_labels, build_loss
     from spkflow.nnet.models import build_model
     from spkflow.train.batches import plan_epoch
+    from spkflow.train.config import normalize_train_config
     from spkflow.train.loader import NxMCropDataset, make_loader
+    from spkflow.train.optim import build_optimizer
+    from spkflow.train.raw_loader import CropFbank, NxMWaveDataset
 
-    feats = work / "fbank"
-    if not (feats / "feats.scp").is_file():
-        num = len((data / "utt2spk").read_text().splitlines())
-        nj = max(1, min(os.cpu_count() or 1, 8, num // 100))  # a job per 100 utterances at most
-        r = subprocess.run(
-            ["bash", str(ROOT / "scripts/feats/make_fbank.sh"), "--nj", str(nj), str(data), str(feats)],
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, PATH=f"{Path(sys.executable).parent}:{ROOT / 'utils'}:{os.environ['PATH']}"),
-        )
-        if r.returncode != 0:
-            sys.exit(f"make_fbank.sh failed:\n{r.stderr[-3000:]}")
-    device = torch.device(device_name)
-    amp = amp and device.type == "cuda"
-    try:
-        batches = [list(b) for b in plan_epoch(feats / "spk2utt", num_spk, num_utt, seed=0, epoch=1).batches]
-    except InputError as err:
-        sys.exit(f"training part: {err} (use more --num-utts or a smaller --num-spk / --num-utt)")
-    need = steps + warmup
-    if len(batches) < need:  # repeat the epoch's plan (another epoch's crops) to have enough
-        batches = (batches * (need // max(1, len(batches)) + 1))[:need]
-    utt2spk = read_kv(feats / "utt2spk")
+    device = torch.device(a.device)
+    raw_cfg = yaml.safe_load(VOXCELEB_CONFIG.read_text())
+    src = aug_sources(work, clips_dir, a.rirs)
+    raw_cfg["augment"]["reverb"]["data_dir"] = str(src["rirs"])
+    raw_cfg["augment"]["noise"]["data_dirs"] = {k: str(src[k]) for k in ("noise", "music", "speech")}
+    cfg = normalize_train_config(raw_cfg, str(VOXCELEB_CONFIG))
+    tcfg, fe = cfg["train"], cfg["frontend"]
+    factors = cfg["augment"]["speed"]["factors"] or [1.0]
+    utt2spk = read_kv(data / "utt2spk")
     spk2idx = {s: i for i, s in enumerate(sorted(set(utt2spk.values())))}
+    need = a.train_steps + a.train_warmup
+    batches: list[list[str]] = []
+    epoch = 1
+    while len(batches) < need:
+        batches += [list(b) for b in plan_epoch(data / "spk2utt", a.num_spk, a.num_utt, seed=0, epoch=epoch).batches]
+        epoch += 1
+    batches = batches[:need]
     torch.manual_seed(0)
-    model = build_model({"name": "ecapa_tdnn", "input_dim": 80, "channels": channels, "scale": 8, "embed_dim": 192})
-    loss_fn = build_loss({"name": "ge2e"}, model.embed_dim)
-    model.to(device).train()
-    loss_fn.to(device)
-    opt = torch.optim.Adam(list(model.parameters()) + list(loss_fn.parameters()), lr=1e-3)
-    autocast_dtype = getattr(torch, amp_dtype)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp and autocast_dtype == torch.float16)
+    model = build_model(dict(cfg["model"], input_dim=80, channels=a.channels)).to(device).train()
+    loss_cfg = {k: v for k, v in cfg["loss"].items() if k != "margin_warmup"}
+    loss_fn = build_loss(loss_cfg, model.embed_dim, num_classes=len(spk2idx) * len(factors)).to(device)
+    params = list(model.parameters()) + list(loss_fn.parameters())
+    opt = build_optimizer(cfg["optim"], params)
+    amp = bool(tcfg["amp"]) and device.type == "cuda"
+    amp_dtype = getattr(torch, tcfg["amp_dtype"])
+    scaler = torch.amp.GradScaler("cuda", enabled=amp and amp_dtype == torch.float16)
+    crop_fbank = CropFbank(cfg["frontend"]["fbank"] or {}, "crop" if fe["mean_norm"] else "none")
 
     def step(x: torch.Tensor, labels: torch.Tensor) -> None:
         lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.long, device=device)
-        with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=amp):
+        with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp):
             emb = model(x, lengths)
-        loss = loss_fn(emb.float().view(num_spk, num_utt, -1), labels)
+        loss = loss_fn(emb.float().view(a.num_spk, a.num_utt, -1), labels)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(params, float(tcfg["grad_clip"]))
         scaler.step(opt)
         scaler.update()
 
-    dataset = NxMCropDataset(feats / "feats.scp", batches[:need], seed=0, epoch=1, crop=crop, use_vad=True)
-    loader = make_loader(dataset, num_workers=num_workers, pin_memory=device.type == "cuda")
-    it = iter(loader)
-    first = None
-    for _ in range(warmup):
-        x, utts = next(it)
-        first = first or (x.clone(), utts)
-        step(x.to(device, non_blocking=True), batch_labels(utts, utt2spk, spk2idx, num_utt).to(device))
-    sync(device)
-    with sampler.active():
-        t = time.perf_counter()
-        for x, utts in it:
-            step(x.to(device, non_blocking=True), batch_labels(utts, utt2spk, spk2idx, num_utt).to(device))
+    def dataset(path: str) -> Any:
+        crop = (a.crop, a.crop)
+        if path == "ark":
+            feats = ark_features(clips_dir, data, work)
+            return NxMCropDataset(feats / "feats.scp", batches, crop=crop, use_vad=False, mean_norm="utterance")
+        aug = WaveAugment(cfg["augment"], 16000)
+        return NxMWaveDataset(
+            data, batches, crop=crop, use_vad=False, mean_norm="crop" if fe["mean_norm"] else "none", augment=aug,
+            num_utt=a.num_utt, utt2spk=utt2spk, fbank_on="device" if path == "raw-device" else "workers",
+        )  # fmt: skip
+
+    def to_input(x: torch.Tensor, path: str) -> torch.Tensor:
+        x = x.to(device, non_blocking=True)
+        return crop_fbank(x) if path == "raw-device" else x
+
+    rows, first = [], None
+    for path in a.train_paths:
+        ds = dataset(path)
+        it = iter(make_loader(ds, num_workers=a.num_workers, pin_memory=device.type == "cuda"))
+        for _ in range(a.train_warmup):
+            x, utts, *speed = next(it)
+            y = batch_labels(utts, utt2spk, spk2idx, a.num_utt) + (speed[0] * len(spk2idx) if speed else 0)
+            x = to_input(x, path)
+            first = first if first is not None else (x.detach().clone(), y.to(device))
+            step(x, y.to(device))
         sync(device)
-        with_loader = time.perf_counter() - t
-    util_loader = sampler.summary()
-    if first is None:  # no warm-up: the first batch of the plan
-        first = dataset[0]
-    x0 = first[0].to(device)
-    y0 = batch_labels(first[1], utt2spk, spk2idx, num_utt).to(device)
+        with sampler.active():
+            t = time.perf_counter()
+            for x, utts, *speed in it:
+                y = batch_labels(utts, utt2spk, spk2idx, a.num_utt) + (speed[0] * len(spk2idx) if speed else 0)
+                step(to_input(x, path), y.to(device))
+            sync(device)
+            rate = a.train_steps / (time.perf_counter() - t)
+        rows.append({"path": path, "loader_steps_per_s": round(rate, 3), "gpu_util": sampler.summary()})
+        print(f"  training {path}: {rows[-1]['loader_steps_per_s']} steps/s", flush=True)
+    x0, y0 = first
     with sampler.active():
         t = time.perf_counter()
-        for _ in range(steps):
+        for _ in range(a.train_steps):
             step(x0, y0)
         sync(device)
-        alone = time.perf_counter() - t
+        model_rate = a.train_steps / (time.perf_counter() - t)
     util_model = sampler.summary()
-    r_loader, r_model = steps / with_loader, steps / alone
+    for r in rows:
+        r["over_model"] = round(r["loader_steps_per_s"] / model_rate, 3)
+        r["limit"] = "model" if r["over_model"] >= 0.9 else "loader"
     return {
-        "batch": f"{num_spk}x{num_utt}x{crop} frames",
-        "channels": channels,
+        "config": str(VOXCELEB_CONFIG.relative_to(ROOT)),
+        "channels": a.channels,
+        "batch": f"{a.num_spk}x{a.num_utt}x{a.crop} frames",
         "amp": amp,
-        "amp_dtype": amp_dtype if amp else None,
-        "steps": steps,
-        "num_workers": num_workers,
-        "loader_steps_per_s": round(r_loader, 3),
-        "model_steps_per_s": round(r_model, 3),
-        "loader_over_model": round(r_loader / r_model, 3),
-        "limit": "model" if r_loader >= 0.9 * r_model else "loader",
-        "gpu_util_loader": util_loader,
+        "amp_dtype": tcfg["amp_dtype"] if amp else None,
+        "steps": a.train_steps,
+        "num_workers": a.num_workers,
+        "model_steps_per_s": round(model_rate, 3),
         "gpu_util_model": util_model,
+        "paths": rows,
     }
 
 
+# ------------------------------------------------------------------------------- report
+def junit_counts(path: Path | None) -> dict[str, Any] | None:
+    """passed / failed / skipped (and the failed tests' names) of a pytest --junitxml file."""
+    if path is None or not path.is_file():
+        return None
+    root = ET.parse(path).getroot()
+    cases = list(root.iter("testcase"))
+    failed = [f"{c.get('classname')}::{c.get('name')}" for c in cases if c.find("failure") is not None]
+    failed += [f"{c.get('classname')}::{c.get('name')}" for c in cases if c.find("error") is not None]
+    skipped = sum(c.find("skipped") is not None for c in cases)
+    return {"passed": len(cases) - len(failed) - skipped, "failed": len(failed), "skipped": skipped, "failures": failed}
+
+
+def limits(result: dict[str, Any]) -> list[str]:
+    """One sentence per part: which part is the limit."""
+    out = []
+    rows = result.get("extraction") or []
+    if rows:
+        best = max(rows, key=lambda r: r["e2e_utt_per_s"])
+        out.append(
+            f"extraction: best end to end {best['e2e_utt_per_s']:.0f} utt/s ({best['dtype']}, batch "
+            f"{best['batch_size']}, fbank in the {best['fbank_on']}) = {100 * best['e2e_over_model']:.0f}% of the "
+            f"model alone ({best['model_utt_per_s']:.0f} utt/s): the limit is the "
+            + ("model (GPU)" if best["limit"] == "model" else "loader (CPU workers: decode, fbank, padding)")
+        )
+    tr = result.get("train")
+    if tr:
+        for r in tr["paths"]:
+            out.append(
+                f"training {r['path']}: {r['loader_steps_per_s']:.2f} steps/s fed by the loader = "
+                f"{100 * r['over_model']:.0f}% of the model alone ({tr['model_steps_per_s']:.2f}): the limit is the "
+                + ("model" if r["limit"] == "model" else "loader")
+            )
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        f"# GPU check: {m['device']}, {m['cpus']} CPUs ({m.get('cpu_model')}), driver {m.get('driver', '-')}, "
+        f"torch {m['torch']} (CUDA {m['cuda']}), {m['date']}",
+        "",
+    ]
+    tests = result.get("tests")
+    if tests:
+        lines += [f"tests (pytest -m cuda): {tests['passed']} passed, {tests['failed']} failed, {tests['skipped']} "
+                  "skipped" + (": " + ", ".join(tests["failures"]) if tests["failures"] else ""), ""]  # fmt: skip
+    par = result.get("parity")
+    if par:
+        lines += [
+            "| fbank on the device vs numpy | utterances | max abs diff (log mel) | the same in float32 |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {k} | {v['utts']} | {v['max_abs_diff']:.2e} | {v['max_abs_diff_if_float32']:.2e} |"
+            for k, v in par["sets"].items()
+        ]
+        lines += ["", f"frontend (fbank + VAD) on the device: {par['frontend_utt_per_s']:.0f} utt/s "
+                  f"(batches of {par['frontend_batch']} clips)", ""]  # fmt: skip
+    rows = result.get("extraction")
+    if rows:
+        lines += [
+            "| model | dtype | batch | fbank | e2e utt/s | model utt/s | e2e/model | limit | GPU util e2e | "
+            "GPU util model | min cos vs fp32 |",
+            "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|",
+        ]
+        for r in rows:
+            cos = "-" if r["min_cosine_vs_float32"] is None else f"{r['min_cosine_vs_float32']:.5f}"
+            lines.append(
+                f"| {r['model']} | {r['dtype']} | {r['batch_size']} | {r['fbank_on']} | {r['e2e_utt_per_s']:.0f} | "
+                f"{r['model_utt_per_s']:.0f} | {r['e2e_over_model']:.2f} | {r['limit']} | "
+                f"{fmt_util(r['gpu_util_e2e'])} | {fmt_util(r['gpu_util_model'])} | {cos} |"
+            )
+        lines.append("")
+    tr = result.get("train")
+    if tr:
+        lines += [
+            f"training {tr['config']} (ECAPA-{tr['channels']}, {tr['batch']}, AMP {tr['amp_dtype'] or 'off'}, "
+            f"{tr['num_workers']} workers): model alone {tr['model_steps_per_s']:.2f} steps/s",
+            "",
+            "| path | steps/s fed by the loader | over the model alone | limit | GPU util |",
+            "|---|---:|---:|---|---:|",
+        ]
+        lines += [
+            f"| {r['path']} | {r['loader_steps_per_s']:.2f} | {r['over_model']:.2f} | {r['limit']} | "
+            f"{fmt_util(r['gpu_util'])} |"
+            for r in tr["paths"]
+        ]
+        lines.append("")
+    lines += [f"- {s}" for s in result.get("limits", [])]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: dict[str, Any], a: argparse.Namespace) -> None:
+    result["limits"] = limits(result)
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1) + "\n")
+    if a.markdown:
+        a.markdown.write_text(markdown(result))
+
+
 # ------------------------------------------------------------------------------- main
-def str2bool(v: str) -> bool:
-    if v.lower() in ("true", "1", "yes"):
-        return True
-    if v.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"want true or false, got {v!r}")
+def csv(kind: type) -> Any:
+    return lambda s: [kind(v) for v in s.split(",") if v]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu")
-    p.add_argument("--batch-sizes", default="1,8,32,64,128,256")
-    p.add_argument("--num-utts", type=int, default=2000)
-    p.add_argument("--min-sec", type=float, default=2.0)
-    p.add_argument("--max-sec", type=float, default=12.0)
-    p.add_argument("--data", type=Path, default=None, help="a data dir instead of speechocean762 (db.sh)")
-    p.add_argument("--model-dir", type=Path, default=None, help="also bench this stage-4 model dir (e.g. the demo)")
+    p.add_argument("--parts", type=csv(str), default=["parity", "extraction", "train"])
+    p.add_argument("--utt-sec", type=float, default=6.0, help="utterance length (s)")
+    p.add_argument("--num-utts", type=int, default=16000, help="utterances per end-to-end extraction run")
+    p.add_argument("--num-clips", type=int, default=48, help="distinct clips the utterances cycle over")
+    p.add_argument("--data-spk", type=int, default=200, help="speakers of the repeated data dir (training)")
+    p.add_argument("--batch-sizes", type=csv(int), default=[64, 256])
+    p.add_argument("--dtypes", type=csv(str), default=["float32", "bfloat16", "float16"])
+    p.add_argument("--fbank-on", type=csv(str), default=["workers", "device"], help="where stage 5's fbank runs")
+    p.add_argument("--num-workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="DataLoader workers")
     p.add_argument("--channels", type=int, default=512, help="ECAPA channels (512: ECAPA-512)")
-    p.add_argument("--num-workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) - 1)))
-    p.add_argument("--dtypes", default="float32", help="extraction dtypes, comma-separated (float16: cuda only)")
-    p.add_argument("--amp", type=str2bool, default=True, help="autocast in training on CUDA")
-    p.add_argument("--amp-dtype", choices=("float16", "bfloat16"), default="float16", help="training AMP dtype")
-    p.add_argument("--train-steps", type=int, default=50, help="timed training steps (0: no training part)")
-    p.add_argument("--train-warmup", type=int, default=5)
-    p.add_argument("--num-spk", type=int, default=32)
-    p.add_argument("--num-utt", type=int, default=4)
+    p.add_argument("--model-dir", type=Path, default=None, help="also bench this stage-4 model dir (e.g. the demo)")
+    p.add_argument("--data", type=Path, default=None, help="a data dir of real speech instead of the corpora")
+    p.add_argument("--rirs", type=Path, default=None, help="simulated RIRs (gpu_bundle.sh's), else made here")
+    p.add_argument("--train-paths", type=csv(str), default=list(TRAIN_PATHS))
+    p.add_argument("--train-steps", type=int, default=20, help="timed training steps per path")
+    p.add_argument("--train-warmup", type=int, default=3)
+    p.add_argument("--num-spk", type=int, default=64, help="N of the N x M training batch")
+    p.add_argument("--num-utt", type=int, default=2, help="M of the N x M training batch")
     p.add_argument("--crop", type=int, default=200, help="training crop, frames")
+    p.add_argument("--frontend-batch", type=int, default=256, help="clips per batch of the device frontend rate")
     p.add_argument("--threads", type=int, default=0, help="torch threads of this process (0: torch's default)")
-    p.add_argument("--skip-extract", action="store_true")
+    p.add_argument("--tests-junit", type=Path, default=None, help="pytest --junitxml of the CUDA-marked tests")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/bench_gpu"))
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
+    p.add_argument("--markdown", type=Path, default=None, help="write the tables here")
     a = p.parse_args(argv)
     import torch
 
@@ -445,86 +756,52 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     dev = torch.device(a.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda but CUDA is not available (use --device cpu with small sizes)")
+    bad = [d for d in a.dtypes if d not in ("float32", "bfloat16", "float16")]
+    if bad or (dev.type != "cuda" and "float16" in a.dtypes and "extraction" in a.parts):
+        sys.exit(f"--dtypes: float32, bfloat16, float16 (cuda only); got {','.join(a.dtypes)}")
+    a.dtypes = sorted(set(a.dtypes), key=lambda d: d != "float32")  # float32 first: the parity reference
+    if not set(a.train_paths) <= set(TRAIN_PATHS) or not set(a.fbank_on) <= {"workers", "device"}:
+        sys.exit(f"--train-paths: {','.join(TRAIN_PATHS)}; --fbank-on: workers,device")
     sampler = GpuSampler((dev.index or 0) if dev.type == "cuda" else None)
     a.workdir.mkdir(parents=True, exist_ok=True)
-    data = speech_data_dir(a.workdir, a.data, a.num_utts, a.min_sec, a.max_sec)
-    secs = [float(ln.split()[1]) for ln in (data / "utt2dur").read_text().splitlines()]
-    machine = {
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "utts": len(secs),
-        "audio_s": round(sum(secs), 1),
-        "utt_s_range": [round(min(secs), 2), round(max(secs), 2)],
-    }
-    print(
-        f"# {machine['device']}, {machine['cpus']} CPUs, torch {machine['torch']} "
-        f"({machine['torch_threads']} threads); "
-        f"{len(secs)} utterances, {machine['audio_s']} s of speech, {min(secs):.1f}-{max(secs):.1f} s"
+    clips = make_clips(source_files(a.data), a.workdir / "clips", a.utt_sec, limit=a.num_clips)
+    clips_dir = write_data_dir(
+        a.workdir / "clips_dir", {c.stem: str(c) for c in clips}, {c.stem: c.stem for c in clips}
     )
-    result: dict[str, Any] = {"machine": machine, "args": {k: str(v) for k, v in vars(a).items()}}
-    if not a.skip_extract:
-        models = [
-            (f"ecapa{a.channels} (random weights)", ecapa_model_dir(a.workdir / f"ecapa{a.channels}", a.channels))
-        ]
+    speakers = min(a.data_spk, a.num_utts // a.num_utt)  # M utterances per speaker at least
+    if "train" in a.parts and a.train_steps > 0 and speakers < a.num_spk:
+        sys.exit(f"--num-utts {a.num_utts} gives {speakers} speakers of {a.num_utt} utterances: fewer than --num-spk")
+    data = repeated_data_dir(a.workdir / "data", clips, a.num_utts, speakers, a.utt_sec)
+    result: dict[str, Any] = {"machine": machine_info(a.device), "args": {k: str(v) for k, v in vars(a).items()}}
+    result["device"] = result["machine"]["device"]
+    result["tests"] = junit_counts(a.tests_junit)
+    m = result["machine"]
+    print(f"# {m['device']}, {m['cpus']} CPUs, torch {m['torch']}; {a.num_utts} utterances of {a.utt_sec} s "
+          f"cycling over {len(clips)} clips of real speech", flush=True)  # fmt: skip
+    timings: dict[str, float] = {}
+    result["seconds"] = timings
+    if "parity" in a.parts:
+        t = time.perf_counter()
+        result["parity"] = bench_parity(a.device, clips, a.frontend_batch, 5)
+        result["fbank_max_abs_diff"] = result["parity"]["fbank_max_abs_diff"]
+        timings["parity"] = round(time.perf_counter() - t, 1)
+        write_outputs(result, a)
+    if "extraction" in a.parts:
+        t = time.perf_counter()
+        models = [(f"ecapa{a.channels}", ecapa_model_dir(a.workdir / f"ecapa{a.channels}", a.channels))]
         if a.model_dir:
             models.append((str(a.model_dir), a.model_dir))
-        rows: list[dict[str, Any]] = []
-        sizes = [int(b) for b in a.batch_sizes.split(",")]
-        dtypes = a.dtypes.split(",")
-        bad = [d for d in dtypes if d not in ("float32", "bfloat16", "float16")]
-        if bad or (dev.type != "cuda" and "float16" in dtypes):
-            sys.exit(f"--dtypes: float32, bfloat16, float16 (cuda only); got {a.dtypes!r}")
-        # float32 first: the reduced dtypes are compared against its embeddings
-        dtypes = sorted(set(dtypes), key=lambda d: d != "float32")
+        result["extraction"] = []
         for name, d in models:
-            ref: dict[str, Any] = {}
-            for dt in dtypes:
-                rows += bench_extraction(name, d, data, a.workdir, a.device, sizes, a.num_workers, sampler, dt, ref)
-        print(f"\n## extraction ({a.num_workers} DataLoader workers; GPU util mean/max %)")
-        print(
-            "| model | dtype | batch | end-to-end utt/s | model-alone utt/s | limit | GPU util e2e | GPU util model "
-            "| min cos vs fp32 |"
-        )
-        print("|---|---|---:|---:|---:|---|---:|---:|---:|")
-        for r in rows:
-            cos = "-" if r["min_cosine_vs_float32"] is None else f"{r['min_cosine_vs_float32']:.5f}"
-            print(
-                f"| {r['model']} | {r['dtype']} | {r['batch_size']} | {r['e2e_utt_per_s']:.1f} | "
-                f"{r['model_utt_per_s']:.1f} | {r['limit']} | "
-                f"{fmt_util(r['gpu_util_e2e'])} | {fmt_util(r['gpu_util_model'])} | {cos} |"
-            )
-        result["extraction"] = rows
-    if a.train_steps > 0:
-        tr = bench_training(
-            data,
-            a.workdir,
-            a.device,
-            a.channels,
-            a.num_spk,
-            a.num_utt,
-            a.crop,
-            a.train_steps,
-            a.train_warmup,
-            a.num_workers,
-            a.amp,
-            sampler,
-            a.amp_dtype,
-        )
-        print(
-            f"\n## training (ECAPA-{tr['channels']}, GE2E, {tr['batch']}, AMP {tr['amp_dtype'] or 'off'}, "
-            f"{tr['num_workers']} workers)"
-        )
-        print("| with loader steps/s | model alone steps/s | ratio | limit | GPU util loader | GPU util model |")
-        print("|---:|---:|---:|---|---:|---:|")
-        print(
-            f"| {tr['loader_steps_per_s']:.2f} | {tr['model_steps_per_s']:.2f} | {tr['loader_over_model']:.2f} | "
-            f"{tr['limit']} | {fmt_util(tr['gpu_util_loader'])} | {fmt_util(tr['gpu_util_model'])} |"
-        )
-        result["training"] = tr
-    if a.json:
-        a.json.write_text(json.dumps(result, indent=1))
+            result["extraction"] += bench_extraction(name, d, data, clips, a.workdir, a, sampler)
+            write_outputs(result, a)
+        timings["extraction"] = round(time.perf_counter() - t, 1)
+    if "train" in a.parts and a.train_steps > 0:
+        t = time.perf_counter()
+        result["train"] = bench_training(data, clips_dir, a.workdir, a, sampler)
+        timings["train"] = round(time.perf_counter() - t, 1)
+    write_outputs(result, a)
+    print(markdown(result), flush=True)
     return result
 
 

@@ -1,8 +1,10 @@
 """test/bench/bench_gpu.py runs on the CPU with small sizes, so that the GPU benchmark cannot rot:
-real audio made here (2-3 s), ECAPA with random weights (few channels), stage 5's extraction job
-end to end and the model alone, stage 4's loader feeding training steps and the model alone.
-No GPU on the test machines: the GPU utilisation columns are checked to be empty on the CPU.
-DataLoader workers are off (--num-workers 0: the same code in-process, no worker start-up)."""
+audio made here (--data; the benchmark itself cuts real speech into 6 s clips), ECAPA with random
+weights (few channels), stage 5's extraction job end to end and the model alone with the fbank in the
+workers and on the device, the VoxCeleb config's training fed by the ark and raw loaders and the model
+alone.  No GPU on the test machines: the GPU utilisation columns are checked to be empty on the CPU.
+DataLoader workers are off (--num-workers 0: the same code in-process, no worker start-up).  The
+parity part needs the corpora and runs in test/test_gpu_check.py."""
 
 from __future__ import annotations
 
@@ -21,37 +23,48 @@ import bench_gpu  # noqa: E402
 
 @pytest.mark.slow
 def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
-    data = make_speakers(tmp_path / "audio", num_spk=3, num_utt=4, min_sec=2.0, max_sec=3.0)
-    out = tmp_path / "bench.json"
+    data = make_speakers(tmp_path / "audio", num_spk=3, num_utt=2, min_sec=2.5, max_sec=3.0)
+    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
     # the model dir of a "trained" model: the random ECAPA of another width stands in for it
     demo = bench_gpu.ecapa_model_dir(tmp_path / "demo", 8)
+    rirs = tmp_path / "rirs"
+    rirs.mkdir()
+    import numpy as np
+    import soundfile as sf
+
+    for i in range(2):  # two decaying impulses stand in for simulated rooms (pyroomacoustics is slow)
+        h = np.exp(-np.arange(800) / 100.0) * np.random.default_rng(i).standard_normal(800)
+        sf.write(rirs / f"rir{i}.flac", (0.5 * h / np.abs(h).max()).astype(np.float32), 16000)
     result = bench_gpu.main(
         [
-            "--device", "cpu", "--data", str(data), "--batch-sizes", "1,4", "--num-utts", "6",
+            "--device", "cpu", "--data", str(data), "--parts", "extraction,train", "--utt-sec", "2",
+            "--num-utts", "6", "--num-clips", "3", "--batch-sizes", "1,4", "--dtypes", "bfloat16,float32",
             "--channels", "16", "--num-workers", "0", "--threads", "1", "--model-dir", str(demo),
             "--train-steps", "2", "--train-warmup", "1", "--num-spk", "2", "--num-utt", "2", "--crop", "40",
-            "--workdir", str(tmp_path / "work"), "--json", str(out), "--dtypes", "bfloat16,float32",
+            "--data-spk", "3", "--rirs", str(rirs), "--workdir", str(tmp_path / "work"), "--json", str(out),
+            "--markdown", str(md),
         ]
     )  # fmt: skip
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    assert result["machine"]["device"] == "cpu" and result["machine"]["utts"] == 6
-    lo, hi = result["machine"]["utt_s_range"]
-    assert 2.0 <= lo <= hi <= 12.0
+    assert result["machine"]["device"] == result["device"] == "cpu" and result["tests"] is None
     rows = result["extraction"]  # float32 first: the reference of the bfloat16 parity
-    assert [(r["dtype"], r["batch_size"], r["model"].split()[0]) for r in rows] == [
-        (dt, b, m) for m in ("ecapa16", str(demo)) for dt in ("float32", "bfloat16") for b in (1, 4)
+    assert [(r["model"], r["dtype"], r["fbank_on"], r["batch_size"]) for r in rows] == [
+        (m, dt, f, b) for m in ("ecapa16", str(demo)) for dt in ("float32", "bfloat16")
+        for f in ("workers", "device") for b in (1, 4)
     ]  # fmt: skip
     for r in rows:
         assert r["utts"] == 6 and r["e2e_utt_per_s"] > 0 and r["model_utt_per_s"] > 0
-        assert r["gpu_util_e2e"] == [None, None] or r["gpu_util_e2e"] == (None, None)
-        assert r["limit"] in ("loader", "model")
+        assert list(r["gpu_util_e2e"]) == [None, None] and r["limit"] in ("loader", "model")
         if r["dtype"] == "float32":
             assert r["min_cosine_vs_float32"] is None
-        else:  # bf16 autocast on the CPU, against float32, on the same utterances
+        else:  # bf16 autocast on the CPU, against float32, on the same clips
             assert 0.99 <= r["min_cosine_vs_float32"] < 1.0
-    assert rows[0]["batches"] == 6 and rows[1]["batches"] == 2  # batch size B: ceil(6 / B) batches
-    tr = result["training"]
-    assert tr["loader_steps_per_s"] > 0 and tr["model_steps_per_s"] > 0 and tr["limit"] in ("loader", "model")
-    assert tr["amp"] is False and tr["amp_dtype"] is None  # AMP is for CUDA only
+    tr = result["train"]
+    assert tr["config"] == "egs/voxceleb/spk1/conf/train_ecapa_c512_aam.yaml" and tr["amp"] is False
+    assert [r["path"] for r in tr["paths"]] == ["ark", "raw", "raw-device"]
+    for r in tr["paths"]:
+        assert r["loader_steps_per_s"] > 0 and r["limit"] in ("loader", "model") and r["over_model"] > 0
+    assert len(result["limits"]) == 4 and result["limits"][0].startswith("extraction: best end to end")
     printed = capsys.readouterr().out
-    assert "## extraction" in printed and "## training" in printed
+    assert "| model | dtype | batch | fbank |" in printed and "| path | steps/s fed by the loader |" in printed
+    assert md.read_text() in printed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,47 @@ import soundfile as sf
 from helpers.paths import ROOT
 from spkflow.data.datadir import DataDir
 from spkflow.data.tables import check_sorted_unique
+
+#: Real speech for the tests and benchmarks that need some, per db.sh corpus: (glob under the
+#: corpus, the speaker of a file, speakers, files per speaker): the first files of the first
+#: speakers in sorted order.  test/bench/gpu_bundle.sh copies exactly these files (same layout), and
+#: the selection picks the same files from the copy, so the CUDA-marked tests and bench_gpu.py run
+#: on a GPU machine without the corpora (7 MB: 16 kHz read speech and words, 8 kHz digits).
+SPEECH: dict[str, tuple[str, Callable[[Path], str], int, int]] = {
+    "SPEECHOCEAN762": ("WAVE/*/*.flac", lambda p: p.parent.name, 16, 3),  # 16 kHz read English, 2-20 s
+    "LIBRISPEECH": ("test-clean/*/*/*.flac", lambda p: p.parent.parent.name, 8, 8),  # 16 kHz, 6-20 s
+    "DSPSPEECH20": ("speech_data/*/*.flac", lambda p: p.parent.name, 12, 3),  # 16 kHz words, ~2 s
+    "FSDD": ("recordings/*.flac", lambda p: p.stem.split("_")[1], 6, 8),  # 8 kHz digits, 0.2-2 s
+}
+
+
+def speech_files(root: Path, name: str) -> list[Path]:
+    """The :data:`SPEECH` selection of corpus ``name`` (a db.sh variable) found under ``root``."""
+    pattern, speaker, num_spk, per_spk = SPEECH[name]
+    groups: dict[str, list[Path]] = {}
+    for p in sorted(Path(root).glob(pattern)):
+        groups.setdefault(speaker(p), []).append(p)
+    return [p for spk in list(groups)[:num_spk] for p in groups[spk][:per_spk]]
+
+
+def real_speech_sets(root_of: Callable[[str], Path]) -> dict[str, list[tuple[np.ndarray, int]]]:
+    """Audio as stage 2 reads it, ``(waveform, native rate)``, per set: the :data:`SPEECH` selection of
+    each corpus (``root_of(name)``: its directory), and ``dsp20_8k``: DSPSpeech-20 through an 8 kHz
+    16-bit channel (ffmpeg ``-ar 8000 pcm_s16le`` in the demo's local/narrowband_copy.py; here
+    :func:`spkflow.data.audio.resample`), which the recipes resample back to 16 kHz."""
+    from spkflow.data.audio import resample
+
+    sets: dict[str, list[tuple[np.ndarray, int]]] = {}
+    for name in SPEECH:
+        sets[name] = []
+        for path in speech_files(root_of(name), name):
+            w, sr = sf.read(path, dtype="float32", always_2d=True)
+            sets[name].append((w[:, 0], int(sr)))
+    sets["dsp20_8k"] = [
+        (np.round(resample(w, sr, 8000) * 32768).clip(-32768, 32767).astype(np.float32) / 32768, 8000)
+        for w, sr in sets["DSPSPEECH20"]
+    ]
+    return sets
 
 
 def tone(path: Path, seconds: float, rate: int = 16000, freq: float = 220.0) -> None:

@@ -28,8 +28,11 @@ def l2(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
-def make_spkflow_model_dir(path: Path, seed: int = 0, mean_norm: bool = False) -> Path:
-    """A stage-4-style model dir (config.yaml + model.pth) of a tiny ECAPA with random weights."""
+def make_spkflow_model_dir(
+    path: Path, seed: int = 0, mean_norm: bool = False, channels: int = 32, num_mel_bins: int = 24, embed_dim: int = 16
+) -> Path:
+    """A stage-4-style model dir (config.yaml + model.pth) of an ECAPA with random weights (tiny by
+    default; ``channels=512, num_mel_bins=80, embed_dim=192``: the ECAPA-512 of the papers)."""
     import torch
 
     from spkflow.features.fbank import FbankOptions
@@ -40,10 +43,16 @@ def make_spkflow_model_dir(path: Path, seed: int = 0, mean_norm: bool = False) -
         "frontend": {
             "vad": True,
             "mean_norm": mean_norm,
-            "fbank": FbankOptions(num_mel_bins=24).to_dict(),
+            "fbank": FbankOptions(num_mel_bins=num_mel_bins).to_dict(),
             "vad_conf": dataclasses.asdict(VadOptions()),
         },
-        "model": {"name": "ecapa_tdnn", "input_dim": 24, "channels": 32, "scale": 4, "embed_dim": 16},
+        "model": {
+            "name": "ecapa_tdnn",
+            "input_dim": num_mel_bins,
+            "channels": channels,
+            "scale": 4 if channels < 64 else 8,
+            "embed_dim": embed_dim,
+        },
     }
     torch.manual_seed(seed)
     model = build_model(cfg["model"])

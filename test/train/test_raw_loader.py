@@ -3,6 +3,7 @@ stage-2 arks from the real job code, real DataLoader workers, a tiny real traini
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -20,7 +21,7 @@ from spkflow.augment.wave import WaveAugment, normalize_augment_config
 from spkflow.features.fbank import FbankOptions, VadOptions
 from spkflow.features.jobs import extract_job, merge_jobs
 from spkflow.train.loader import NxMCropDataset, make_loader
-from spkflow.train.raw_loader import NxMWaveDataset, samples_for_frames
+from spkflow.train.raw_loader import CropFbank, NxMWaveDataset, samples_for_frames
 
 FB = FbankOptions(num_mel_bins=20)
 SR = 16000
@@ -155,6 +156,39 @@ def test_augmented_batches_are_deterministic_resumable_any_workers(corpus):
     assert not torch.equal(plain[0][0], ref[0][0])  # the augmentation does change the features
 
 
+@pytest.mark.parametrize("mean_norm", ["none", "crop"])
+def test_fbank_on_device_gives_the_workers_batches(corpus, mean_norm):
+    """fbank_on="device": the workers hand over the augmented waveform crops, CropFbank computes
+    the features batched (on the CPU here) and equals the workers' fbank + mean_norm."""
+
+    def make(fbank_on: str) -> NxMWaveDataset:
+        return NxMWaveDataset(
+            corpus["data"],
+            corpus["batches"],
+            fbank=FB,
+            seed=3,
+            epoch=1,
+            crop=(30, 50),
+            vad_scp=corpus["feats"] / "vad.scp",
+            mean_norm=mean_norm,
+            augment=augmenter(corpus),
+            num_utt=2,
+            fbank_on=fbank_on,
+        )
+
+    workers, device = make("workers"), make("device")
+    crop_fbank = CropFbank(FB.to_dict(), mean_norm)
+    got = list(make_loader(device, num_workers=2, prefetch_factor=2))
+    assert len(got) == len(workers)
+    for b, (w, u, s, c) in enumerate(got):
+        x, v, t, n = workers[b]
+        assert w.shape == (6, samples_for_frames(workers.crop_length(b), FB))  # waveforms, not features
+        assert u == v and torch.equal(s, t) and c == n
+        torch.testing.assert_close(crop_fbank(w), x, rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="fbank_on"):
+        make("gpu")
+
+
 def train_config(corpus: dict[str, Any], augment: dict[str, Any]) -> dict[str, Any]:
     return {
         "frontend": {"vad": True, "mean_norm": False, "feats_type": "raw"},
@@ -203,7 +237,7 @@ def test_trainer_on_raw_augmented_audio_resumes_exactly(corpus, tmp_path):
             **kw,
         )
 
-    Trainer(opts(tmp_path / "full")).run()
+    full = Trainer(opts(tmp_path / "full")).run()
     Trainer(opts(tmp_path / "part", max_steps=2)).run()
     Trainer(opts(tmp_path / "part")).run()
     a = torch.load(tmp_path / "full" / "model.pth", weights_only=True)
@@ -218,6 +252,19 @@ def test_trainer_on_raw_augmented_audio_resumes_exactly(corpus, tmp_path):
 
     saved = yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())
     assert saved["frontend"]["feats_type"] == "raw" and saved["augment"]["noise"]["snr"]["babble"] == [13.0, 20.0]
+    assert saved["train"]["fbank_on"] == "auto"  # on the CPU: in the workers
+    # train.fbank_on device: the crops' fbank in the training process (the GPU path), the same first
+    # epoch (3 steps) up to float rounding; later steps drift apart (Adam at lr 0.01 on a tiny model
+    # amplifies 1e-6 input differences: 1.4% on epoch 2's mean loss, measured), so only epoch 1 is held
+    cfg = train_config(corpus, aug)
+    cfg["train"]["fbank_on"] = "device"
+    dev = Trainer(dataclasses.replace(opts(tmp_path / "device"), config=cfg)).run()
+    assert abs(dev[0]["train_loss"] - full[0]["train_loss"]) <= 1e-5 * abs(full[0]["train_loss"])
+    from spkflow.core.checks import ConfigError
+
+    cfg["train"]["fbank_on"] = "gpu"
+    with pytest.raises(ConfigError, match="train.fbank_on"):
+        Trainer(dataclasses.replace(opts(tmp_path / "bad"), config=cfg))
 
 
 def test_speed_classes_without_perturbation(corpus):
