@@ -17,11 +17,25 @@ from pathlib import Path
 import pytest
 
 from helpers.audio import make_speakers
+from helpers.compat import settle_speechbrain_redirects
 from helpers.paths import db_var
 
 # The real Slurm / Grid Engine fixtures, once per session for every test module (a module that
 # imported them itself would start a second cluster beside the first).
 from helpers.schedulers import sge_cluster, slurm_cluster  # noqa: F401
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before hypothesis' own hook scans sys.modules (helpers.compat says why)."""
+    settle_speechbrain_redirects()
+
+
+@pytest.fixture(autouse=True)
+def _speechbrain_redirects():
+    """After a test that imported SpeechBrain, before the next property test (helpers.compat)."""
+    yield
+    settle_speechbrain_redirects()
 
 
 @pytest.fixture
