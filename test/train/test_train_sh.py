@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from helpers.paths import ROOT
-from helpers.procs import process_alive, processes_in, wait_until
+from helpers.procs import as_from_a_terminal, process_alive, processes_in, wait_until
 from helpers.train import make_train_setup, train_sh_command
 from spkflow.core.lock import LOCK_NAME
 
@@ -63,8 +63,7 @@ def start(setup: dict[str, Any], out: Path, cwd: Path, *opts: str, config: Path 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # SIGINT as a terminal gives it (a test run started with nohup ... & ignores it)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,
     )
 
 
