@@ -72,6 +72,7 @@ FREE_KEYS = frozenset(
         "train.valid_max_frames",
         "train.select",
         "train.average_last",
+        "train.tensorboard",  # issue 34's TensorBoard events
         "data.train_data",
     }
 )
@@ -82,6 +83,8 @@ SCHEDULE_KEYS = frozenset(
         "optim.lr",
         "optim.weight_decay",
         "optim.momentum",
+        "optim.nesterov",  # issue 34: SGD's Nesterov momentum
+        "optim.lr_ref_batch",  # issue 34: the lr's linear scaling with the global batch
         "train.grad_clip",
         "data.num_epochs",
         "data.world_size",
