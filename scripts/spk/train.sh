@@ -147,9 +147,11 @@ fi
 jobs_lock "${exp_dir}"   # before anything there is written (train.log included), held for the whole job
 mkdir -p "${exp_dir}/log"
 # One log per run: the earlier run's train.log (and rank logs) are kept with suffix .<N>.
+rotated=
 if [ -f "${exp_dir}/train.log" ]; then
     n=1; while [ -f "${exp_dir}/train.log.${n}" ]; do n=$((n + 1)); done
-    mv "${exp_dir}/train.log" "${exp_dir}/train.log.${n}"
+    rotated=${exp_dir}/train.log.${n}
+    mv "${exp_dir}/train.log" "${rotated}"
     for f in "${exp_dir}"/log/train.rank*.log; do
         [ -f "${f}" ] && mv "${f}" "${f}.${n}"
     done
@@ -169,8 +171,9 @@ fi
 train_log=${exp_dir}/train.log
 checkpoint=${exp_dir}/checkpoint.pth
 if [ ! -f "${train_log}" ]; then  # e.g. slurm.pl without a controller: nothing was submitted
-    die "${runner} could not start the training job (its message is above), so ${train_log} was never written;" \
-        "nothing in ${exp_dir} changed: run the same command again once ${runner} can start jobs"
+    die "${runner} could not start the training job (its message is above), so ${train_log} was never written" \
+        "${rotated:+(the earlier log is ${rotated}) }and no training ran: run the same command again once" \
+        "${runner} can start jobs"
 fi
 log "Error: training failed, see ${train_log}"
 # the trainer's own error (one line, spkflow.bin.train), else what looks like one

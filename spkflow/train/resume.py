@@ -66,13 +66,14 @@ RECORD_KEY = "resumed_with_changes"
 FREE_KEYS = frozenset(
     {
         "train.log_every",
-        "train.tensorboard",
         "train.num_workers",
         "train.valid_every",
         "train.valid_batch_size",
         "train.valid_max_frames",
         "train.select",
         "train.average_last",
+        "train.tensorboard",  # issue 34's TensorBoard events
+        "train.fbank_on",  # where the raw crops' fbank runs: the same features within 1e-5
         "data.train_data",
     }
 )
@@ -83,7 +84,8 @@ SCHEDULE_KEYS = frozenset(
         "optim.lr",
         "optim.weight_decay",
         "optim.momentum",
-        "optim.lr_ref_batch",
+        "optim.nesterov",  # issue 34: SGD's Nesterov momentum
+        "optim.lr_ref_batch",  # issue 34: the lr's linear scaling with the global batch
         "train.grad_clip",
         "data.num_epochs",
         "data.world_size",

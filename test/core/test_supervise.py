@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import ROOT
-from helpers.procs import process_alive, process_tree, wait_until
+from helpers.procs import as_from_a_terminal, process_alive, process_tree, wait_until
 from spkflow.core.lock import LOCK_NAME, read_holder
 
 SUPERVISE_SH = ROOT / "utils" / "supervise.sh"
@@ -41,16 +41,14 @@ def script(tmp: Path, name: str, body: str) -> Path:
     return p
 
 
-def start(path: Path, *args: str, default_int: bool = True, **extra: str) -> subprocess.Popen:
+def start(path: Path, *args: str, **extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(path), *args],
         env=env(**extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # SIGINT as a terminal gives it (a test run started with nohup ... & ignores it, and
-        # children inherit that)
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if default_int else None,
+        preexec_fn=as_from_a_terminal,
     )
 
 

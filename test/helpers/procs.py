@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,14 @@ def env() -> dict[str, str]:
     e["PATH"] = f"{ROOT / '.venv' / 'bin'}:{ROOT / 'utils'}:{e['PATH']}"
     e["OMP_NUM_THREADS"] = "1"
     return e
+
+
+def as_from_a_terminal() -> None:
+    """A ``preexec_fn``: SIGINT and SIGHUP at their defaults, as a shell at a terminal starts a
+    command.  A test run started with ``nohup ... &`` ignores both, its children inherit that,
+    and the supervisor rightly keeps a signal ignored at start ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def process_children() -> dict[int, list[int]]:

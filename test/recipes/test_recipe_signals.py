@@ -24,7 +24,7 @@ import pytest
 
 from helpers.audio import make_speakers
 from helpers.models import l2, make_spkflow_model_dir
-from helpers.procs import processes_in, wait_until
+from helpers.procs import as_from_a_terminal, processes_in, wait_until
 from helpers.recipes import env, mirror_recipe
 from spkflow.core.lock import LOCK_NAME
 
@@ -55,7 +55,7 @@ def test_sigterm_to_run_sh_in_stage5_stops_everything_and_the_rerun_resumes(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,
     )
     try:
         assert wait_until(lambda: committed(out) >= 3 or p.poll() is not None, 300), "extraction did not start"

@@ -228,7 +228,7 @@ def test_a_killed_rank_fails_the_job_and_the_next_run_resumes(
     assert proc.returncode == 1, stderr
     assert "slurm.pl: job failed" in stderr and f"{out}/train.log" in stderr
     assert f"Failed: rank 1 (killed by signal 9), log: {out}/log/train.rank1.log" in stderr
-    assert "Run the same command again" in stderr
+    assert f"re-running stage 4 (spk.sh --stage 4, same options) resumes from {out}/checkpoint.pth" in stderr
     steps_done = len([ln for ln in trace.read_text().splitlines() if ln.startswith("2 ")])
     assert steps_done < 6, "rank 1 finished epoch 2 before it was killed"
     ck = torch.load(out / "checkpoint.pth", weights_only=True)

@@ -179,3 +179,11 @@ def test_config_changes_names_dotted_keys_and_ignores_new_defaults() -> None:
         ("model.dropout", "<absent>", 0.1, "fixed"),
         ("data.num_epochs", 2, 3, "schedule"),
     ]
+
+
+def test_the_lr_scaling_and_tensorboard_keys_are_schedule_and_free() -> None:
+    """Issue 34's keys: the lr's scaling and Nesterov are part of the schedule, TensorBoard changes no weight."""
+    old = {"optim": {"lr_ref_batch": 64, "nesterov": False}, "train": {"tensorboard": True}}
+    new = {"optim": {"lr_ref_batch": 128, "nesterov": True}, "train": {"tensorboard": False}}
+    got = {c.key: c.kind for c in config_changes(old, new, TRAIN_DEFAULTS)}
+    assert got == {"optim.lr_ref_batch": "schedule", "optim.nesterov": "schedule", "train.tensorboard": "free"}

@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from helpers.paths import ROOT
-from helpers.procs import process_alive, processes_in, wait_until
+from helpers.procs import as_from_a_terminal, process_alive, processes_in, wait_until
 from helpers.train import make_train_setup, train_sh_command
 from spkflow.core.lock import LOCK_NAME
 
@@ -63,8 +63,7 @@ def start(setup: dict[str, Any], out: Path, cwd: Path, *opts: str, config: Path 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # SIGINT as a terminal gives it (a test run started with nohup ... & ignores it)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,
     )
 
 
@@ -185,12 +184,16 @@ def test_slurm_without_a_controller_is_named_as_the_cause(setup: dict[str, Any],
         "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n"
     )
     out = tmp_path / "exp"
+    out.mkdir()
+    (out / "train.log").write_text("an earlier run's log\n")  # kept as train.log.1, and said where
     cmd = train_sh_command(setup, out, setup["config_path"], "--cmd", "slurm.pl")
     r = subprocess.run(cmd, cwd=tmp_path, env=env(SLURM_CONF=str(conf)), capture_output=True, text=True, timeout=300)
     assert r.returncode == 1
     assert "Unable to contact slurm controller" in r.stderr, r.stderr
     why = f"slurm.pl could not start the training job (its message is above), so {out}/train.log was never written"
     assert why in r.stderr
+    assert f"(the earlier log is {out}/train.log.1)" in r.stderr, r.stderr
+    assert (out / "train.log.1").read_text() == "an earlier run's log\n"
     assert f"see {out}/train.log" not in r.stderr and "No such file" not in r.stderr
     assert not (out / "train.log").exists() and not (out / LOCK_NAME).exists()
 
