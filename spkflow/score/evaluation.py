@@ -127,6 +127,10 @@ def evaluate_set(
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
     if scoring_dir:
         scoring = Scoring.load(scoring_dir)
+        # where its backend, cohort and mean came from (fit_scoring records them), for metrics.json
+        sources = scoring.fitted.get("sources") or {}
+        backend_path, cohort_scp = sources.get("backend"), sources.get("cohort_scp")
+        mean_scp = sources.get("mean_scp")
     else:
         scoring = Scoring.from_options(
             backend_path=backend_path, cohort_scp=cohort_scp, cohort_size=cohort_size, mean_scp=mean_scp

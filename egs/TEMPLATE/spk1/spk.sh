@@ -392,8 +392,12 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         else
             _ctrials=${spk_exp}/calib/trials
             _cname="${train_set} (seen in training)"
-            python -m spkflow.bin.make_trials --max-per-spk 8 --nontarget-ratio 10 --seed 0 "data/${train_set}" \
-                "${_ctrials}" 2> "${spk_exp}/calib/log/make_trials.log"
+            if ! python -m spkflow.bin.make_trials --max-per-spk 8 --nontarget-ratio 10 --seed 0 "data/${train_set}" \
+                    "${_ctrials}" 2> "${spk_exp}/calib/log/make_trials.log"; then
+                tail -n 3 "${spk_exp}/calib/log/make_trials.log" >&2
+                log "Error: the default calibration trials are drawn from data/${train_set} (or give --calib_set SET), see ${spk_exp}/calib/log/make_trials.log"
+                exit 1
+            fi
         fi
         _cscp=${spk_exp}/embed/${calib_set:-${train_set}}/xvector.scp
         for _f in "${_ctrials}" "${_cscp}"; do
