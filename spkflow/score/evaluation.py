@@ -209,6 +209,10 @@ def evaluate_set(
     emb = read_embeddings(xvector_scp, set(trials.enroll).union(trials.test))
     magnitudes = {k: float(np.linalg.norm(v)) for k, v in emb.items()}  # the QMF's measure, before any backend
     scoring = setup.scoring()
+    if scoring_dir:  # where its backend, cohort and mean came from (fit_scoring records them), for metrics.json
+        sources = scoring.fitted.get("sources") or {}
+        backend_path, cohort_scp = sources.get("backend"), sources.get("cohort_scp")
+        mean_scp = sources.get("mean_scp")
     own = _set_vectors(emb, xvector_scp) if (eval_mean or scoring.calibration is not None) else None
     result = scoring.score_trials(
         trials, emb, emb_source=xvector_scp, skip_missing=skip_missing, domain=own if eval_mean else None

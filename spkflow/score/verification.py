@@ -500,7 +500,8 @@ def fit_scoring(
     """Stage 6's scoring (the options of :meth:`Scoring.from_options`) with a calibration fitted
     on the labelled ``trials_path`` scored with ``xvector_scp``, centred on those trials' own
     recordings as verify centres a batch (the training mean when there are fewer than
-    :data:`MIN_DOMAIN`).  ``fitted`` records the trials and the calibration's in-sample figures."""
+    :data:`MIN_DOMAIN`).  ``fitted`` records the trials, the calibration's in-sample figures and
+    the files the backend, cohort and mean came from (``sources``: stage 6's metrics.json names them)."""
     trials = read_trials(trials_path)
     emb = read_embeddings(xvector_scp, {*trials.enroll, *trials.test})
     base = Scoring.from_options(
@@ -526,6 +527,7 @@ def fit_scoring(
         "centred_on": f"its {len(emb)} recordings" if domain is not None else "the training mean",
         "in_sample": {k: round(float(figures[k]), 6) for k in ("cllr", "hter", "p_miss", "p_fa")},
         "eer": round(float(compute_eer(result.scores, result.labels)[0]), 6),
+        "sources": {"backend": backend_path or "", "cohort_scp": cohort_scp or "", "mean_scp": mean_scp or ""},
     }
     return replace(base, calibration=cal, decision=decision, fitted=fitted)
 

@@ -423,13 +423,16 @@ def test_stage6_in_spk_sh(tmp_path):
         all_trials(sorted(emb), rec / "data" / name / "trials")
     write_vectors(exp / "embed" / "train" / "spk_xvector", speaker_set(12, 30, 1, prefix="tr"))
     args = ["bash", "spk.sh", "--stage", "6", "--stop_stage", "6", "--tag", "demo", "--test_sets", "test dsp20"]
-    proc = subprocess.run(
-        args + ["--score_norm", "true", "--cohort_size", "8", "--score_center", "true"],
-        cwd=rec,
-        env=_env(),
-        capture_output=True,
-        text=True,
-    )
+    norm = args + ["--score_norm", "true", "--cohort_size", "8", "--score_center", "true"]
+    # the default calibration draws its trials from the training set: without it, a one-line error
+    proc = subprocess.run(norm, cwd=rec, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 1 and "data/train/utt2spk: no such file" in proc.stderr
+    assert "the default calibration trials are drawn from data/train" in proc.stdout
+    train = speaker_set(13, 30, 3, prefix="tr")
+    write_vectors(exp / "embed" / "train" / "xvector", train)
+    (rec / "data" / "train").mkdir(parents=True)
+    (rec / "data" / "train" / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in sorted(train)))
+    proc = subprocess.run(norm, cwd=rec, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("test", "dsp20"):
         m = json.loads((exp / "eval" / name / "metrics.json").read_text())
@@ -452,7 +455,6 @@ def test_stage6_in_spk_sh(tmp_path):
     # a WCCN backend fitted on the training set's utterance embeddings by stage 6 itself
     train = speaker_set(13, 30, 4, prefix="tr", nuisance=2.0)
     write_vectors(exp / "embed" / "train" / "xvector", train)
-    (rec / "data" / "train").mkdir(parents=True)
     (rec / "data" / "train" / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in sorted(train)))
     wccn = args + [
         "--score_backend",

@@ -444,7 +444,9 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         # The calibration: score -> LLR on trials the reported figures do not come from (those of
         # calib_set, or trials drawn from the training set), scored as above (spkflow/score/verification.py).
         _calib=true
-        if [ -z "${calib_set}" ] && { [ ! -s "data/${train_set}/utt2spk" ] || [ ! -f "${spk_exp}/embed/${train_set}/xvector.scp" ]; }; then
+        # another toolkit's model in a recipe without a training set: scored, not calibrated
+        if [ -n "${pretrained}" ] && [ -z "${calib_set}" ] \
+            && { [ ! -s "data/${train_set}/utt2spk" ] || [ ! -f "${spk_exp}/embed/${train_set}/xvector.scp" ]; }; then
             _calib=false
             log "No calibration: no --calib_set and no utterance embeddings of ${train_set} (data/${train_set}/utt2spk," \
                 "${spk_exp}/embed/${train_set}/xvector.scp); the scores are not log-likelihood ratios"
@@ -463,7 +465,7 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
             if ! python -m spkflow.bin.make_trials --max-per-spk 8 --nontarget-ratio 10 --seed 0 "data/${train_set}" \
                     "${_ctrials}" 2> "${spk_exp}/calib/log/make_trials.log"; then
                 tail -n 3 "${spk_exp}/calib/log/make_trials.log" >&2
-                log "Error: drawing the calibration trials from data/${train_set} failed, see ${spk_exp}/calib/log/make_trials.log"
+                log "Error: the default calibration trials are drawn from data/${train_set} (or give --calib_set SET), see ${spk_exp}/calib/log/make_trials.log"
                 exit 1
             fi
         fi
