@@ -148,6 +148,15 @@ elif [ ! -d "${model_dir}" ] && [ "${toolkit}" != wespeaker ]; then
 elif [ "${toolkit}" = espnet ] && [ ! -f "${model_dir}/config.yaml" ]; then
     log "Error: ${model_dir}/config.yaml not found: an ESPnet model directory holds config.yaml and the weights"
     exit 1
+elif [ "${toolkit}" = spkflow ] && [ ! -f "${model_dir}/config.yaml" ]; then
+    zips=$(find "${model_dir}" -maxdepth 1 -name '*.zip' | sort | head -n 1)
+    if [ -n "${zips}" ]; then
+        log "Error: ${model_dir} holds no config.yaml but the packed model ${zips}: give that file as --model-dir"
+    else
+        log "Error: ${model_dir}/config.yaml not found: a model directory holds config.yaml and the weights" \
+            "(stage 4 writes config.yaml + model.pth)"
+    fi
+    exit 1
 fi
 if [ "${toolkit}" = wespeaker ] && [ "${dtype}" != float32 ]; then
     log "Error: --dtype ${dtype}: a WeSpeaker ONNX graph runs in its own precision (float32 only)"
@@ -183,15 +192,6 @@ if [ -f "${model_dir}" ] && [ "${toolkit}" = spkflow ]; then
         sed 's/^.*ERROR: //' "${out}/.unpack.$$.log" >&2; rm -f "${out}/.unpack.$$.log"; exit 1; }
     rm -f "${out}/.unpack.$$.log"
     model_dir=${unpacked}
-elif [ "${toolkit}" = spkflow ] && [ ! -f "${model_dir}/config.yaml" ]; then
-    zips=$(find "${model_dir}" -maxdepth 1 -name '*.zip' | sort | head -n 1)
-    if [ -n "${zips}" ]; then
-        log "Error: ${model_dir} holds no config.yaml but the packed model ${zips}: give that file as --model-dir"
-    else
-        log "Error: ${model_dir}/config.yaml not found: a model directory holds config.yaml and the weights" \
-            "(stage 4 writes config.yaml + model.pth)"
-    fi
-    exit 1
 fi
 # The model's stamp: the toolkit and the hashes of the files that make its embeddings (config and
 # weights; a missing or ambiguous file is named here, before anything is written).
