@@ -161,13 +161,14 @@ def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
 
 
 def make_recipe(tmp_path: Path) -> Path:
-    """A recipe dir like egs/<corpus>/spk1 (spk.sh, cmd.sh, utils from the repo) whose path.sh
-    points at this checkout."""
+    """A recipe dir like egs/<corpus>/spk1 (spk.sh, cmd.sh, utils and scripts from the repo) whose
+    path.sh points at this checkout."""
     recipe = tmp_path / "recipe"
     recipe.mkdir()
     for name in ("spk.sh", "cmd.sh"):
         (recipe / name).symlink_to(TEMPLATE / name)
-    (recipe / "utils").symlink_to(ROOT / "utils")
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
     (recipe / "path.sh").write_text(
         f"export PATH={Path(sys.executable).parent}:{ROOT / 'utils'}:$PATH\nexport PYTHONPATH={ROOT}\nexport LC_ALL=C\n"
     )

@@ -94,7 +94,7 @@ elif [ -n "${spk_model_dir}" ]; then
     if [ "${spk_toolkit}" = spkflow ]; then
         for _f in config.yaml model.pth; do
             if [ ! -f "${spk_model_dir}/${_f}" ]; then
-                _zip=$(find "${spk_model_dir}" -maxdepth 1 -name '*.zip' 2> /dev/null | sort | head -n 1)
+                _zip=$(find "${spk_model_dir}" -maxdepth 1 -name '*.zip' 2> /dev/null | sort | head -n 1 || true)
                 log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir${_zip:+; it holds the packed model ${_zip}: give that file})"
                 exit 1
             fi
@@ -133,7 +133,7 @@ fi
 if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     if [ -z "${spk_model_dir}" ]; then
         log "Stage 5: embeddings of ${test_sets} (spk.sh stage 5) -> ${sid_exp}/embed/<set>"
-        ./spk.sh --stage 5 --stop_stage 5 --embed_sets "${test_sets}" "${spk_args[@]}"
+        ./spk.sh --stage 5 --stop_stage 5 --embed_sets "${test_sets}" --calibrate false "${spk_args[@]}"
     else
         log "Stage 5: embeddings of ${test_sets} with the ${spk_toolkit} model ${model_dir} -> ${sid_exp}/embed/<set>"
         mkdir -p "${sid_exp}"

@@ -85,6 +85,8 @@ score_qmf=false       # quality-measure calibration (QMF): fitted on trials draw
                       # calibrated scores in eval/<set>/scores.qmf and metrics.json's "qmf" (WeSpeaker's, ESPnet's qmf)
 qmf_trials=20000      # QMF: target trials drawn from the training set, and as many non-target
 
+calibrate=true        # stage 6 fits a score calibration (LLRs, same-speaker decisions; stage 7 packs it);
+                      # false: scores only, and no training-set embeddings for it (SID's stage 5)
 calib_set=            # data set (under data/, with trials) whose scores fit the score calibration; its calibrated
                       # figures are then in-sample (empty: trials drawn from the training set, at most 8
                       # utterances per speaker; the model has seen them, so its LLRs are overconfident elsewhere)
@@ -164,6 +166,7 @@ fi
 ${extract_train} && embed_sets="${train_set} ${embed_sets}"
 # Score normalisation, centring and a backend use the training set's embeddings: stage 5 then
 # embeds the training set and stage 6 reads its spk_xvector.scp / xvector.scp (one test for both stages).
+case "${calibrate}" in true|false) ;; *) log "Error: --calibrate must be true or false, got '${calibrate}'"; exit 2 ;; esac
 case "${score_backend}" in cosine|wccn|lda) ;; *) log "Error: --score_backend must be cosine, wccn or lda, got '${score_backend}'"; exit 2 ;; esac
 if [ "${score_backend}" != cosine ] && ${score_center}; then
     log "Error: --score_backend ${score_backend} centres on the training mean itself: set --score_center false"
@@ -184,8 +187,8 @@ fi
 train_scoring=false; train_cohort=false
 if ! ${packed_scoring}; then
     if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ] || ${score_qmf}; then train_scoring=true; fi
-    if ${train_scoring} || [ -z "${calib_set}" ]; then train_cohort=true; fi
-    [ -n "${calib_set}" ] && embed_sets="${embed_sets} ${calib_set}"
+    if ${train_scoring} || { ${calibrate} && [ -z "${calib_set}" ]; }; then train_cohort=true; fi
+    ${calibrate} && [ -n "${calib_set}" ] && embed_sets="${embed_sets} ${calib_set}"
 fi
 # Stage 4 reads stage 2's output for the training set unless it trains on audio alone
 # (frontend.feats_type raw, no VAD, no global input statistics): then stages 2 and 4 skip it.
@@ -370,10 +373,10 @@ fi
 if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     _sets=${embed_sets}
     if ${train_cohort} && [[ " ${_sets} " != *" ${train_set} "* ]]; then
-        if ${train_scoring} || [ -z "${pretrained}" ] || [ -s "data/${train_set}/utt2spk" ]; then
+        if ${train_scoring} || [ -s "data/${train_set}/utt2spk" ]; then
             _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
-        else
-            log "No data/${train_set}: stage 6 will not calibrate the scores of ${pretrained} (give --calib_set to)"
+        else  # only the default calibration wanted it: stage 6 says what that means
+            log "No data/${train_set} to embed for stage 6's default calibration (--calib_set SET calibrates on SET)"
         fi
     fi
     log "Stage 5: embedding extraction for ${_sets} with the ${pretrained_toolkit} model ${model_dir} -> ${spk_exp}/embed/<set>"
@@ -443,9 +446,14 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         fi
         # The calibration: score -> LLR on trials the reported figures do not come from (those of
         # calib_set, or trials drawn from the training set), scored as above (spkflow/score/verification.py).
-        _calib=true
+        _calib=${calibrate}
+        if ! ${_calib}; then
+            log "No calibration (--calibrate false): the scores are not log-likelihood ratios"
+            _score_opts+=("${_fit_opts[@]}")
+            rm -f "${spk_exp}/scoring.yaml" "${spk_exp}/scoring.npz"  # an earlier run's: stage 7 must not pack it
+        fi
         # another toolkit's model in a recipe without a training set: scored, not calibrated
-        if [ -n "${pretrained}" ] && [ -z "${calib_set}" ] \
+        if ${_calib} && [ -n "${pretrained}" ] && [ -z "${calib_set}" ] \
             && { [ ! -s "data/${train_set}/utt2spk" ] || [ ! -f "${spk_exp}/embed/${train_set}/xvector.scp" ]; }; then
             _calib=false
             log "No calibration: no --calib_set and no utterance embeddings of ${train_set} (data/${train_set}/utt2spk," \
