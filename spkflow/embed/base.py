@@ -68,6 +68,7 @@ __all__ = [
     "pad",
     "PadCollate",
     "DTYPES",
+    "autocast",
     "autocast_dtype",
 ]
 
@@ -181,6 +182,14 @@ def autocast_dtype(dtype: str, device: str) -> Any:
     if dtype == "float16" and not device.startswith("cuda"):
         raise ValueError("--dtype float16 needs --device cuda; on cpu use bfloat16 or float32")
     return getattr(torch, dtype)
+
+
+def autocast(device: str, dtype: Any) -> Any:
+    """``torch.autocast`` on ``device``'s type to ``dtype`` (from :func:`autocast_dtype`); off
+    for None (float32): the one place every toolkit's ``--dtype`` takes effect."""
+    import torch
+
+    return torch.autocast(device_type=device.split(":")[0], dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
 # --------------------------------------------------------------------------- batches

@@ -42,7 +42,6 @@ reproduces ESPnet's single-utterance numbers (equal in the tests), it does not c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import math
 import os
@@ -56,6 +55,7 @@ from spkflow.data.jobs import show_keys
 from spkflow.embed.base import (
     FRAME_RATE,
     WavePreparer,
+    autocast,
     autocast_dtype,
     equal_length_groups,
     model_files,
@@ -291,14 +291,9 @@ class EspnetEmbedder:
 
     def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
         torch = self._torch
-        autocast = (
-            torch.autocast(device_type=self.device.split(":")[0], dtype=self._autocast)
-            if self._autocast is not None
-            else contextlib.nullcontext()
-        )
         with torch.inference_mode():
             feats, flens = zip(*(self._features(x) for x in xs), strict=True)
-            with autocast:
+            with autocast(self.device, self._autocast):
                 pooled = None
                 if self.mask is not None and len(xs) > 1:
                     try:

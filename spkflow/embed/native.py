@@ -31,6 +31,7 @@ from spkflow.embed.base import (
     FRAME_RATE,
     ModelError,
     PadCollate,
+    autocast,
     autocast_dtype,
     check_model_dir,
     model_files,
@@ -241,11 +242,7 @@ class SpkflowEmbedder:
                 if self._frontend is None:
                     raise ValueError("waveform input needs the model's fbank dither to be 0 (give features instead)")
                 x, n = self._frontend(x, n)
-            with torch.autocast(
-                device_type=self.device.split(":")[0],
-                dtype=self._autocast or torch.float32,
-                enabled=self._autocast is not None,
-            ):
+            with autocast(self.device, self._autocast):
                 out = self.model(x, n)
         return out.float().cpu().numpy()
 

@@ -36,7 +36,6 @@ What it guarantees
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -53,6 +52,7 @@ from spkflow.embed.base import (
     FRAME_RATE,
     ModelError,
     WavePreparer,
+    autocast,
     autocast_dtype,
     equal_length_groups,
     model_files,
@@ -275,13 +275,8 @@ class SpeechbrainEmbedder:
 
     def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
         torch = self._torch
-        autocast = (
-            torch.autocast(device_type=self.device.split(":")[0], dtype=self._autocast)
-            if self._autocast is not None
-            else contextlib.nullcontext()
-        )
         with torch.inference_mode():
             feats = [self._features(x) for x in xs]
-            with autocast:
+            with autocast(self.device, self._autocast):
                 out = self._encode(feats)
         return out.float().cpu().numpy()
