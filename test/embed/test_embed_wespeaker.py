@@ -9,6 +9,7 @@ soundfile's reading instead (the same float samples torchaudio<2.9 returned), at
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -211,3 +212,44 @@ def test_spk_sh_stages_2_to_5_with_a_pretrained_model(ws_dir, tmp_path, monkeypa
         ["bash", "spk.sh", *args[:-1], "speechbrain"], cwd=recipe, env=env(), capture_output=True, text=True
     )
     assert p.returncode == 2 and "needs --pretrained" in p.stdout + p.stderr
+
+
+def test_spk_sh_calibrates_a_pretrained_model_on_the_training_set(ws_dir, tmp_path):
+    """spk.sh --pretrained X --pretrained_toolkit wespeaker, stages 5-6: another toolkit's model has no
+    scoring of ours, so stage 6 fits one as for a model trained here: a calibration on trials drawn
+    from the training set's embeddings (stage 5 embeds it), written beside the results and used
+    for the test set's calibrated figures; stage 7 has nothing to pack."""
+    from helpers.audio import make_speakers
+    from helpers.recipes import PY
+
+    recipe = tmp_path / "egs" / "demo" / "spk1"
+    recipe.mkdir(parents=True)
+    for name in ("spk.sh", "cmd.sh", "db.sh"):
+        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
+    (recipe / "path.sh").write_text(
+        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
+        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
+    )
+    (recipe / "data").mkdir()
+    make_speakers(tmp_path / "train", num_spk=5, num_utt=3, seed=3).rename(recipe / "data" / "train")
+    make_speakers(tmp_path / "test", num_spk=3, num_utt=3, seed=4).rename(recipe / "data" / "test")
+    subprocess.run(
+        [str(PY), "-m", "spkflow.bin.make_trials", "data/test", "data/test/trials"],
+        cwd=recipe,
+        env=env(),
+        check=True,
+        capture_output=True,
+    )
+    onnx = ws_dir / "voxceleb_resnet_tiny.onnx"
+    args = ["--stage", "5", "--stop_stage", "7", "--test_sets", "test", "--nj", "1"]
+    args += ["--pretrained", str(onnx), "--pretrained_toolkit", "wespeaker"]
+    p = subprocess.run(["bash", "spk.sh", *args], cwd=recipe, env=env(), capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    exp = recipe / "exp" / "pretrained_voxceleb_resnet_tiny"
+    assert (exp / "embed" / "train" / "xvector.scp").is_file()  # embedded for the calibration
+    assert "Calibration on" in p.stdout and (exp / "scoring.yaml").is_file()
+    m = json.loads((exp / "eval" / "test" / "metrics.json").read_text())
+    assert m["scoring_dir"].endswith("pretrained_voxceleb_resnet_tiny") and "cllr" in m["calibrated"]
+    assert "Stage 7 skipped" in p.stdout and not (exp / "packed").exists()
