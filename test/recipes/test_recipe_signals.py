@@ -29,7 +29,7 @@ from helpers.recipes import env, mirror_recipe
 from spkflow.core.lock import LOCK_NAME
 
 ARGS = ["--stage", "5", "--stop_stage", "5", "--test_sets", "test", "--score_backend", "cosine"]
-ARGS += ["--score_norm", "false", "--nj", "2", "--embed_batch_size", "4"]
+ARGS += ["--score_norm", "false", "--calibrate", "false", "--nj", "2", "--embed_batch_size", "4"]
 
 
 def committed(out: Path) -> int:

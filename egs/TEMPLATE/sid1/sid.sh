@@ -15,15 +15,15 @@
 #         8 open-set identification (DIR at FAR) and RESULTS.md.
 # Outputs: ${expdir}/<model tag>/sid/<set>/{enrol,test,folds,spk_model.scp,predictions,metrics.json,confusion.png}
 set -euo pipefail
-. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 # A recipe folder holds path.sh, cmd.sh, spk.sh, utils/ and scripts/.
-for _f in path.sh cmd.sh spk.sh utils/parse_options.sh scripts/lib/help.sh; do
+for _f in path.sh cmd.sh spk.sh utils/parse_options.sh utils/supervise.sh scripts/lib/help.sh; do
     if [ ! -e "${_f}" ]; then
         echo "${0##*/}: no ${_f} in $(pwd): run it from a recipe folder, e.g. cd egs/speechocean762/sid1 && ./run.sh" >&2
         exit 1
     fi
 done
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}

@@ -10,16 +10,16 @@
 #         5 embedding extraction, 6 scoring (backend, calibration; EER, minDCF, Cllr, plots),
 #         7 pack the model and its scoring into one file.
 set -euo pipefail
-. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 # A recipe folder holds path.sh, cmd.sh, utils/ and scripts/ (egs/TEMPLATE/spk1/setup.sh makes one).
-for _f in path.sh cmd.sh utils/parse_options.sh scripts/lib/help.sh; do
+for _f in path.sh cmd.sh utils/parse_options.sh utils/supervise.sh scripts/lib/help.sh; do
     if [ ! -e "${_f}" ]; then
         echo "${0##*/}: no ${_f} in $(pwd): run it from a recipe folder, e.g. cd egs/speechocean762/spk1 && ./run.sh" \
             "(a new one: egs/TEMPLATE/spk1/setup.sh egs/<corpus>/spk1)" >&2
         exit 1
     fi
 done
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 log() {
     local fname=${BASH_SOURCE[1]##*/}
