@@ -446,18 +446,15 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
         fi
         # The calibration: score -> LLR on trials the reported figures do not come from (those of
         # calib_set, or trials drawn from the training set), scored as above (spkflow/score/verification.py).
-        _calib=${calibrate}
-        if ! ${_calib}; then
-            log "No calibration (--calibrate false): the scores are not log-likelihood ratios"
-            _score_opts+=("${_fit_opts[@]}")
-            rm -f "${spk_exp}/scoring.yaml" "${spk_exp}/scoring.npz"  # an earlier run's: stage 7 must not pack it
-        fi
+        _calib=${calibrate}; _why="--calibrate false"
         # another toolkit's model in a recipe without a training set: scored, not calibrated
         if ${_calib} && [ -n "${pretrained}" ] && [ -z "${calib_set}" ] \
             && { [ ! -s "data/${train_set}/utt2spk" ] || [ ! -f "${spk_exp}/embed/${train_set}/xvector.scp" ]; }; then
             _calib=false
-            log "No calibration: no --calib_set and no utterance embeddings of ${train_set} (data/${train_set}/utt2spk," \
-                "${spk_exp}/embed/${train_set}/xvector.scp); the scores are not log-likelihood ratios"
+            _why="no --calib_set and no utterance embeddings of ${train_set} (data/${train_set}/utt2spk, ${spk_exp}/embed/${train_set}/xvector.scp)"
+        fi
+        if ! ${_calib}; then
+            log "No calibration (${_why}): the scores are not log-likelihood ratios"
             _score_opts+=("${_fit_opts[@]}")
             rm -f "${spk_exp}/scoring.yaml" "${spk_exp}/scoring.npz"  # an earlier run's: stage 7 must not pack it
         fi
