@@ -19,7 +19,7 @@ import yaml
 
 from helpers.models import l2, make_wespeaker_onnx
 from helpers.paths import ROOT
-from helpers.recipes import SCRIPT, env
+from helpers.recipes import PY, SCRIPT, env, template_recipe
 
 pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
@@ -168,18 +168,8 @@ def test_spk_sh_stages_2_to_5_with_a_pretrained_model(ws_dir, tmp_path, monkeypa
     import kaldiio
 
     from helpers.audio import make_mixed_data
-    from helpers.recipes import PY
 
-    recipe = tmp_path / "egs" / "demo" / "spk1"
-    recipe.mkdir(parents=True)
-    for name in ("spk.sh", "cmd.sh", "db.sh"):
-        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
-    for name in ("utils", "scripts"):
-        (recipe / name).symlink_to(ROOT / name)
-    (recipe / "path.sh").write_text(
-        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
-        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
-    )
+    recipe = template_recipe(tmp_path / "egs" / "demo" / "spk1")
     (recipe / "data").mkdir()
     make_mixed_data(tmp_path / "corpus", num_spk=2, num_utt=2).rename(recipe / "data" / "test")
     onnx = ws_dir / "voxceleb_resnet_tiny.onnx"
@@ -220,18 +210,8 @@ def test_spk_sh_calibrates_a_pretrained_model_on_the_training_set(ws_dir, tmp_pa
     from the training set's embeddings (stage 5 embeds it), written beside the results and used
     for the test set's calibrated figures; stage 7 has nothing to pack."""
     from helpers.audio import make_speakers
-    from helpers.recipes import PY
 
-    recipe = tmp_path / "egs" / "demo" / "spk1"
-    recipe.mkdir(parents=True)
-    for name in ("spk.sh", "cmd.sh", "db.sh"):
-        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
-    for name in ("utils", "scripts"):
-        (recipe / name).symlink_to(ROOT / name)
-    (recipe / "path.sh").write_text(
-        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
-        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
-    )
+    recipe = template_recipe(tmp_path / "egs" / "demo" / "spk1")
     (recipe / "data").mkdir()
     make_speakers(tmp_path / "train", num_spk=5, num_utt=3, seed=3).rename(recipe / "data" / "train")
     make_speakers(tmp_path / "test", num_spk=3, num_utt=3, seed=4).rename(recipe / "data" / "test")

@@ -21,7 +21,7 @@ from helpers.audio import make_mixed_data, make_speakers, write_data_dir_by_pref
 from helpers.models import l2, make_spkflow_model_dir
 from helpers.paths import ROOT
 from helpers.procs import process_alive, process_children, run_py, small_disk
-from helpers.recipes import PY, SCRIPT, env
+from helpers.recipes import PY, SCRIPT, env, template_recipe
 
 ALIGN = ROOT / "scripts" / "spk" / "align_embed_scp.sh"
 
@@ -50,16 +50,7 @@ def alone_embeddings(model_dir: Path, data: Path) -> dict[str, np.ndarray]:
 
 def test_stage5_nj2_batched_equals_batch1_on_mixed_rates(model_dir, tmp_path, monkeypatch):
     """Stage 5 of spk.sh in a recipe dir: nj=2 jobs, batches of 4 over mixed rates and lengths."""
-    recipe = tmp_path / "egs" / "demo" / "spk1"
-    recipe.mkdir(parents=True)
-    for name in ("spk.sh", "cmd.sh", "db.sh"):
-        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
-    for name in ("utils", "scripts"):
-        (recipe / name).symlink_to(ROOT / name)
-    (recipe / "path.sh").write_text(
-        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
-        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
-    )
+    recipe = template_recipe(tmp_path / "egs" / "demo" / "spk1")
     data = make_mixed_data(recipe / "corpus")
     (recipe / "data").mkdir()
     os.rename(data, recipe / "data" / "test")

@@ -32,6 +32,21 @@ def mirror_recipe(tmp: Path, recipe_rel: Path = RECIPE) -> Path:
     return recipe
 
 
+def template_recipe(recipe: Path) -> Path:
+    """A recipe dir of egs/TEMPLATE/spk1's scripts (spk.sh, cmd.sh, db.sh), the project's utils/
+    and scripts/, and a path.sh pointing at this checkout, one thread per process; returns it."""
+    recipe.mkdir(parents=True)
+    for name in ("spk.sh", "cmd.sh", "db.sh"):
+        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
+    for name in ("utils", "scripts"):
+        (recipe / name).symlink_to(ROOT / name)
+    (recipe / "path.sh").write_text(
+        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
+        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
+    )
+    return recipe
+
+
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PATH"] = f"{PY.parent}:{e['PATH']}"
