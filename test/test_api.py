@@ -31,7 +31,7 @@ def env() -> dict[str, str]:
 
     e = dict(os.environ)
     e["PATH"] = f"{ROOT / 'utils'}:{PY.parent}:{e['PATH']}"
-    e["PYTHONPATH"] = str(ROOT)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))  # keeps a --target site
     e["OMP_NUM_THREADS"] = "1"
     e["LC_ALL"] = "C"
     return e

@@ -4,7 +4,9 @@
 #
 #   .gpu/wheels/    the Python packages such a machine lacks (Python 3.12, manylinux x86_64), as
 #                   wheels: kaldiio, soundfile (with libsndfile inside) and cffi + pycparser, which
-#                   soundfile needs; gpu_check.sh installs them with --no-index into a temporary folder
+#                   soundfile needs, espnet without its dependencies and typeguard (spkflow's
+#                   ECAPA-TDNN and ResNet build on espnet2.spk modules, which need only those);
+#                   gpu_check.sh installs them with --no-index into a temporary folder
 #   .gpu/corpora/   the real speech the CUDA-marked tests and bench_gpu.py read (helpers.corpora.SPEECH:
 #                   speechocean762, LibriSpeech, DSPSpeech-20, FSDD; 7 MB), in each corpus's layout
 #   .gpu/rirs/      simulated room impulse responses (spkflow.bin.make_rirs: pyroomacoustics, which
@@ -13,8 +15,8 @@
 #
 #   bash test/bench/gpu_bundle.sh [--python-version 3.12] [--out .gpu]
 #
-# Not carried: ESPnet and what its imports need (about 20 packages: librosa, hydra-core, nltk,
-# pyworld, ...): the check does not run ESPnet models (their stage-5 adapter has no GPU-specific
+# Not carried: what the rest of ESPnet imports (about 20 packages: librosa, hydra-core, nltk,
+# pyworld, ...): the check does not run ESPnet's own models (their stage-5 adapter has no GPU-specific
 # path), and imageio-ffmpeg (a 30 MB ffmpeg for VoxCeleb2's m4a pipes). The whole working tree with
 # .gpu/ must stay under 64 MiB (the device tool's limit): the script prints both sizes and fails above.
 set -euo pipefail
@@ -22,7 +24,7 @@ set -euo pipefail
 python_version=3.12     # the GPU machine's Python (wheels are chosen for it)
 out=.gpu                # where the bundle goes (relative to the repository root; ignored by git)
 # exact versions: those this project is tested with (pyproject.toml; cffi and pycparser: soundfile's)
-wheels="kaldiio==2.18.1 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12"
+wheels="kaldiio==2.18.1 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12 espnet==202511 typeguard==4.6.1"
 num_rirs=20             # simulated rooms
 max_mib=64              # the device tool's limit on what travels
 

@@ -60,9 +60,13 @@ case "${device}" in
         ;;
     *) echo "GPU_CHECK_DEVICE must be cuda or cpu, got '${device}'" >&2; exit 1 ;;
 esac
+# GPU_CHECK_BENCH_ARGS: more bench_gpu.py options, after the defaults (the last one wins), e.g.
+# "--num-utts 3000 --batch-sizes 256" for a shorter run
+read -r -a extra <<< "${GPU_CHECK_BENCH_ARGS:-}"
+bench_opts+=("${extra[@]}")
 
 # --- 1. packages
-if ! "${python}" -c 'import kaldiio, soundfile, yaml, scipy, tqdm' 2>/dev/null; then
+if ! "${python}" -c 'import kaldiio, soundfile, yaml, scipy, tqdm, espnet2.spk' 2>/dev/null; then
     wheels=("${bundle}"/wheels/*.whl)
     if [ ! -f "${wheels[0]}" ]; then
         log "Error: ${python} lacks kaldiio/soundfile and ${bundle}/wheels has no wheels (run test/bench/gpu_bundle.sh where pip works)"

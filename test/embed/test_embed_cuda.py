@@ -70,7 +70,9 @@ def test_fbank_on_the_device_equals_fbank_in_the_workers(accel, speech, model_di
     worst = max(float(np.abs(l2(a[u]) - l2(b[u])).max()) for u in a)
     print(f"{accel}: fbank on the device vs in the workers, max |diff| after L2 {worst:.2e}")
     assert worst <= 1e-4
-    assert SpkflowEmbedder(model_dir, accel).fbank_on == ("device" if accel == "cuda" else "workers")  # auto
+    assert SpkflowEmbedder(model_dir, accel, fbank_on="auto").fbank_on == (
+        "device" if accel == "cuda" else "workers"
+    )  # auto
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
