@@ -12,7 +12,7 @@ had when the call began.
 
 Why it is needed: PyTorch's workers check their parent only while waiting for work; a worker
 whose result queue is full (its parent was killed mid-epoch) blocks in the queue's feeder
-thread forever, holding the job's memory, files and GPU context (issue 16: 320 MB resident
+thread forever, holding the job's memory, files and GPU context (measured: 320 MB resident
 under PID 1 after 10 minutes).  PyTorch, ESPnet, WeSpeaker and SpeechBrain leave this to the
 user.
 
@@ -36,8 +36,8 @@ everything the script started:
   whole; a signal ignored when the supervisor started (INT under ``nohup ... &``) stays ignored.
 
 Without it a signal to a script's pid stops only that bash (or, where the script traps it,
-nothing until its foreground child returns): issue 35 found spk.sh re-parented to PID 1 and ten
-of its processes running 10 s after ``kill -TERM`` of run.sh.  Kaldi's and ESPnet's recipes rely
+nothing until its foreground child returns): without it spk.sh was seen re-parented to PID 1 with
+ten of its processes running 10 s after ``kill -TERM`` of run.sh.  Kaldi's and ESPnet's recipes rely
 on the terminal signalling the whole foreground group; a ``kill`` of one pid, a batch system or
 a closed ssh session does not.
 """

@@ -7,7 +7,8 @@ statistics, batch lists per rank, what stage 4 reads), ``optim`` (optimiser and 
 to the global batch), ``state`` (RNG state, averaging, stop flag, progress, model.pth /
 loss.pth), ``resume`` (a resume's config against the checkpoint's: refused, or a new schedule),
 ``monitor`` (step lines, gradient norms, TensorBoard events), ``validation`` (EER while
-training), ``trainer`` (the loop, DDP, resume).
+training), ``build`` (the run's setup: device, DDP group, model, optimiser, resume or
+initialisation), ``trainer`` (the loop: epochs, steps, checkpoints).
 
 May import: ``core``, ``data``, ``features``, ``augment``, ``nnet``, ``score``, ``embed``.
 """

@@ -72,7 +72,7 @@ FREE_KEYS = frozenset(
         "train.valid_max_frames",
         "train.select",
         "train.average_last",
-        "train.tensorboard",  # issue 34's TensorBoard events
+        "train.tensorboard",  # TensorBoard event files
         "train.fbank_on",  # where the raw crops' fbank runs: the same features within 1e-5
         "data.train_data",
     }
@@ -84,8 +84,8 @@ SCHEDULE_KEYS = frozenset(
         "optim.lr",
         "optim.weight_decay",
         "optim.momentum",
-        "optim.nesterov",  # issue 34: SGD's Nesterov momentum
-        "optim.lr_ref_batch",  # issue 34: the lr's linear scaling with the global batch
+        "optim.nesterov",  # SGD's Nesterov momentum
+        "optim.lr_ref_batch",  # the lr's linear scaling with the global batch
         "train.grad_clip",
         "data.num_epochs",
         "data.world_size",

@@ -533,11 +533,11 @@ def test_amp_dtype_bfloat16_runs_the_objective_in_bfloat16() -> None:
 
     from spkflow.nnet.losses import build_loss
     from spkflow.nnet.models import build_model
-    from spkflow.train.trainer import _Objective
+    from spkflow.train.build import Objective
 
     torch.manual_seed(0)
     model = build_model({"name": "ecapa_tdnn", "input_dim": 24, "channels": 32, "scale": 4, "embed_dim": 16})
-    obj = _Objective(model, build_loss({"name": "ge2e"}, 16)).eval()
+    obj = Objective(model, build_loss({"name": "ge2e"}, 16)).eval()
     x = torch.randn(3 * 2, 120, 24)
     labels = torch.arange(3).repeat_interleave(2)
     full = obj(x, labels, 3, 2, None).detach()

@@ -22,7 +22,7 @@ num_epochs=84
 # Scores: a WCCN backend fitted on the training set's utterance embeddings (the directions in
 # which one speaker's recordings vary weigh less), then AS-norm against the top 25 of the 125
 # training speakers; stage 5 then embeds the training set too.  Chosen the same way
-# (journal/2026-11-24-backend.md and journal/2026-11-26-tenth-session.md).  --score_backend cosine --score_norm
+# (journal/2026-11-24-backend.md and journal/2026-11-26-wccn-backend.md).  --score_backend cosine --score_norm
 # false gives plain cosine scores.
 score_backend=wccn
 score_norm=true
