@@ -31,8 +31,6 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from spkflow.score.backend import BACKENDS
-
 __all__ = ["PlanError", "ScoringOptions", "ScoringPlan", "Step", "run_plan", "stage6"]
 
 
@@ -77,10 +75,13 @@ class ScoringOptions:
 
     def check(self) -> None:
         """Raise :class:`PlanError` for options that cannot go together."""
-        if self.score_backend not in BACKENDS:
-            raise PlanError(
-                f"--score_backend must be {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}, got '{self.score_backend}'"
-            )
+        if self.score_backend != "cosine":  # a fitted backend: its names (numpy is imported only then)
+            from spkflow.score.backend import BACKENDS
+
+            if self.score_backend not in BACKENDS:
+                raise PlanError(
+                    f"--score_backend must be {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}, got '{self.score_backend}'"
+                )
         if self.score_backend != "cosine" and self.score_center:
             raise PlanError(
                 f"--score_backend {self.score_backend} centres on the training mean itself: set --score_center false"
