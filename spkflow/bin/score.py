@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.errors import InputError
-from spkflow.score.evaluation import evaluate_set, write_results_md
+from spkflow.score.evaluation import evaluate_set, refresh_results_md, summary_lines, write_results_md
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -122,40 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError, OSError) as err:  # bad input (e.g. a mean of another dimension), a full disk
         logging.error("%s", err)
         if args.results_md:  # the set's earlier metrics.json is gone: its RESULTS.md row must go too
-            _refresh_results_md(args.results_md, args.results_file)
+            logging.info("%s", refresh_results_md(args.results_md, args.results_file))
         return 1
-    norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
-    if "qmf" in m:
-        norm += f" (QMF: EER {m['qmf']['eer']:.2f}%, Cllr {m['qmf']['cllr']:.3f})"
-    logging.info(
-        "%s: EER %.2f%% minDCF(0.01) %.4f minDCF(0.05) %.4f, %d target / %d non-target trials, "
-        "%d skipped, scoring: %s%s -> %s",
-        m["set"],
-        m["eer"],
-        m["min_dcf_p0.01"],
-        m["min_dcf_p0.05"],
-        m["n_target"],
-        m["n_nontarget"],
-        m["n_skipped"],
-        m["scoring"],
-        norm,
-        args.outdir,
-    )
-    if "calibrated" in m:
-        c = m["calibrated"]
-        logging.info(
-            "%s calibrated (centred on %s%s): Cllr %.3f, decisions HTER %.2f%% (miss %.2f%%, false alarm %.2f%%) "
-            "against EER %.2f%%, actDCF(0.01) %.4f",
-            m["set"],
-            c["centred_on"],
-            "; the calibration's own trials" if c["in_sample"] else "",
-            c["cllr"],
-            c["hter"],
-            c["p_miss"],
-            c["p_fa"],
-            c["eer"],
-            c["act_dcf_p0.01"],
-        )
+    for line in summary_lines(m, args.outdir):
+        logging.info("%s", line)
     if args.results_md:
         try:
             logging.info("wrote %s", write_results_md(args.results_md, args.results_file))
@@ -163,23 +132,6 @@ def main(argv: list[str] | None = None) -> int:
             logging.error("%s (the scores of %s are written)", err, m["set"])
             return 1
     return 0
-
-
-def _refresh_results_md(exp_dir: str, out: str | None = None) -> None:
-    """Rewrite RESULTS.md from the metrics.json files left; remove it when that fails (no set
-    left, another set's metrics.json damaged), so that it never shows the failed set's old row."""
-
-    try:
-        logging.info("rewrote %s without the failed set", write_results_md(exp_dir, out))
-        return
-    except FileNotFoundError:
-        why = "no set has metrics.json any more"
-    except (InputError, OSError) as err:
-        why = str(err)
-    path = out or os.path.join(exp_dir, "RESULTS.md")
-    if os.path.exists(path):
-        os.unlink(path)
-        logging.info("removed %s: %s", path, why)
 
 
 if __name__ == "__main__":

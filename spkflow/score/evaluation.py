@@ -534,3 +534,41 @@ def _calibrated_rows(c: dict[str, Any]) -> list[str]:
         f"{c['min_dcf_p0.01']:.4f} | {c['act_dcf_p0.01']:.4f} | {c['min_dcf_p0.05']:.4f} | {c['act_dcf_p0.05']:.4f} |",
         "",
     ]
+
+
+def summary_lines(m: Mapping[str, Any], outdir: str) -> list[str]:
+    """The console lines of a scored set (its figures; the calibrated decisions when there are some)."""
+    norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
+    if "qmf" in m:
+        norm += f" (QMF: EER {m['qmf']['eer']:.2f}%, Cllr {m['qmf']['cllr']:.3f})"
+    lines = [
+        f"{m['set']}: EER {m['eer']:.2f}% minDCF(0.01) {m['min_dcf_p0.01']:.4f} minDCF(0.05) "
+        f"{m['min_dcf_p0.05']:.4f}, {m['n_target']} target / {m['n_nontarget']} non-target trials, "
+        f"{m['n_skipped']} skipped, scoring: {m['scoring']}{norm} -> {outdir}"
+    ]
+    if "calibrated" in m:
+        c = m["calibrated"]
+        sample = "; the calibration's own trials" if c["in_sample"] else ""
+        lines.append(
+            f"{m['set']} calibrated (centred on {c['centred_on']}{sample}): Cllr {c['cllr']:.3f}, decisions HTER "
+            f"{c['hter']:.2f}% (miss {c['p_miss']:.2f}%, false alarm {c['p_fa']:.2f}%) against EER {c['eer']:.2f}%, "
+            f"actDCF(0.01) {c['act_dcf_p0.01']:.4f}"
+        )
+    return lines
+
+
+def refresh_results_md(exp_dir: str, out: str | None = None) -> str:
+    """After a set failed (its metrics.json is gone): rewrite RESULTS.md from the metrics.json files
+    left, or remove it when that fails (no set left, another set's metrics.json damaged), so that it
+    never shows the failed set's old row.  Returns what was done, for the log."""
+    try:
+        return f"rewrote {write_results_md(exp_dir, out)} without the failed set"
+    except FileNotFoundError:
+        why = "no set has metrics.json any more"
+    except (InputError, OSError) as err:
+        why = str(err)
+    path = out or os.path.join(exp_dir, "RESULTS.md")
+    if not os.path.exists(path):
+        return f"{path}: none to rewrite ({why})"
+    os.unlink(path)
+    return f"removed {path}: {why}"

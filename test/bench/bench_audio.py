@@ -21,37 +21,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
+import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
-from spkflow.data.audio import AudioReader, resample, utt2dur
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def db_var(name: str) -> Path:
-    out = subprocess.run(
-        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return Path(out)
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "test"))  # the test helpers
+from helpers.bench import best  # noqa: E402
+from helpers.paths import db_var  # noqa: E402
+from spkflow.data.audio import AudioReader, resample, utt2dur  # noqa: E402
 
 
 def synth_dir(root: Path, n: int, rate: int, seconds: float) -> Path:
@@ -70,7 +53,7 @@ def synth_dir(root: Path, n: int, rate: int, seconds: float) -> Path:
 def real_or_synth(
     tmp: Path, var: str, make: Callable[[], Path], prepare: Callable[[Path, Path], Path]
 ) -> tuple[Path, str]:
-    src = db_var(var)
+    src = Path(db_var(var))
     if src.is_dir():
         return prepare(src, tmp), f"{var}={src}"
     return make(), "synthetic"

@@ -36,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "test"))  # the test helpers
+from helpers.paths import db_var  # noqa: E402
 
 ARCHS = {
     "ecapa": {"name": "ecapa_tdnn", "input_dim": 80, "channels": 512, "scale": 8, "embed_dim": 192},
@@ -43,19 +45,9 @@ ARCHS = {
 }
 
 
-def corpus_dir() -> Path:
-    out = subprocess.run(
-        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "$SPEECHOCEAN762"'],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return Path(out)
-
-
 def build_data_dir(out: Path, limit: int | None) -> Path:
     """speechocean762 train+test as one sorted data dir (speaker-prefixed ids, absolute paths)."""
-    corpus = corpus_dir()
+    corpus = Path(db_var("SPEECHOCEAN762"))
     if not corpus.is_dir():
         sys.exit(f"speechocean762 not found at {corpus} (set SPEECHOCEAN762)")
     wav, u2s = {}, {}

@@ -37,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "test"))  # the test helpers
+from helpers.paths import db_var  # noqa: E402
 
 _BASE = dict(
     specaug=None,
@@ -114,18 +116,8 @@ CONFIGS = {
 }
 
 
-def db_var(name: str) -> Path:
-    out = subprocess.run(
-        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return Path(out)
-
-
 def build_data_dir(out: Path, limit: int) -> Path:
-    corpus = db_var("SPEECHOCEAN762")
+    corpus = Path(db_var("SPEECHOCEAN762"))
     if not corpus.is_dir():
         sys.exit(f"speechocean762 not found at {corpus} (set SPEECHOCEAN762)")
     paths = dict(ln.split(maxsplit=1) for ln in (corpus / "test" / "wav.scp").read_text().splitlines() if ln.strip())

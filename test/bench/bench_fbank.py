@@ -37,18 +37,9 @@ import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(ROOT / "test"))  # the test helpers
+from helpers.paths import db_var  # noqa: E402
 from spkflow.features.fbank import FbankOptions, compute_fbank  # noqa: E402
-
-
-def db_var(name: str) -> str:
-    out = subprocess.run(
-        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout
 
 
 def build_data_dir(corpus: Path, out: Path, limit: int) -> tuple[list[tuple[str, str]], float]:

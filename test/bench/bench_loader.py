@@ -48,7 +48,6 @@ import argparse
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +60,8 @@ import torchaudio.compliance.kaldi as kaldi  # imported here so forked workers d
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(ROOT / "test"))  # the test helpers
+from helpers.paths import db_var  # noqa: E402
 from spkflow.train.batches import plan_epoch  # noqa: E402
 from spkflow.train.loader import NxMCropDataset, make_loader  # noqa: E402
 
@@ -252,16 +252,6 @@ def bench_raw(a: argparse.Namespace) -> int:
         f"augmentation of each copy for all epochs; on the fly adds 0 MiB"
     )
     return 0
-
-
-def db_var(name: str) -> str:
-    out = subprocess.run(
-        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "${name}"'],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout
 
 
 def main() -> int:

@@ -20,19 +20,13 @@ Rows (best of --repeat wall times; ratio = ours / peer, < 1 means ours is faster
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
+import sys
+from pathlib import Path
 
 import numpy as np
 
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test helpers
+from helpers.bench import best  # noqa: E402
 
 
 def row(name: str, ours: float, peer: float, peer_name: str) -> None:

@@ -22,26 +22,15 @@ import argparse
 import io
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test helpers
-
 from helpers.audio import synth_voice  # noqa: E402
+from helpers.bench import best  # noqa: E402
 from helpers.models import make_spkflow_model_dir  # noqa: E402
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def row(name: str, ours: float, peer: float, peer_name: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.datadirs import input_error, snapshot, write_dir
 from spkflow.core.errors import InputError
 from spkflow.data.check import validate_data_dir
 from spkflow.data.combine import combine_data, copy_data_dir
@@ -27,19 +28,8 @@ from spkflow.data.tables import (
 )
 
 
-def write(d: Path, **files: str) -> Path:
-    d.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (d / name.replace("_scp", ".scp")).write_text(text)
-    return d
-
-
-def snapshot(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-
 def good_dir(d: Path) -> Path:
-    return write(
+    return write_dir(
         d,
         utt2spk="a-1 a\na-2 a\nb-1 b\n",
         spk2utt="a a-1 a-2\nb b-1\n",
@@ -69,11 +59,9 @@ def test_read_kv_keeps_rest_of_line_and_tabs(tmp_path: Path) -> None:
 )
 def test_read_kv_errors_name_file_and_line(tmp_path: Path, text: str, line: int, words: str) -> None:
     p = tmp_path / "utt2dur"
-    p.write_text(text)
-    with pytest.raises(InputError) as e:
-        read_kv(p)
-    assert e.value.path == str(p) and e.value.line == line
-    assert words in str(e.value) and str(e.value).startswith(f"{p}:{line}: ")
+    e = input_error(p, text, read_kv)
+    assert e.path == str(p) and e.line == line
+    assert words in str(e) and str(e).startswith(f"{p}:{line}: ")
 
 
 def test_read_kv_num_fields(tmp_path: Path) -> None:
@@ -100,10 +88,8 @@ def test_read_spk2utt(tmp_path: Path) -> None:
         ("a a-1\na a-2\n", 2, "duplicate speaker"),
         ("a a-1\nb a-1\n", 2, "listed twice (also on line 1)"),
     ]:
-        p.write_text(text)
-        with pytest.raises(InputError) as e:
-            read_spk2utt(p)
-        assert e.value.line == line and words in str(e.value)
+        e = input_error(p, text, read_spk2utt)
+        assert e.line == line and words in str(e)
 
 
 def test_write_kv_sorts_like_lc_all_c(tmp_path: Path) -> None:
@@ -142,11 +128,8 @@ def test_write_kv_is_atomic(tmp_path: Path) -> None:
     ],
 )
 def test_check_sorted_unique(tmp_path: Path, text: str, line: int, words: str) -> None:
-    p = tmp_path / "feats.scp"
-    p.write_text(text)
-    with pytest.raises(InputError) as e:
-        check_sorted_unique(p)
-    assert e.value.line == line and words in str(e.value)
+    e = input_error(tmp_path / "feats.scp", text, check_sorted_unique)
+    assert e.line == line and words in str(e)
 
 
 def test_check_sorted_unique_accepts_c_order(tmp_path: Path) -> None:
@@ -190,7 +173,7 @@ def test_validate_good_dir(tmp_path: Path) -> None:
 
 
 def test_validate_warns_single_speaker(tmp_path: Path) -> None:
-    d = write(tmp_path / "d", utt2spk="a-1 a\n", spk2utt="a a-1\n")
+    d = write_dir(tmp_path / "d", utt2spk="a-1 a\n", spk2utt="a a-1\n")
     assert "only one speaker" in DataDir(d).validate(no_wav=True)[0]
 
 
@@ -263,7 +246,7 @@ def test_validate_allows_other_bytes_in_values(tmp_path: Path) -> None:
     (d / "text").write_bytes(b"a-1 caf\xe9\na-2 ok\nb-1 ok\n")
     assert validate_data_dir(d, no_text=False) == []
     # segments: the recording id (field 2) is an id too
-    write(d, segments="a-1 r1 0 1\na-2 r1 1 2\nb-1 r2 0 1\n", wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\n")
+    write_dir(d, segments="a-1 r1 0 1\na-2 r1 1 2\nb-1 r2 0 1\n", wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\n")
     assert validate_data_dir(d) == []
     (d / "segments").write_bytes(b"a-1 r1 0 1\na-2 r1 1 2\nb-1 r\xff2 0 1\n")
     with pytest.raises(InputError, match=r"segments:3: id 'r\\xff2'"):
@@ -286,7 +269,7 @@ def test_validate_text(tmp_path: Path) -> None:
 
 
 def test_validate_segments(tmp_path: Path) -> None:
-    d = write(
+    d = write_dir(
         tmp_path / "d",
         utt2spk="a-1 a\na-2 a\nb-1 b\n",
         spk2utt="a a-1 a-2\nb b-1\n",
@@ -310,7 +293,7 @@ def test_validate_segments(tmp_path: Path) -> None:
 
 
 def messy_dir(d: Path) -> Path:
-    return write(
+    return write_dir(
         d,
         utt2spk="b-2 b\na-1 a\na-2 a\nb-1 b\nc-1 c\nd-1 d\n",
         spk2utt="stale\n",
@@ -354,7 +337,7 @@ def test_fix_data_dir_filters_sorts_and_backs_up(tmp_path: Path) -> None:
 def test_fix_data_dir_bad_input_changes_nothing(
     tmp_path: Path, files: dict[str, str], bad: str, line: int | None, words: str
 ) -> None:
-    d = write(tmp_path / "d", **files)
+    d = write_dir(tmp_path / "d", **files)
     before = snapshot(d)
     with pytest.raises(InputError) as e:
         fix_data_dir(d)
@@ -364,7 +347,7 @@ def test_fix_data_dir_bad_input_changes_nothing(
 
 
 def test_fix_data_dir_with_segments(tmp_path: Path) -> None:
-    d = write(
+    d = write_dir(
         tmp_path / "d",
         utt2spk="a-1 a\na-2 a\nb-1 b\n",
         segments="a-2 r1\t1.5  3\na-1 r1 0 1.5\nb-1 r2 0 2\nc-1 r3 0 1\n",
@@ -378,7 +361,7 @@ def test_fix_data_dir_with_segments(tmp_path: Path) -> None:
 
 
 def test_fix_data_dir_extra_files(tmp_path: Path) -> None:
-    d = write(
+    d = write_dir(
         tmp_path / "d", utt2spk="a-1 a\nb-1 b\n", wav_scp="a-1 x\n", utt2age="b-1 30\na-1 20\n", spk2acc="b x\na y\n"
     )
     fix_data_dir(d, utt_extra_files=["utt2age"], spk_extra_files=["spk2acc"])
@@ -409,7 +392,7 @@ def test_perl_random_matches_perl_drand48() -> None:
 
 
 def test_subset_modes(tmp_path: Path) -> None:
-    src = write(
+    src = write_dir(
         tmp_path / "src",
         utt2spk="".join(f"s{s}-{u} s{s}\n" for s in range(3) for u in range(4)),
         spk2utt="".join(f"s{s} " + " ".join(f"s{s}-{u}" for u in range(4)) + "\n" for s in range(3)),
@@ -456,9 +439,9 @@ def test_subset_and_copy_stop_on_a_duplicate_key(tmp_path: Path, name: str, cont
     """Kaldi's subset_data_dir.sh and copy_data_dir.sh copy a repeated key; here they stop, naming
     file and line, and write nothing."""
     src = good_dir(tmp_path / "src")
-    write(src, spk2gender="a m\nb f\n")
+    write_dir(src, spk2gender="a m\nb f\n")
     (src / name).write_text(content)
-    dest = write(tmp_path / "dest", keep="untouched\n")
+    dest = write_dir(tmp_path / "dest", keep="untouched\n")
     (tmp_path / "list").write_text("a\nb\n" if mode == "spk_list" else "a-1\nb-1\n")
     before = snapshot(dest)
     with pytest.raises(InputError) as e:
@@ -484,16 +467,16 @@ def test_subset_stops_on_an_utterance_under_two_speakers(tmp_path: Path) -> None
 
 
 def test_combine_and_copy(tmp_path: Path) -> None:
-    a = write(
+    a = write_dir(
         tmp_path / "a",
         utt2spk="a-1 a\na-2 a\n",
         spk2utt="a a-1 a-2\n",
         wav_scp="a-1 x\na-2 y\n",
         utt2dur="a-1 1\na-2 2\n",
     )
-    b = write(tmp_path / "b", utt2spk="b-1 b\n", spk2utt="b b-1\n", wav_scp="b-1 z\n")
+    b = write_dir(tmp_path / "b", utt2spk="b-1 b\n", spk2utt="b b-1\n", wav_scp="b-1 z\n")
     dest = tmp_path / "ab"
-    write(dest, stale="old")
+    write_dir(dest, stale="old")
     msgs: list[str] = []
     combine_data(dest, [b, a], log=msgs.append)
     assert (dest / "utt2spk").read_text() == "a-1 a\na-2 a\nb-1 b\n"
@@ -518,8 +501,8 @@ def test_combine_and_copy(tmp_path: Path) -> None:
 
 def test_combine_source_without_final_newline(tmp_path: Path) -> None:
     """Kaldi's ``cat`` would glue 'a-2 a' to 'b-1 b'; each source line stays a line here."""
-    a = write(tmp_path / "a", utt2spk="a-1 a\na-2 a", wav_scp="a-1 x\na-2 y")
-    b = write(tmp_path / "b", utt2spk="b-1 b\n", wav_scp="b-1 z\n")
+    a = write_dir(tmp_path / "a", utt2spk="a-1 a\na-2 a", wav_scp="a-1 x\na-2 y")
+    b = write_dir(tmp_path / "b", utt2spk="b-1 b\n", wav_scp="b-1 z\n")
     combine_data(tmp_path / "ab", [a, b])
     assert (tmp_path / "ab" / "utt2spk").read_text() == "a-1 a\na-2 a\nb-1 b\n"
     assert (tmp_path / "ab" / "spk2utt").read_text() == "a a-1 a-2\nb b-1\n"

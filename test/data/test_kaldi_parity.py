@@ -18,35 +18,18 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from helpers.datadirs import read_all, sh, write_dir
 from helpers.paths import ROOT
 
 UTILS = ROOT / "utils"
 
 
-def sh(cmd: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-c", cmd], cwd=cwd, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C", **(env or {}))
-    )
-
-
-def write(d: Path, **files: str) -> Path:
-    d.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (d / name.replace("_scp", ".scp")).write_text(text)
-    return d
-
-
-def read_all(d: Path) -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted(d.iterdir()) if p.is_file()}
-
-
 def test_fix_data_dir_matches_kaldi(tmp_path: Path) -> None:
-    d = write(
+    d = write_dir(
         tmp_path / "d",
         utt2spk="b-2 b\na-1 a\nb-1 b\na-2 a\nc-1 c\nb-1 b\n",
         segments="b-1 r2 0 1.5\na-1 r1\t0  2.25\na-2 r1 2.25 4\nb-2 r2 1.5 3\nc-1 r3 0 1\n",
@@ -70,7 +53,7 @@ def test_fix_data_dir_matches_kaldi(tmp_path: Path) -> None:
 
 
 def test_copy_data_dir_matches_kaldi(tmp_path: Path) -> None:
-    src = write(
+    src = write_dir(
         tmp_path / "src",
         utt2spk="a-1 a\na-2 a\nb-1 b\n",
         spk2utt="a a-1 a-2\nb b-1\n",
@@ -93,7 +76,7 @@ def test_copy_data_dir_matches_kaldi(tmp_path: Path) -> None:
 def subset_src(d: Path) -> Path:
     counts = {"s0": 2, "s1": 5, "s2": 5, "s3": 2, "s4": 3}
     u2s = [(f"{s}-u{i}", s) for s, n in counts.items() for i in range(n)]
-    return write(
+    return write_dir(
         d,
         utt2spk="".join(f"{u} {s}\n" for u, s in u2s),
         spk2utt="".join(f"{s} " + " ".join(f"{s}-u{i}" for i in range(n)) + "\n" for s, n in counts.items()),
@@ -116,7 +99,7 @@ def test_subset_per_spk_and_speakers_match_kaldi(tmp_path: Path) -> None:
 
 
 def test_combine_data_matches_kaldi(tmp_path: Path) -> None:
-    x = write(
+    x = write_dir(
         tmp_path / "x",
         utt2spk="a-1 a\na-2 a\n",
         spk2utt="a a-1 a-2\n",
@@ -125,7 +108,7 @@ def test_combine_data_matches_kaldi(tmp_path: Path) -> None:
         utt2uniq="a-1 orig1\n",
         utt2dur="a-1 1.5\na-2 1.5\n",
     )
-    y = write(
+    y = write_dir(
         tmp_path / "y",
         utt2spk="b-1 b\nb-2 b\n",
         spk2utt="b b-1 b-2\n",
@@ -173,7 +156,7 @@ def random_dir(d: Path, rng: random.Random) -> None:
         files["spk2gender"] = table(spks, lambda s: rng.choice("mf"))
     if rng.random() < 0.3:
         files["feats_scp"] = table(utts, lambda u: f"/f.ark:{len(u)}")
-    write(d, **files)
+    write_dir(d, **files)
 
 
 @pytest.mark.skipif(

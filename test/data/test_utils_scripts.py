@@ -3,33 +3,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from helpers.datadirs import sh, snapshot, write_dir
 from helpers.paths import ROOT
 
 UTILS = ROOT / "utils"
-
-
-def sh(cmd: str, cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, LC_ALL="C")
-    p = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p
-
-
-def write(d: Path, **files: str) -> Path:
-    d.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (d / name.replace("_scp", ".scp")).write_text(text)
-    return d
-
-
-def snapshot(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 # --------------------------------------------------------------------------- parse_options.sh
@@ -184,7 +165,7 @@ def test_split_scp_keeps_speakers_together(tmp_path: Path) -> None:
 
 
 def good(d: Path) -> Path:
-    return write(
+    return write_dir(
         d,
         utt2spk="a-1 a\na-2 a\nb-1 b\n",
         spk2utt="a a-1 a-2\nb b-1\n",
@@ -208,14 +189,14 @@ def test_validate_data_dir_script(tmp_path: Path) -> None:
 
 
 def test_fix_data_dir_script(tmp_path: Path) -> None:
-    d = write(tmp_path / "d", utt2spk="b-1 b\na-1 a\na-2 a\n", wav_scp="a-1 x\nb-1 y\n")
+    d = write_dir(tmp_path / "d", utt2spk="b-1 b\na-1 a\na-2 a\n", wav_scp="a-1 x\nb-1 y\n")
     p = sh(f"{UTILS}/fix_data_dir.sh {d}", check=True)
     assert "fix_data_dir.sh: kept 2 utterances out of 3" in p.stdout
     assert f"old files are kept in {d}/.backup" in p.stdout
     assert (d / "spk2utt").read_text() == "a a-1\nb b-1\n"
     assert (d / ".backup" / "utt2spk").read_text() == "b-1 b\na-1 a\na-2 a\n"
     assert sh(f"{UTILS}/validate_data_dir.sh --no-text --no-feats {d}").returncode == 0
-    bad = write(tmp_path / "bad", utt2spk="a-1 a\na-2\n", wav_scp="a-1 x\n")
+    bad = write_dir(tmp_path / "bad", utt2spk="a-1 a\na-2\n", wav_scp="a-1 x\n")
     before = snapshot(bad)
     p = sh(f"{UTILS}/fix_data_dir.sh {bad}")
     assert p.returncode == 1 and f"{bad}/utt2spk:2:" in p.stderr and snapshot(bad) == before
@@ -223,13 +204,13 @@ def test_fix_data_dir_script(tmp_path: Path) -> None:
 
 
 def test_fix_data_dir_extra_files_option(tmp_path: Path) -> None:
-    d = write(tmp_path / "d", utt2spk="a-1 a\nb-1 b\n", wav_scp="b-1 y\n", utt2age="a-1 3\nb-1 4\n")
+    d = write_dir(tmp_path / "d", utt2spk="a-1 a\nb-1 b\n", wav_scp="b-1 y\n", utt2age="a-1 3\nb-1 4\n")
     sh(f"{UTILS}/fix_data_dir.sh --utt-extra-files utt2age {d}", check=True)
     assert (d / "utt2age").read_text() == "b-1 4\n"
 
 
 def test_subset_combine_copy_scripts(tmp_path: Path) -> None:
-    src = write(
+    src = write_dir(
         tmp_path / "src",
         utt2spk="".join(f"s{s}-{u} s{s}\n" for s in range(3) for u in range(3)),
         spk2utt="".join(f"s{s} " + " ".join(f"s{s}-{u}" for u in range(3)) + "\n" for s in range(3)),
@@ -262,7 +243,7 @@ def test_subset_combine_copy_scripts(tmp_path: Path) -> None:
 
 
 def test_subset_data_dir_script_stops_on_a_duplicate_key(tmp_path: Path) -> None:
-    src = write(
+    src = write_dir(
         tmp_path / "src",
         utt2spk="a-1 a\na-2 a\nb-1 b\n",
         spk2utt="a a-1 a-2\nb b-1\n",
@@ -277,7 +258,7 @@ def test_subset_data_dir_script_stops_on_a_duplicate_key(tmp_path: Path) -> None
 
 
 def test_data_dir_scripts_report_an_unwritable_destination(tmp_path: Path) -> None:
-    src = write(tmp_path / "src", utt2spk="a-1 a\nb-1 b\n", spk2utt="a a-1\nb b-1\n", wav_scp="a-1 x\nb-1 y\n")
+    src = write_dir(tmp_path / "src", utt2spk="a-1 a\nb-1 b\n", spk2utt="a a-1\nb b-1\n", wav_scp="a-1 x\nb-1 y\n")
     (tmp_path / "file").write_text("not a directory\n")
     for cmd in (f"subset_data_dir.sh --first {src} 1", f"copy_data_dir.sh {src}"):
         p = sh(f"{UTILS}/{cmd} {tmp_path}/file/dest")
@@ -292,7 +273,7 @@ def test_data_dir_scripts_write_all_or_nothing(tmp_path: Path, cmd: str) -> None
 
     def source(d: Path, spk: str) -> Path:
         utts = [f"{spk}{i}-{j}" for i in range(3) for j in range(2)]
-        return write(
+        return write_dir(
             d,
             utt2spk="".join(f"{u} {u[:2]}\n" for u in utts),
             spk2utt="".join(f"{spk}{i} {spk}{i}-0 {spk}{i}-1\n" for i in range(3)),

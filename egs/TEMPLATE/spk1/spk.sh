@@ -162,34 +162,15 @@ else
     [ -f "${spk_exp}/.packed_meta.sha256" ] && packed_scoring=true
 fi
 [ -z "${valid_set}" ] && valid_set=${test_sets%% *}
-[ -z "${embed_sets}" ] && embed_sets=$(echo "${test_sets} ${valid_set}" | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
-${extract_train} && embed_sets="${train_set} ${embed_sets}"
-# Score normalisation, centring and a backend use the training set's embeddings: stage 5 then
-# embeds the training set and stage 6 reads its spk_xvector.scp / xvector.scp (one test for both stages).
-case "${calibrate}" in true|false) ;; *) log "Error: --calibrate must be true or false, got '${calibrate}'"; exit 2 ;; esac
-case "${score_backend}" in cosine|wccn|lda) ;; *) log "Error: --score_backend must be cosine, wccn or lda, got '${score_backend}'"; exit 2 ;; esac
-if [ "${score_backend}" != cosine ] && ${score_center}; then
-    log "Error: --score_backend ${score_backend} centres on the training mean itself: set --score_center false"
-    exit 2
-fi
-if ${score_center} && ${score_eval_mean}; then
-    log "Error: --score_center true and --score_eval_mean true: centre on the training mean or on each set's own, not both"
-    exit 2
-fi
-if ${packed_scoring} && ${score_qmf}; then
-    log "Error: --score_qmf true draws its trials from the training set: a pretrained model (${model_dir}) scores with its own packed scoring"
-    exit 2
-fi
-# Stage 6 needs the training set's embeddings for the cohort, the centring, the backend and the
-# default calibration trials; a pretrained model of ours brings its own.
-# (train_scoring: needed; train_cohort: also for the default calibration, which goes without when a
-# pretrained model's recipe has no training set: then the scores are not calibrated, and stage 6 says so).
-train_scoring=false; train_cohort=false
-if ! ${packed_scoring}; then
-    if ${score_norm} || ${score_center} || [ "${score_backend}" != cosine ] || ${score_qmf}; then train_scoring=true; fi
-    if ${train_scoring} || { ${calibrate} && [ -z "${calib_set}" ]; }; then train_cohort=true; fi
-    ${calibrate} && [ -n "${calib_set}" ] && embed_sets="${embed_sets} ${calib_set}"
-fi
+# Stages 1, 5 and 6 ask spkflow/score/plan.py which sets they use and what stage 6 fits and scores
+# (python -m spkflow.bin.scoring_plan ... show prints stage 6's steps); it refuses options that do not go together.
+_plan=(--exp "${spk_exp}" --model_dir "${model_dir}" --pretrained "${pretrained}" --packed_scoring "${packed_scoring}"
+       --train_set "${train_set}" --test_sets "${test_sets}" --valid_set "${valid_set}" --embed_sets "${embed_sets}"
+       --extract_train "${extract_train}" --calibrate "${calibrate}" --calib_set "${calib_set}" --calib_prior "${calib_prior}"
+       --score_norm "${score_norm}" --cohort_size "${cohort_size}" --score_center "${score_center}"
+       --score_eval_mean "${score_eval_mean}" --score_backend "${score_backend}" --backend_reg "${backend_reg}"
+       --score_skip_missing "${score_skip_missing}" --score_qmf "${score_qmf}" --qmf_trials "${qmf_trials}")
+python -m spkflow.bin.scoring_plan "${_plan[@]}" check || exit 2
 # Stage 4 reads stage 2's output for the training set unless it trains on audio alone
 # (frontend.feats_type raw, no VAD, no global input statistics): then stages 2 and 4 skip it.
 train_reads=features
@@ -202,10 +183,8 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     # shellcheck disable=SC2086  # local_data_opts is a list of options, split into words on purpose
     local/data.sh ${local_data_opts}
     # Every set must be a valid data dir; the sets that are scored need a trials list.
-    _sets="${train_set} ${calib_set} ${test_sets} ${valid_set}"
     # a pretrained model needs no training set, unless stage 6 fits its scoring there (another toolkit's)
-    [ -n "${pretrained}" ] && ! ${train_cohort} && _sets="${calib_set} ${test_sets}"
-    for dset in $(echo "${_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++'); do
+    for dset in $(python -m spkflow.bin.scoring_plan "${_plan[@]}" data-sets); do
         utils/validate_data_dir.sh --no-feats --no-text "data/${dset}"
         if [ "${dset}" != "${train_set}" ] && [ ! -s "data/${dset}/trials" ]; then
             log "Error: data/${dset}/trials is missing: local/data.sh must write a trials list for each test set"
@@ -234,7 +213,8 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     # scripts/feats/make_fbank.sh copies data/<set> to the dump dir and adds feats.scp, vad.scp,
     # utt2num_frames and per-utterance CMVN stats; with --skip_bad true unreadable utterances
     # are listed in bad_utts and left out of the copy.
-    _sets=$(echo "${train_set} ${valid_set} ${test_sets} ${embed_sets}" | tr ' ' '\n' | awk 'NF && !seen[$0]++')
+    _sets=$(echo "${train_set} ${valid_set} ${test_sets} $(python -m spkflow.bin.scoring_plan "${_plan[@]}" embed-sets)" \
+        | tr ' ' '\n' | awk 'NF && !seen[$0]++')
     if [ "${train_reads}" = audio ] && [[ " ${valid_set} ${test_sets} " != *" ${train_set} "* ]]; then
         log "No features of ${train_set}: ${train_config} trains on its audio (stage 5 reads audio too)"
         _sets=$(echo "${_sets}" | grep -vx "${train_set}" || true)
@@ -371,14 +351,7 @@ PYEOF
 fi
 
 if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
-    _sets=${embed_sets}
-    if ${train_cohort} && [[ " ${_sets} " != *" ${train_set} "* ]]; then
-        if ${train_scoring} || [ -s "data/${train_set}/utt2spk" ]; then
-            _sets="${train_set} ${_sets}"  # stage 6 needs the training speakers' mean embeddings
-        else  # only the default calibration wanted it: stage 6 says what that means
-            log "No data/${train_set} to embed for stage 6's default calibration (--calib_set SET calibrates on SET)"
-        fi
-    fi
+    _sets=$(python -m spkflow.bin.scoring_plan "${_plan[@]}" embed-sets)  # each once; the training set when stage 6 needs it
     log "Stage 5: embedding extraction for ${_sets} with the ${pretrained_toolkit} model ${model_dir} -> ${spk_exp}/embed/<set>"
     if [ "${pretrained_toolkit}" = spkflow ]; then
         if [ -f "${pretrained}" ]; then  # a pack: verified and unpacked once (kept while it is the same pack)
@@ -406,119 +379,16 @@ fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: scoring trials of ${test_sets} -> ${spk_exp}/eval/<set>"
-    _score_opts=(--model-tag "${spk_exp##*/}" --skip-missing "${score_skip_missing}" --eval-mean "${score_eval_mean}"
-                 --results-md "${spk_exp}")
     if ${packed_scoring}; then
         # The model's own scoring (backend, cohort, calibration), as packed; nothing is fitted here.
         if [ -f "${pretrained}" ] && [ ! -f "${model_dir}/config.yaml" ]; then
             python -m spkflow.bin.pack --unpack "${pretrained}" --out "${model_dir}"
         fi
-        if [ -f "${model_dir}/scoring.yaml" ]; then
-            log "Scoring with the model's packed scoring (${model_dir}/scoring.yaml); --score_* options are not used"
-            _score_opts+=(--scoring-dir "${model_dir}")
-        else
-            log "${model_dir} holds no scoring (scoring.yaml): plain cosine scores, no calibration"
-        fi
-        if [ "${model_dir}" = "${spk_exp}" ]; then  # unpacked in place: the pack's RESULTS.md stays
-            _score_opts+=(--results-file "${spk_exp}/eval/RESULTS.md")
-        fi
-    else
-        _cohort=${spk_exp}/embed/${train_set}/spk_xvector.scp
-        if ${train_scoring} && [ ! -f "${_cohort}" ]; then
-            log "Error: score_norm/score_center/score_backend and the default calibration need the training set's embeddings ${_cohort}: run stage 5 with the same options (it then embeds ${train_set})"
-            exit 1
-        fi
-        _fit_opts=()
-        ${score_norm} && _fit_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
-        ${score_center} && _fit_opts+=(--mean-scp "${_cohort}")
-        if [ "${score_backend}" != cosine ]; then
-            _backend=${spk_exp}/backend/${score_backend}.npz
-            mkdir -p "${spk_exp}/backend/log"
-            log "Fitting the ${score_backend} backend on ${spk_exp}/embed/${train_set}/xvector.scp -> ${_backend}"
-            if ! python -m spkflow.bin.fit_backend --backend "${score_backend}" --reg "${backend_reg}" \
-                    --xvector-scp "${spk_exp}/embed/${train_set}/xvector.scp" --utt2spk "data/${train_set}/utt2spk" \
-                    --out "${_backend}" > "${spk_exp}/backend/log/fit_${score_backend}.log" 2>&1; then
-                tail -n 3 "${spk_exp}/backend/log/fit_${score_backend}.log" >&2
-                log "Error: fitting the backend failed, see ${spk_exp}/backend/log/fit_${score_backend}.log"
-                exit 1
-            fi
-            _fit_opts+=(--backend "${_backend}")
-        fi
-        # The calibration: score -> LLR on trials the reported figures do not come from (those of
-        # calib_set, or trials drawn from the training set), scored as above (spkflow/score/verification.py).
-        _calib=${calibrate}; _why="--calibrate false"
-        # another toolkit's model in a recipe without a training set: scored, not calibrated
-        if ${_calib} && [ -n "${pretrained}" ] && [ -z "${calib_set}" ] \
-            && { [ ! -s "data/${train_set}/utt2spk" ] || [ ! -f "${spk_exp}/embed/${train_set}/xvector.scp" ]; }; then
-            _calib=false
-            _why="no --calib_set and no utterance embeddings of ${train_set} (data/${train_set}/utt2spk, ${spk_exp}/embed/${train_set}/xvector.scp)"
-        fi
-        if ! ${_calib}; then
-            log "No calibration (${_why}): the scores are not log-likelihood ratios"
-            _score_opts+=("${_fit_opts[@]}")
-            rm -f "${spk_exp}/scoring.yaml" "${spk_exp}/scoring.npz"  # an earlier run's: stage 7 must not pack it
-        fi
     fi
-    if ! ${packed_scoring} && ${_calib}; then
-        mkdir -p "${spk_exp}/calib/log"
-        if [ -n "${calib_set}" ]; then
-            _ctrials=data/${calib_set}/trials
-            _cname=${calib_set}
-        else
-            _ctrials=${spk_exp}/calib/trials
-            _cname="${train_set} (seen in training)"
-            if ! python -m spkflow.bin.make_trials --max-per-spk 8 --nontarget-ratio 10 --seed 0 "data/${train_set}" \
-                    "${_ctrials}" 2> "${spk_exp}/calib/log/make_trials.log"; then
-                tail -n 3 "${spk_exp}/calib/log/make_trials.log" >&2
-                log "Error: the default calibration trials are drawn from data/${train_set} (or give --calib_set SET), see ${spk_exp}/calib/log/make_trials.log"
-                exit 1
-            fi
-        fi
-        _cscp=${spk_exp}/embed/${calib_set:-${train_set}}/xvector.scp
-        for _f in "${_ctrials}" "${_cscp}"; do
-            [ -f "${_f}" ] || { log "Error: ${_f} not found (the calibration's trials and embeddings: stages 1 and 5)"; exit 1; }
-        done
-        log "Calibration on ${_ctrials} (${_cname}) -> ${spk_exp}/scoring.yaml (log: ${spk_exp}/calib/log/calibrate.log)"
-        if ! python -m spkflow.bin.calibrate --trials "${_ctrials}" --xvector-scp "${_cscp}" "${_fit_opts[@]}" \
-                --p-target "${calib_prior}" --set-name "${_cname}" --out-dir "${spk_exp}" \
-                > "${spk_exp}/calib/log/calibrate.log" 2>&1; then
-            tail -n 3 "${spk_exp}/calib/log/calibrate.log" >&2
-            log "Error: the calibration failed, see ${spk_exp}/calib/log/calibrate.log"
-            exit 1
-        fi
-        grep -o "LLR = .*" "${spk_exp}/calib/log/calibrate.log" | while read -r _line; do log "${_line}"; done
-        _score_opts+=(--scoring-dir "${spk_exp}")
-    fi
-    if ${score_qmf}; then  # never with packed_scoring (refused above)
-        _qmf=${spk_exp}/qmf/qmf.json
-        mkdir -p "${spk_exp}/qmf/log"
-        _qmf_opts=(--xvector-scp "${spk_exp}/embed/${train_set}/xvector.scp" --utt2spk "data/${train_set}/utt2spk"
-                   --num-trials "${qmf_trials}" --out "${_qmf}" --eval-mean "${score_eval_mean}")
-        [ -f "data/${train_set}/utt2dur" ] && _qmf_opts+=(--utt2dur "data/${train_set}/utt2dur")
-        ${score_norm} && _qmf_opts+=(--cohort-scp "${_cohort}" --cohort-size "${cohort_size}")
-        ${score_center} && _qmf_opts+=(--mean-scp "${_cohort}")
-        [ "${score_backend}" != cosine ] && _qmf_opts+=(--backend "${_backend}")
-        log "Fitting the QMF on ${qmf_trials} + ${qmf_trials} trials of ${train_set} -> ${_qmf}"
-        if ! python -m spkflow.bin.fit_qmf "${_qmf_opts[@]}" > "${spk_exp}/qmf/log/fit_qmf.log" 2>&1; then
-            tail -n 3 "${spk_exp}/qmf/log/fit_qmf.log" >&2
-            log "Error: fitting the QMF failed, see ${spk_exp}/qmf/log/fit_qmf.log"
-            exit 1
-        fi
-        grep -o 'QMF (.*' "${spk_exp}/qmf/log/fit_qmf.log" | while read -r _line; do log "${_line}"; done
-        _score_opts+=(--qmf "${_qmf}")
-    fi
-    for dset in ${test_sets}; do
-        for _f in "data/${dset}/trials" "${spk_exp}/embed/${dset}/xvector.scp"; do
-            [ -f "${_f}" ] || { log "Error: ${_f} not found (stage 1 writes trials, stage 5 embeddings)"; exit 1; }
-        done
-        _set_opts=()
-        if ${score_qmf} && [ -f "data/${dset}/utt2dur" ]; then _set_opts+=(--utt2dur "data/${dset}/utt2dur"); fi
-        scripts/spk/score.sh "${_score_opts[@]}" "${_set_opts[@]}" "data/${dset}/trials" \
-            "${spk_exp}/embed/${dset}/xvector.scp" "${spk_exp}/eval/${dset}"
-    done
-    _results=${spk_exp}/RESULTS.md
-    [ "${model_dir}" = "${spk_exp}" ] && ${packed_scoring} && _results=${spk_exp}/eval/RESULTS.md
-    log "Results: ${_results}, plots in ${spk_exp}/eval/<set>/{det,score_hist}.png"
+    # spkflow/score/plan.py: the backend, the calibration (on calib_set's trials, or trials drawn from the
+    # training set) and the QMF fitted on the training set's embeddings, each with its log under ${spk_exp};
+    # then scripts/spk/score.sh for each test set (eval/<set>/), RESULTS.md and scoring.yaml for stage 7.
+    python -m spkflow.bin.scoring_plan "${_plan[@]}" run || exit 1
 fi
 
 if { [ -n "${pretrained}" ] || ${packed_scoring}; } && [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
