@@ -6,12 +6,18 @@
 
 Writes DATA_DIR/{wav.scp,utt2spk,spk2utt,utt2dur} (sorted, validated, speaker-prefixed unique
 ids; ``trials`` too with ``--trials true``: every target pair and 10 non-target pairs per target
-pair) atomically; a previous DATA_DIR goes to DATA_DIR/.backup.  Any audio libsndfile reads
-(wav, flac, ogg, opus, mp3, ...) or ffmpeg decodes (m4a, aac, wma, webm: a wav.scp pipe).  Logs
-the counts, durations and sample rates seen, with a warning naming the files below the model's
-rate.  The rules (speakers, ids, what is checked): :mod:`spkflow.corpora.folder`.  Exit status 1
-with a line naming the file on bad input; ``--skip-bad`` leaves unreadable files out instead
-(listed in DATA_DIR/bad_files).
+pair).  Nothing outside DATA_DIR is changed: the files are written and validated in a folder
+beside it and renamed into place; an existing DATA_DIR is replaced only when this command wrote
+it (its marker file ``.spkflow-data-dir``) or with ``--overwrite``; recordings inside DATA_DIR (or
+DATA_DIR inside the recordings) are refused; a second run into the same DATA_DIR is refused
+while the first holds its lock (:mod:`spkflow.corpora.destination`).  Any audio libsndfile reads
+(wav, flac, ogg, opus, mp3, ...) or ffmpeg decodes (m4a, aac, wma, webm: a wav.scp pipe).
+Symbolic links are followed; a folder reached again (a link loop) is read once.  Logs the counts,
+durations and sample rates seen, with a warning naming the files below the model's rate, and
+one when the layout looks like corpus/subset/speaker/file.  The rules (speakers, ids, what is
+checked): :mod:`spkflow.corpora.folder`.  Exit status 1 on bad input, naming every unreadable
+file (one line each); ``--skip-bad true`` decodes every file and leaves the unreadable ones
+out instead (listed in DATA_DIR/bad_files, counted at the end).
 """
 
 from __future__ import annotations
@@ -19,14 +25,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, float_at_least, int_at_least
-from spkflow.core.atomic import write_text_atomic
-from spkflow.core.errors import InputError, UtteranceError
+from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.corpora.base import summary, write_data_dir
-from spkflow.corpora.folder import collect_folder
+from spkflow.corpora.destination import check_destination
+from spkflow.corpora.folder import BadFilesError, collect_folder
 from spkflow.deploy.pack import model_sample_rate
 
 
@@ -47,7 +52,18 @@ def get_parser() -> argparse.ArgumentParser:
     add_bool_option(p, "--trials", default=False, help="also write a trials list (all target pairs + sampled others)")
     p.add_argument("--nontarget-ratio", type=float_at_least(0.0), default=10.0, help="non-target trials per target")
     p.add_argument("--trials-seed", type=int, default=0, help="seed of the non-target sample")
-    add_bool_option(p, "--skip-bad", default=False, help="leave unreadable files out (bad_files)")
+    add_bool_option(
+        p, "--skip-bad", default=False, help="decode every file and leave unreadable ones out (listed in bad_files)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing DATA_DIR that this command did not write, and everything in it",
+    )
+    p.epilog = (
+        "Symbolic links below AUDIO_DIR are followed; a folder reached a second time (a link loop, two links "
+        "to one folder) is read once."
+    )
     return p
 
 
@@ -58,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if (args.audio_dir is None) == (args.list is None):
         parser.error("give AUDIO_DIR or --list FILE (and DATA_DIR)")
     try:
+        sources = [args.audio_dir] if args.audio_dir else []
+        check_destination(args.data_dir, overwrite=args.overwrite, sources=sources)  # before reading anything
         model_rate = model_sample_rate(args.model) if args.model else args.rate
         data, report = collect_folder(
             args.audio_dir,
@@ -67,17 +85,27 @@ def main(argv: list[str] | None = None) -> int:
             skip_bad=args.skip_bad,
         )
         d = write_data_dir(
-            data, args.data_dir, trials=args.trials, nontarget_ratio=args.nontarget_ratio, seed=args.trials_seed
+            data,
+            args.data_dir,
+            trials=args.trials,
+            nontarget_ratio=args.nontarget_ratio,
+            seed=args.trials_seed,
+            overwrite=args.overwrite,
+            sources=sources,
+            files=report.files,
+            extra={"bad_files": "".join(f"{line}\n" for line in report.bad_lines())} if report.bad else None,
         )
-        d.validate(no_feats=True, no_text=True)
-        if report.bad:
-            write_text_atomic(
-                Path(args.data_dir) / "bad_files", "".join(f"{p} {why}\n" for p, why in report.bad.items())
-            )
-    except (InputError, UtteranceError, ValueError, FileNotFoundError) as exc:
+    except BadFilesError as exc:
+        for line in exc.lines:
+            logging.error("%s", line)
+        logging.error("%s", exc)
+        return 1
+    except (InputError, UtteranceError, OutputError, ValueError, OSError) as exc:
         logging.error("%s", exc)
         return 1
     logging.info("wrote %s", summary(d))
+    for line in report.bad_lines():
+        logging.warning("left out: %s", line)
     for line in report.lines(model_rate):
         if line.startswith("WARNING: "):
             logging.warning("%s", line.removeprefix("WARNING: "))

@@ -4,9 +4,10 @@
     python -m spkflow.bin.prepare_corpus CORPUS --help      # that corpus's layout and options
 
 Finds the corpus folder (or clones its public release with --download true), collects the
-utterances (spkflow.corpora.<module>), writes the data dir atomically (a previous one goes to
-OUT_DIR/.backup), validates it and prints a summary.  Exit status 1 on bad input, with the file
-(and line) named; nothing is written then.
+utterances (spkflow.corpora.<module>), writes and validates the data dir beside OUT_DIR and renames
+it into place (an existing OUT_DIR is replaced only when spkflow wrote it, or with --overwrite;
+spkflow.corpora.destination), and prints a summary.  Exit status 1 on bad input, with the file
+(and line) named; nothing is changed then.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import sys
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean
-from spkflow.core.errors import InputError, UtteranceError
+from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.corpora import CORPORA, collect, spec
 from spkflow.corpora.base import CorpusSpec, summary, write_data_dir
+from spkflow.corpora.destination import check_destination
 from spkflow.corpora.fetch import CorpusNotFound, ensure_corpus
 
 
@@ -31,7 +33,7 @@ def _add_corpus_parser(sub: argparse._SubParsersAction, s: CorpusSpec) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("corpus_dir", help=f"the corpus folder (db.sh: {s.db_var})")
-    p.add_argument("out_dir", help="the data dir to write (previous contents go to OUT_DIR/.backup)")
+    p.add_argument("out_dir", help="the data dir to write (replaced only when spkflow wrote it, or --overwrite)")
     for o in s.options:
         flag = "--" + o.name.replace("_", "-")
         kind = {"bool": boolean, "list": str}.get(o.kind, str)
@@ -56,6 +58,9 @@ def _add_corpus_parser(sub: argparse._SubParsersAction, s: CorpusSpec) -> None:
         help="clone the public release when CORPUS_DIR is missing",
     )
     p.add_argument("--download-timeout", type=float, default=30.0, help="seconds allowed to reach the host")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing OUT_DIR that spkflow did not write, and all in it"
+    )
     p.set_defaults(spec=s)
 
 
@@ -79,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         opts[o.name] = v.split() if o.kind == "list" and isinstance(v, str) else v
     try:
         marker = s.marker.format(**opts)
+        check_destination(args.out_dir, overwrite=args.overwrite, sources=[args.corpus_dir])  # before any work
         ensure_corpus(args.corpus_dir, marker, s.db_var, s.url, args.download, args.download_timeout)
         data = collect(s.name, args.corpus_dir, **opts)
         d = write_data_dir(
@@ -90,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
             nontarget_ratio=args.nontarget_ratio,
             seed=args.trials_seed,
             progress=sys.stderr.isatty(),
+            overwrite=args.overwrite,
+            sources=[args.corpus_dir],
         )
-        d.validate(no_feats=True, no_text=True)
     except CorpusNotFound as exc:
         logging.error("Error: %s", exc)
         return 1
-    except (InputError, UtteranceError, ValueError, FileNotFoundError) as exc:
+    except (InputError, UtteranceError, OutputError, ValueError, OSError) as exc:
         logging.error("%s", exc)
         return 1
     logging.info("validated; wrote %s", summary(d))

@@ -125,8 +125,8 @@ def is_stale(holder: Holder) -> bool:
 def _create(path: Path, text: str) -> bool:
     """Make ``path`` hold ``text`` if it does not exist; False when it exists."""
     tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
     try:
+        tmp.write_text(text, encoding="utf-8")  # inside the try: a full disk leaves no temporary file
         os.link(tmp, path)
         return True
     except FileExistsError:

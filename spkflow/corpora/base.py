@@ -10,10 +10,10 @@ absolute audio path and optional transcript, plus optional per-speaker gender).
   ``utt2spk``/``spk2utt`` order);
 * ids contain no white space; every file is ``LC_ALL=C`` sorted, duplicate-free, written
   atomically; ``wav.scp`` holds absolute paths;
-* the data dir appears complete or not at all: it is built in a sibling temporary folder and
-  renamed into place; files of a previous data dir at the same place are moved to
-  ``<dir>/.backup/`` (nothing the user had is deleted, stale ``feats.scp``/``segments`` cannot
-  mix with the new utterances);
+* the data dir appears complete and validated or not at all, and nothing of the user's is
+  touched: it is built and checked in a sibling temporary folder, then renamed into place;
+  a previous folder there is replaced only when spkflow wrote it (a marker file) or with
+  ``overwrite``, and concurrent runs are refused (:mod:`spkflow.corpora.destination`);
 * ``utt2dur`` is computed from audio headers (:func:`spkflow.data.audio.utt2dur`), which also proves
   that every audio file exists and is readable; a ``trials`` list can be added
   (:mod:`spkflow.corpora.trials`).
@@ -28,13 +28,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
+from spkflow.corpora.destination import data_dir_destination
 from spkflow.corpora.trials import format_trial, make_trials, write_trials
 from spkflow.data.audio import format_duration
 from spkflow.data.audio import utt2dur as compute_utt2dur
@@ -162,24 +163,6 @@ def _check(data: CorpusData) -> list[Utterance]:
     return [seen[k] for k in c_sorted(seen)]
 
 
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` to ``out``; the previous ``out`` goes to ``out/.backup``."""
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    old = out.with_name(f".{out.name}.old.{os.getpid()}")
-    os.replace(out, old)
-    os.replace(tmp, out)
-    prev_backup = old / ".backup"
-    if prev_backup.exists():  # our own older backup: superseded by the one made now
-        shutil.rmtree(prev_backup)
-    if any(old.iterdir()):
-        os.replace(old, out / ".backup")
-        log.info("previous contents of %s moved to %s", out, out / ".backup")
-    else:
-        old.rmdir()
-
-
 def write_data_dir(
     data: CorpusData,
     out_dir: str | os.PathLike[str],
@@ -190,25 +173,25 @@ def write_data_dir(
     seed: int = 0,
     text: bool = True,
     progress: bool = False,
+    overwrite: bool = False,
+    sources: Sequence[str | os.PathLike[str]] = (),
+    files: Sequence[str] = (),
+    extra: dict[str, str] | None = None,
 ) -> DataDir:
     """Write ``data`` as a Kaldi data dir at ``out_dir`` (see the module docstring).
 
     Files: ``wav.scp``, ``utt2spk``, ``spk2utt``; ``text`` when ``text`` and every utterance has
     a transcript; ``spk2gender`` when the corpus gives a gender for every speaker; ``utt2dur``
     when ``utt2dur``; ``trials``: the corpus's own list when it gives one, else a sampled list
-    when ``trials`` (both is an error).
+    when ``trials`` (both is an error); ``extra``: more files (name -> text), e.g. ``bad_files``.
+    Put in place by :func:`~spkflow.corpora.destination.data_dir_destination` (``overwrite``,
+    ``sources``, ``files``: see there) after :meth:`DataDir.validate` passed on the new files.
     """
     if trials and data.trials is not None:
         raise ValueError(f"{data.name}: the corpus gives its own trial list; do not ask for a sampled one")
 
     utts = _check(data)
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with data_dir_destination(out_dir, overwrite=overwrite, sources=sources, files=files) as tmp:
         write_kv(tmp / "wav.scp", [(u.utt, u.wav) for u in utts])
         write_kv(tmp / "utt2spk", [(u.utt, u.spk) for u in utts])
         spk2utt = utt2spk_to_spk2utt([(u.utt, u.spk) for u in utts])
@@ -228,11 +211,13 @@ def write_data_dir(
             write_trials(
                 tmp / "trials", make_trials({u.utt: u.spk for u in utts}, nontarget_ratio=nontarget_ratio, seed=seed)
             )
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return DataDir(out)
+        for name, content in (extra or {}).items():
+            write_text_atomic(tmp / name, content)
+        try:
+            DataDir(tmp).validate(no_feats=True, no_text=True)
+        except ValueError as exc:  # InputError too: named after DATA_DIR, not the temporary folder
+            raise ValueError(f"{str(exc).replace(str(tmp), str(out_dir))}; nothing was changed") from None
+    return DataDir(Path(out_dir))
 
 
 def summary(d: DataDir) -> str:

@@ -8,21 +8,28 @@ Rules
 * **Which files**: every file under the folder (any depth, hidden ones skipped) whose extension
   libsndfile reads (:data:`SNDFILE_EXTENSIONS`: wav, flac, ogg / opus, mp3, aiff, ...) or ffmpeg
   decodes in a ``wav.scp`` pipe (:data:`FFMPEG_EXTENSIONS`: m4a, mp4, aac, wma, webm; the
-  ffmpeg of the pinned ``imageio-ffmpeg``, as the VoxCeleb2 recipe).  Or the files a list names:
+  ffmpeg of the pinned ``imageio-ffmpeg``, as the VoxCeleb2 recipe); other files are counted
+  and one named.  Symbolic links are followed, and a folder whose resolved path was already read
+  (a link loop, two links to one folder) is read once.  Or the files a list names:
   ``path [speaker]`` per line (tab-separated when paths hold spaces), relative paths against the
   list's folder.
 * **Speaker**: the first folder of the file's path below the root; ``speaker_regex`` instead
   (``re.search`` on the path relative to the root, ``/``-separated; group ``spk`` or the first
   group, else the whole match).  A file without one (at the top level, or a list line without a
-  speaker) is its own speaker, Kaldi's convention for unknown speakers.
+  speaker) is its own speaker, Kaldi's convention for unknown speakers.  A folder that looks like
+  ``corpus/subset/speaker/file`` (every file two folders deep or more, twice as many
+  second-level folders as first-level ones) gets a warning with the ``--speaker-regex`` to use.
 * **Utterance ids**: the speaker, ``-``, the file name without extension (kept as it is when it
   already starts with ``<speaker>-``, as LibriSpeech's do); when two files of one speaker share
   a name, with their last two folders before it (``/`` -> ``-``).  White space in ids
   becomes ``_``.  Unique, or an error naming both files.
-* **Checked, not decoded**: each file's header (libsndfile; ffmpeg's stream line for the piped
-  formats) gives its rate and duration, so a folder of hours is read in seconds; a file whose
-  header cannot be read, or a WAV shorter than its header says, is an error naming it, or with
-  ``skip_bad`` left out and listed (:attr:`FolderReport.bad`).
+* **Checked**: each file's header (libsndfile; ffmpeg's stream line for the piped formats) gives
+  its rate and duration, so a folder of hours is read in seconds; a file whose header cannot be
+  read, a WAV shorter than its header says, or a name with a line break (no wav.scp line can
+  hold it) is bad.  With ``skip_bad`` every file is also decoded to its end
+  (:func:`decode_check`: a FLAC or MP3 cut short passes the header check) and the bad ones are
+  left out and listed (:attr:`FolderReport.bad`); without it, all bad files are found in one pass
+  and raised together (:class:`BadFilesError`, one line per file), not the first one alone.
 * :class:`FolderReport` gives the counts, durations and rates seen, and names the files whose
   rate is below the model's (they are upsampled: no energy above half their rate, and the same
   recording at 8 and 16 kHz scores only 0.78-0.84 cosine with the demo model).
@@ -53,8 +60,10 @@ from spkflow.data.tables import WHITESPACE
 __all__ = [
     "FFMPEG_EXTENSIONS",
     "SNDFILE_EXTENSIONS",
+    "BadFilesError",
     "FolderReport",
     "collect_folder",
+    "decode_check",
     "probe_ffmpeg",
 ]
 
@@ -78,6 +87,10 @@ class FolderReport:
     bad: dict[str, str] = field(default_factory=dict)
     own_speaker: int = 0
     durations: list[float] = field(default_factory=list)
+    non_audio: list[str] = field(default_factory=list)  # files skipped for their extension
+    revisited: list[str] = field(default_factory=list)  # folders reached a second time through a link
+    files: list[str] = field(default_factory=list)  # the audio files taken
+    nested: str | None = None  # the warning about a corpus/subset/speaker layout
 
     def lines(self, model_rate: int) -> list[str]:
         """The summary the command logs: rates and duration range, then warnings."""
@@ -97,10 +110,45 @@ class FolderReport:
             )
         if self.own_speaker:
             out.append(f"{self.own_speaker} file(s) without a speaker folder: each is its own speaker")
+        if self.non_audio:
+            out.append(
+                f"{len(self.non_audio)} file(s) skipped as not audio by their extension, e.g. {self.non_audio[0]}"
+            )
+        if self.revisited:
+            out.append(
+                f"{len(self.revisited)} folder(s) reached again through a symbolic link were read once, "
+                f"e.g. {self.revisited[0]}"
+            )
+        if self.nested:
+            out.append("WARNING: " + self.nested)
         if self.bad:
-            first = next(iter(self.bad.items()))
-            out.append(f"WARNING: {len(self.bad)} unreadable file(s) left out (bad_files), e.g. {first[0]}: {first[1]}")
+            out.append(
+                f"WARNING: {len(self.bad)} unreadable file(s) left out (listed in bad_files), of "
+                f"{len(self.bad) + len(self.durations)} audio file(s)"
+            )
         return out
+
+    def bad_lines(self) -> list[str]:
+        """One line per bad file: its path (escaped where it holds a line break) and why."""
+        return [f"{_show(p)}: {why}" for p, why in self.bad.items()]
+
+
+def _show(path: str) -> str:
+    """A path as one line: with its line breaks escaped (as Python writes them) when it has any."""
+    return repr(path)[1:-1] if "\n" in path or "\r" in path else path
+
+
+class BadFilesError(InputError):
+    """Unreadable audio files, all of them (``lines``: one per file), found in one pass."""
+
+    def __init__(self, where: str | os.PathLike[str], lines: list[str], total: int) -> None:
+        self.lines = lines
+        super().__init__(
+            where,
+            None,
+            f"{len(lines)} of {total} audio file(s) unreadable (listed above); nothing was written: fix or remove "
+            "them, or pass --skip-bad true to leave them out",
+        )
 
 
 def _clean(s: str) -> str:
@@ -136,7 +184,12 @@ def _header(path: Path, ffmpeg: str | None) -> tuple[str, int, float]:
     try:
         info = sf.info(str(path))
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
-        raise InputError(path, None, f"cannot read the audio header: {exc}") from None
+        why = getattr(exc, "error_string", None) or str(exc)
+        if getattr(exc, "code", None) == 7 or "possibly a pipe" in why:  # said of any file it cannot decode
+            why = (
+                f"no {path.suffix.lstrip('.').upper() or 'audio'} stream libsndfile can decode (not audio, or damaged)"
+            )
+        raise InputError(path, None, f"cannot read the audio header: {why}") from None
     if info.frames <= 0 or info.samplerate <= 0:
         raise InputError(path, None, "no audio samples")
     if info.format == "WAV":
@@ -144,13 +197,80 @@ def _header(path: Path, ffmpeg: str | None) -> tuple[str, int, float]:
     return str(path), int(info.samplerate), info.frames / info.samplerate
 
 
-def _walk(root: Path) -> list[Path]:
+def decode_check(path: Path, wav: str, rate: int, seconds: float, ffmpeg: str | None) -> None:
+    """Decode the whole file; :class:`InputError` when it fails or yields clearly less audio than
+    its header says (a FLAC or MP3 cut short: the header alone does not show it)."""
+    if wav.endswith("|"):  # the ffmpeg pipe: decode to nothing, any error is a bad file
+        exe = ffmpeg or wav.split()[0]
+        proc = subprocess.run(
+            [exe, "-hide_banner", "-nostdin", "-v", "error", "-i", str(path), "-f", "null", "-"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0 or proc.stderr.strip():
+            tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+            raise InputError(path, None, f"ffmpeg cannot decode it all: {tail}")
+        return
+    frames = 0
+    try:
+        with sf.SoundFile(str(path)) as f:
+            while True:
+                block = f.read(1 << 13, dtype="float32", always_2d=True)
+                if not len(block):
+                    break
+                frames += len(block)
+    except Exception as exc:  # LibsndfileError: "flac decoder lost sync", ...
+        raise InputError(path, None, f"damaged: decoding stops after {frames / rate:.2f} s: {exc}") from None
+    expected = round(seconds * rate)
+    if expected - frames > max(2048, expected // 100):
+        raise InputError(
+            path, None, f"truncated: decodes to {frames / rate:.2f} s of the {seconds:.2f} s its header says"
+        )
+
+
+def _walk(root: Path, report: FolderReport) -> list[Path]:
+    """The audio files below ``root`` in sorted order, following symbolic links; a folder whose
+    resolved path was already read (a link loop, two links to one folder) is read once."""
     exts = SNDFILE_EXTENSIONS + FFMPEG_EXTENSIONS
     found = []
+    seen = {os.path.realpath(root)}
     for d, dirs, files in os.walk(root, followlinks=True):
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        found += [Path(d) / f for f in sorted(files) if not f.startswith(".") and f.lower().endswith(exts)]
+        keep = []
+        for x in sorted(dirs):
+            if x.startswith("."):
+                continue
+            real = os.path.realpath(os.path.join(d, x))
+            if real in seen:
+                report.revisited.append(os.path.join(d, x))
+                continue
+            seen.add(real)
+            keep.append(x)
+        dirs[:] = keep
+        for f in sorted(files):
+            if f.startswith("."):
+                continue
+            if f.lower().endswith(exts):
+                found.append(Path(d) / f)
+            else:
+                report.non_audio.append(_show(os.path.join(d, f)))
     return found
+
+
+def _nested_hint(rels: list[str]) -> str | None:
+    """The warning for ``corpus/subset/speaker/file`` read with the first folder as speaker:
+    every file two or more folders deep and at least twice as many second-level folders as
+    first-level ones (LibriSpeech's root: 2 subsets holding 261 speakers)."""
+    if not rels or any(r.count("/") < 2 for r in rels):
+        return None
+    first = {r.split("/")[0] for r in rels}
+    second = {tuple(r.split("/")[:2]) for r in rels}
+    if len(second) < 2 * len(first):
+        return None
+    example = sorted(second)[0]
+    return (
+        f"{len(first)} speaker folder(s) hold {len(second)} subfolders (e.g. {'/'.join(example)}/): if the speakers "
+        f"are the second level (corpus/subset/speaker/file), rerun with --speaker-regex '^[^/]+/(?P<spk>[^/]+)/' "
+        f"(that would make {len({s for _, s in second})} speakers)"
+    )
 
 
 def _read_list(path: Path) -> list[tuple[Path, str | None, int]]:
@@ -188,6 +308,7 @@ def collect_folder(
     pattern = re.compile(speaker_regex) if speaker_regex else None
     if pattern is not None and list_file is not None:
         raise ValueError("--speaker-regex applies to a folder; a list names its speakers itself")
+    report = FolderReport()
     entries: list[tuple[Path, str | None, str]] = []  # (path, speaker, where: for errors)
     if list_file is not None:
         lst = Path(list_file)
@@ -196,34 +317,38 @@ def collect_folder(
         top = Path(root)  # type: ignore[arg-type]
         if not top.is_dir():
             raise InputError(top, None, "not a folder")
-        for p in _walk(top):
+        rels = []
+        for p in _walk(top, report):
             rel = p.relative_to(top).as_posix()
             spk: str | None
             if pattern is not None:
                 m = pattern.search(rel)
                 if m is None:
-                    raise InputError(p, None, f"path {rel!r} does not match --speaker-regex {speaker_regex!r}")
+                    raise InputError(
+                        _show(str(p)), None, f"path {rel!r} does not match --speaker-regex {speaker_regex!r}"
+                    )
                 spk = m.groupdict().get("spk") or (m.group(1) if m.re.groups else m.group(0))
             else:
                 spk = rel.split("/")[0] if "/" in rel else None
+                rels.append(rel)
             entries.append((p, spk, str(p)))
         if not entries:
-            raise InputError(top, None, f"no audio files ({', '.join(SNDFILE_EXTENSIONS + FFMPEG_EXTENSIONS)})")
-    report = FolderReport()
+            skipped = f"; {len(report.non_audio)} other file(s) skipped" if report.non_audio else ""
+            raise InputError(
+                top, None, f"no audio files ({', '.join(SNDFILE_EXTENSIONS + FFMPEG_EXTENSIONS)}){skipped}"
+            )
+        report.nested = _nested_hint(rels)
     rows: list[tuple[str, str, str, float, Path]] = []  # (spk, stem key, wav entry, seconds, path)
     for path, spk, where in entries:
         try:
+            if "\n" in str(path) or "\r" in str(path):
+                raise InputError(path, None, "its name holds a line break, which a wav.scp line cannot: rename it")
             if not path.is_file():
                 raise InputError(where, None, f"audio file not found: {path}")
             wav, rate, seconds = _header(path, ffmpeg)
-        except UtteranceError as exc:  # a WAV cut short
-            if not skip_bad:
-                raise InputError(path, None, exc.message) from None
-            report.bad[str(path)] = exc.message
-            continue
-        except InputError as exc:
-            if not skip_bad:
-                raise
+            if skip_bad:
+                decode_check(path, wav, rate, seconds, ffmpeg)
+        except (UtteranceError, InputError) as exc:  # UtteranceError: a WAV cut short
             report.bad[str(path)] = exc.message
             continue
         stem = _clean(path.name[: -len(path.suffix)] if path.suffix else path.name)
@@ -233,10 +358,13 @@ def collect_folder(
         rows.append((_clean(spk), stem, wav, seconds, path))
         report.rates[rate] += 1
         report.durations.append(seconds)
+        report.files.append(str(path))
         if rate < model_rate:
             report.low_rate.setdefault(rate, []).append(str(path))
+    if report.bad and not skip_bad:
+        raise BadFilesError(root or list_file or "", report.bad_lines(), len(entries))
     if not rows:
-        raise InputError(root or list_file or "", None, "no readable audio file")
+        raise InputError(root or list_file or "", None, f"no readable audio file ({len(report.bad)} unreadable)")
     utts = _utterances(rows)
     durations = {u.utt: r[3] for u, r in zip(utts, rows, strict=True)}
     return CorpusData(str(root or list_file), utts, durations=durations), report

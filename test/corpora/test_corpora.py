@@ -79,15 +79,22 @@ def test_speechocean762_inconsistent_lists_name_file_and_line(tmp_path: Path) ->
         collect("speechocean762", str(corpus), split="test")
 
 
-def test_rerun_keeps_previous_files_in_backup(tmp_path: Path) -> None:
+def test_rerun_replaces_only_its_own_data_dir(tmp_path: Path) -> None:
+    """A data dir spkflow wrote is replaced byte for byte; one holding a file it did not write
+    (a stale feats.scp) is refused and left as it was, unless overwrite; nothing goes to .backup."""
     corpus = make_speechocean_mini(tmp_path / "so762")
     out = tmp_path / "data" / "test"
     write_data_dir(collect("speechocean762", str(corpus), split="test"), out, trials=True)
     first = {n: (out / n).read_bytes() for n in ("wav.scp", "utt2spk", "spk2utt", "utt2dur", "trials")}
-    (out / "feats.scp").write_text("stale\n")
     write_data_dir(collect("speechocean762", str(corpus), split="test"), out, trials=True)
-    assert not (out / "feats.scp").exists() and (out / ".backup" / "feats.scp").read_text() == "stale\n"
     assert {n: (out / n).read_bytes() for n in first} == first  # deterministic, byte for byte
+    (out / "feats.scp").write_text("stale\n")
+    with pytest.raises(InputError, match=r"test: exists and holds files spkflow did not write \(feats.scp\)"):
+        write_data_dir(collect("speechocean762", str(corpus), split="test"), out, trials=True)
+    assert (out / "feats.scp").read_text() == "stale\n" and {n: (out / n).read_bytes() for n in first} == first
+    write_data_dir(collect("speechocean762", str(corpus), split="test"), out, trials=True, overwrite=True)
+    assert not (out / "feats.scp").exists() and {n: (out / n).read_bytes() for n in first} == first
+    assert not (out / ".backup").exists()
     assert not list(tmp_path.joinpath("data").glob(".test.*"))  # no temporary dirs left behind
 
 

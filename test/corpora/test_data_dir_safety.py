@@ -1,0 +1,269 @@
+"""``make_data_dir`` never touches what it did not write (spkflow.corpora.destination) and reports
+every unreadable recording (spkflow.corpora.folder): each case runs the real command in a
+subprocess on audio written here, next to files a user would keep."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from helpers.audio import synth_voice
+from helpers.paths import ROOT
+from spkflow.core import lock
+from spkflow.data.datadir import DataDir
+
+PY = sys.executable
+CMD = [PY, "-m", "spkflow.bin.make_data_dir"]
+
+
+def run(args: list, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LC_ALL="C")
+    p = subprocess.run([*CMD, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def voice(seed: int, seconds: float = 0.6, rate: int = 16000) -> np.ndarray:
+    return synth_voice(np.random.default_rng(seed), 100 + 20 * seed, (500.0, 1500.0, 2500.0), seconds, rate)
+
+
+def recordings(root: Path, speakers: dict[str, int], ext: str = "wav") -> Path:
+    """``root/<speaker>/<n>.<ext>`` with real voiced audio, ``n`` files per speaker."""
+    seed = 0
+    for spk, n in speakers.items():
+        (root / spk).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            seed += 1
+            sf.write(root / spk / f"u{i}.{ext}", voice(seed), 16000)
+    return root
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    """Every file below ``path`` (links not followed) -> its bytes."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def siblings(path: Path) -> list[str]:
+    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}."))
+
+
+# --------------------------------------------------------------------------- the user's folders
+
+
+def test_a_folder_it_did_not_write_is_refused_and_its_own_is_replaced(tmp_path: Path) -> None:
+    rec = recordings(tmp_path / "rec", {"ann": 2, "bob": 2})
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes\n")
+    for _ in range(2):  # the old behaviour: moved to .backup, deleted on the second run
+        p = run([rec, out], check=False)
+        assert p.returncode == 1 and "Traceback" not in p.stderr
+        assert "mine: exists and was not written by spkflow (notes.txt); nothing was changed" in p.stderr
+        assert "--overwrite" in p.stderr
+        assert tree(out) == {"notes.txt": b"my notes\n"}
+    fresh = tmp_path / "fresh"
+    run([rec, fresh])
+    first = tree(fresh)
+    assert ".spkflow-data-dir" in first and "wav.scp" in first
+    run([rec, fresh])  # its own folder: replaced, byte for byte the same
+    assert tree(fresh) == first
+    (fresh / "notes.txt").write_text("added later\n")  # a user's file in a folder spkflow wrote: kept
+    p = run([rec, fresh], check=False)
+    assert p.returncode == 1 and "holds files spkflow did not write (notes.txt)" in p.stderr
+    assert (fresh / "notes.txt").read_text() == "added later\n"
+    run([rec, out, "--overwrite"])  # asked for: replaced
+    assert not (out / "notes.txt").exists() and DataDir(out).utt2spk()
+    assert tree(rec) == tree(tmp_path / "rec")  # the recordings untouched
+    assert not any(p.name == ".backup" for p in tmp_path.rglob("*")) and not siblings(out) and not siblings(fresh)
+
+
+def test_recordings_inside_the_data_dir_or_the_reverse_are_refused(tmp_path: Path) -> None:
+    """The issue's cases: AUDIO_DIR inside DATA_DIR (moved into .backup, exit 0, wav.scp pointing at
+    nothing) and ``make_data_dir P/.backup/audio P`` (all recordings deleted, exit 0); also through
+    a symbolic link, and with --overwrite."""
+    p_dir = tmp_path / "P"
+    run([recordings(tmp_path / "elsewhere", {"ann": 2}), p_dir])  # P: a data dir spkflow wrote
+    rec = recordings(p_dir / ".backup" / "audio", {"ann": 2, "bob": 2})
+    before = tree(p_dir)
+    for extra in ([], ["--overwrite"]):
+        p = run([rec, p_dir, *extra], check=False)
+        assert p.returncode == 1 and "the recordings are inside the data dir" in p.stderr, p.stderr
+        assert tree(p_dir) == before
+    inner = recordings(tmp_path / "Q" / "audio", {"ann": 2})
+    p = run([inner, tmp_path / "Q", "--overwrite"], check=False)
+    assert p.returncode == 1 and "the recordings are inside the data dir" in p.stderr
+    link = tmp_path / "link_to_Q"
+    link.symlink_to(tmp_path / "Q")
+    p = run([link / "audio", tmp_path / "Q", "--overwrite"], check=False)
+    assert p.returncode == 1 and "the recordings are inside the data dir" in p.stderr
+    p = run([inner, link / "audio" / "data"], check=False)  # DATA_DIR inside the recordings, through the link
+    assert p.returncode == 1 and "the data dir would be inside the recordings' folder" in p.stderr
+    assert sorted(tree(tmp_path / "Q")) == ["audio/ann/u0.wav", "audio/ann/u1.wav"]
+
+
+def test_symbolic_link_loops_end_and_each_folder_is_read_once(tmp_path: Path) -> None:
+    rec = recordings(tmp_path / "rec", {"ann": 2, "bob": 2})
+    (rec / "ann" / "up").symlink_to("..")  # two links back to the root
+    (rec / "bob" / "top").symlink_to(rec)
+    (rec / "carol").symlink_to(rec / "ann")  # a second name for one folder
+    out = tmp_path / "data"
+    p = run([rec, out], timeout=60)
+    assert sorted(DataDir(out).utt2spk()) == ["ann-u0", "ann-u1", "bob-u0", "bob-u1"]
+    assert "3 folder(s) reached again through a symbolic link were read once" in p.stderr
+    assert "a folder reached a second time (a link loop" in run(["--help"]).stdout.replace("\n", " ")
+
+
+def test_a_new_data_dir_that_fails_its_checks_keeps_the_previous_one(tmp_path: Path) -> None:
+    """Speakers ``A`` and ``A-1``: utt2spk cannot be sorted for both; the valid dir stays."""
+    out = tmp_path / "data"
+    run([recordings(tmp_path / "good", {"A": 2, "B": 2}), out])
+    before = tree(out)
+    bad = tmp_path / "bad"
+    recordings(bad, {"A-1": 1})
+    (bad / "A").mkdir()
+    sf.write(bad / "A" / "1-x.wav", voice(9), 16000)
+    sf.write(bad / "A" / "z.wav", voice(10), 16000)
+    p = run([bad, out], check=False)
+    assert p.returncode == 1 and "data/utt2spk:" in p.stderr and "nothing was changed" in p.stderr, p.stderr
+    assert tree(out) == before and not siblings(out)
+
+
+def test_a_second_run_into_one_data_dir_is_refused(tmp_path: Path) -> None:
+    rec = recordings(tmp_path / "rec", {"ann": 2, "bob": 2})
+    out = tmp_path / "data"
+    run([rec, out])
+    before = tree(out)
+    holder = subprocess.Popen(
+        [PY, "-c", f"from spkflow.core import lock; import sys, time; lock.acquire({str(out)!r}); print('held', "
+         "flush=True); time.sleep(60)"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        p = run([rec, out], check=False)
+        assert p.returncode == 1 and f"is in use by another run: pid {holder.pid}" in p.stderr, p.stderr
+        assert {k: v for k, v in tree(out).items() if k != lock.LOCK_NAME} == before
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # three at once (different folders): each refused or complete; the result is one run's, valid
+    outs = {}
+    for name, spk in (("r1", {"ann": 3}), ("r2", {"bob": 2, "cy": 2}), ("r3", {"dee": 4})):
+        outs[name] = recordings(tmp_path / name, spk)
+    shared = tmp_path / "shared"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen([*CMD, str(r), str(shared)], env=env, stderr=subprocess.PIPE, text=True) for r in outs.values()
+    ]
+    results = [(proc.wait(timeout=120), proc.stderr.read() if proc.stderr else "") for proc in procs]
+    assert any(rc == 0 for rc, _ in results)
+    for rc, err in results:
+        assert rc == 0 or "in use by another run" in err or "at the same moment" in err, err
+    d = DataDir(shared)
+    d.validate(no_feats=True, no_text=True)
+    spks = set(d.utt2spk().values())
+    assert spks in ({"ann"}, {"bob", "cy"}, {"dee"})
+    assert not (shared / lock.LOCK_NAME).exists() and not siblings(shared)
+
+
+def _unshare_ok() -> bool:
+    return (
+        shutil.which("unshare") is not None
+        and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    )
+
+
+def test_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    """A real full file system (a 8 KiB tmpfs, filled first, in a user namespace); where user
+    namespaces are not allowed, a file-size limit (EFBIG) takes the same path."""
+    rec = recordings(tmp_path / "rec", {"ann": 2, "bob": 2})
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if _unshare_ok():
+        script = (
+            f"mount -t tmpfs -o size=8k tmpfs {mnt} && (head -c 100000 /dev/zero > {mnt}/filler 2>/dev/null; true) "
+            f"&& {' '.join(CMD)} {rec} {mnt}/data; echo rc=$?; ls -A {mnt}"
+        )
+        p = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", script], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert "rc=1" in p.stdout and p.stdout.split("rc=1", 1)[1].split() == ["filler"], p.stdout + p.stderr
+        why = "No space left on device"
+    else:
+        import resource
+
+        def limit() -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+        p = run([rec, mnt / "data"], check=False, preexec_fn=limit)
+        assert p.returncode == 1 and not (mnt / "data").exists()
+        why = "File too large"
+    errors = [line for line in p.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in p.stderr and len(errors) == 1, p.stderr
+    assert f"data: cannot write: {why}" in errors[0]
+
+
+# --------------------------------------------------------------------------- unreadable recordings
+
+
+def test_every_bad_file_is_named_and_skip_bad_decodes_each(tmp_path: Path) -> None:
+    rec = recordings(tmp_path / "rec", {"ann": 3, "bob": 3})
+    sf.write(rec / "ann" / "long.flac", voice(20, 3.0), 16000)
+    whole = (rec / "ann" / "long.flac").read_bytes()
+    (rec / "ann" / "cut.flac").write_bytes(whole[: len(whole) // 2])  # header intact, audio cut
+    (rec / "ann" / "long.flac").unlink()
+    (rec / "bob" / "noise.mp3").write_bytes(np.random.default_rng(0).bytes(20000))
+    sf.write(rec / "bob" / "new\nline.wav", voice(21), 16000)
+    (rec / "bob" / "empty.wav").write_bytes(b"")
+    (rec / "ann" / "notes.txt").write_text("not audio")
+    (rec / "cover.jpg").write_bytes(b"\xff\xd8")
+    out = tmp_path / "data"
+    p = run([rec, out], check=False)
+    assert p.returncode == 1 and not out.exists() and "Traceback" not in p.stderr
+    for name in ("bob/noise.mp3", "bob/new\\nline.wav", "bob/empty.wav"):
+        assert f"{rec}/{name}: " in p.stderr, (name, p.stderr)
+    assert "3 of 10 audio file(s) unreadable" in p.stderr and "--skip-bad true" in p.stderr
+    assert "not a regular file" not in p.stderr and "no MP3 stream libsndfile can decode" in p.stderr
+    assert "its name holds a line break" in p.stderr
+    p = run([rec, out, "--skip-bad", "true"])
+    listed = (out / "bad_files").read_text().splitlines()
+    assert len(listed) == 4 and all(line.startswith(str(rec)) for line in listed)
+    cut = next(line for line in listed if "ann/cut.flac" in line)
+    assert "damaged" in cut or "truncated" in cut
+    assert sorted(DataDir(out).utt2spk()) == ["ann-u0", "ann-u1", "ann-u2", "bob-u0", "bob-u1", "bob-u2"]
+    assert "4 unreadable file(s) left out (listed in bad_files), of 10 audio file(s)" in p.stderr
+    assert "2 file(s) skipped as not audio by their extension" in p.stderr
+
+
+def test_a_truncated_mp3_is_caught_by_skip_bad(tmp_path: Path) -> None:
+    rec = recordings(tmp_path / "rec", {"ann": 2})
+    sf.write(rec / "ann" / "long.mp3", voice(30, 3.0), 16000, format="MP3", subtype="MPEG_LAYER_III")
+    whole = (rec / "ann" / "long.mp3").read_bytes()
+    (rec / "ann" / "long.mp3").write_bytes(whole[: len(whole) // 2])
+    p = run([rec, tmp_path / "data", "--skip-bad", "true"])
+    assert "long.mp3: truncated: decodes to" in (tmp_path / "data" / "bad_files").read_text(), p.stderr
+
+
+def test_a_nested_layout_says_which_speaker_regex(tmp_path: Path) -> None:
+    """corpus/subset/speaker/file (LibriSpeech's root): the first folder would make 2 speakers of 6."""
+    root = tmp_path / "corpus"
+    for subset, spks in (("dev", ("11", "12", "13")), ("test", ("21", "22", "23"))):
+        recordings(root / subset, {s: 1 for s in spks})
+    p = run([root, tmp_path / "d1"])
+    assert "WARNING" in p.stderr and "2 speaker folder(s) hold 6 subfolders" in p.stderr
+    regex = "^[^/]+/(?P<spk>[^/]+)/"
+    assert f"--speaker-regex '{regex}'" in p.stderr and "that would make 6 speakers" in p.stderr
+    p = run([root, tmp_path / "d2", "--speaker-regex", regex])
+    assert len(set(DataDir(tmp_path / "d2").utt2spk().values())) == 6 and "subfolders" not in p.stderr
+    flat = recordings(tmp_path / "flat", {"ann": 2, "bob": 2})
+    assert "subfolders" not in run([flat, tmp_path / "d3"]).stderr
