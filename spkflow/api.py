@@ -69,7 +69,7 @@ from spkflow.embed import TOOLKITS, detect_toolkit, load_embedder
 from spkflow.embed.base import default_max_frames
 from spkflow.embed.native import SpkflowEmbedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
-from spkflow.score.verification import Scoring, Verdict, has_scoring
+from spkflow.score.verification import MIN_DOMAIN, Scoring, Verdict, has_scoring
 
 __all__ = ["Embedder"]
 
@@ -241,6 +241,12 @@ class Embedder:
         a, b = np.asarray(emb_a), np.asarray(emb_b)
         if a.shape[-1:] != (self.dim,) or b.shape[-1:] != (self.dim,):
             raise ValueError(f"embeddings must be [{self.dim}] or [N, {self.dim}], got {a.shape} and {b.shape}")
+        if domain is not None and self.scoring.centres and len(np.atleast_2d(np.asarray(domain))) < MIN_DOMAIN:
+            # two recordings centred on their own mean become opposite vectors: any pair scores as two speakers
+            raise ValueError(
+                f"domain of {len(np.atleast_2d(np.asarray(domain)))} recordings: centring needs at least {MIN_DOMAIN} "
+                "(fewer are pushed apart by their own mean); leave domain=None for the model's own centring"
+            )
         return self.scoring.score(a, b, domain=domain)
 
     def _embed_one(self, x: Any, sample_rate: int | None) -> np.ndarray:

@@ -44,7 +44,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +52,8 @@ import soundfile as sf
 
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.corpora.base import CorpusData, Utterance
-from spkflow.corpora.voxceleb import ffmpeg_pipe
 from spkflow.data.audio import spec_duration
+from spkflow.data.ffmpeg import FFMPEG_EXTENSIONS, ffmpeg_pipe, probe_ffmpeg
 from spkflow.data.tables import WHITESPACE
 
 __all__ = [
@@ -71,11 +70,6 @@ log = logging.getLogger(__name__)
 
 #: read by libsndfile directly (1.2: MP3 and Opus included)
 SNDFILE_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".caf", ".w64")
-#: decoded by ffmpeg in a wav.scp pipe
-FFMPEG_EXTENSIONS = (".m4a", ".mp4", ".aac", ".wma", ".webm")
-
-_FF_RATE = re.compile(r"Audio: .*?(\d+) Hz")
-_FF_DUR = re.compile(r"Duration: (\d+):(\d\d):(\d\d(?:\.\d+)?)")
 
 
 @dataclass
@@ -155,28 +149,11 @@ def _clean(s: str) -> str:
     return "".join("_" if c in WHITESPACE else c for c in s)
 
 
-def probe_ffmpeg(exe: str, path: str) -> tuple[int, float]:
-    """(native rate, seconds) of a file ffmpeg decodes, from its stream header (``ffmpeg -i``,
-    no decoding).  :class:`InputError` naming the file when ffmpeg finds no audio stream."""
-    try:
-        proc = subprocess.run(
-            [exe, "-hide_banner", "-nostdin", "-i", path], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(path, None, f"cannot run ffmpeg ({exe}): {exc}") from None
-    rate, dur = _FF_RATE.search(proc.stderr), _FF_DUR.search(proc.stderr)
-    if rate is None or dur is None:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise InputError(path, None, f"ffmpeg finds no audio stream: {tail[0]}")
-    h, m, sec = dur.groups()
-    return int(rate.group(1)), int(h) * 3600 + int(m) * 60 + float(sec)
-
-
 def _header(path: Path, ffmpeg: str | None) -> tuple[str, int, float]:
     """(wav.scp entry, native rate, seconds) of one file."""
     if path.suffix.lower() in FFMPEG_EXTENSIONS:
         if ffmpeg is None:
-            from spkflow.corpora.voxceleb import default_ffmpeg
+            from spkflow.data.ffmpeg import default_ffmpeg
 
             ffmpeg = default_ffmpeg()
         rate, seconds = probe_ffmpeg(ffmpeg, str(path))

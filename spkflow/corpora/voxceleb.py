@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shlex
 import struct
 from pathlib import Path
 
@@ -42,6 +41,7 @@ import soundfile as sf
 
 from spkflow.core.errors import InputError
 from spkflow.corpora.base import CorpusData, CorpusOption, CorpusSpec, Utterance
+from spkflow.data.ffmpeg import FFMPEG_ARGS, default_ffmpeg, ffmpeg_pipe  # noqa: F401  (FFMPEG_ARGS: re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +49,6 @@ log = logging.getLogger(__name__)
 VOX1_TEST_SPEAKERS = frozenset(f"id{n}" for n in range(10270, 10310))
 #: set name -> official cleaned trial list file (in the VoxCeleb1 folder)
 TRIAL_LISTS = {"vox1_o": "veri_test2.txt", "vox1_e": "list_test_all2.txt", "vox1_h": "list_test_hard2.txt"}
-#: ffmpeg arguments of a wav.scp pipe: mono 16-bit WAV at {rate} Hz on stdout
-FFMPEG_ARGS = "-nostdin -v error -i {path} -f wav -acodec pcm_s16le -ac 1 -ar {rate} - |"
-
-
-def ffmpeg_pipe(exe: str, path: str, rate: int = 16000) -> str:
-    """A wav.scp pipe entry: ``path`` (``-``: standard input) decoded by the ffmpeg binary ``exe``
-    to mono 16-bit WAV at ``rate`` Hz."""
-    return f"{shlex.quote(exe)} " + FFMPEG_ARGS.format(path=shlex.quote(str(path)), rate=int(rate))
-
 
 _SPK = re.compile(r"id\d+")
 _REL = re.compile(r"(?P<spk>id\d+)/(?P<video>[^/\s]+)/(?P<clip>[^/\s]+)\.(?:wav|flac|m4a)")
@@ -178,16 +169,6 @@ def _find_box(f, start: int, end: int, kind: bytes, path: str) -> tuple[int, int
             return pos + head, pos + size
         pos += size
     raise InputError(path, None, f"corrupt m4a: no '{kind.decode()}' box (not an MP4 file, or truncated)")
-
-
-def default_ffmpeg() -> str:
-    try:
-        import imageio_ffmpeg
-    except ImportError:
-        raise FileNotFoundError(
-            "VoxCeleb2's m4a needs ffmpeg: install the pinned imageio-ffmpeg (tools/setup.sh) or pass --ffmpeg PATH"
-        ) from None
-    return imageio_ffmpeg.get_ffmpeg_exe()
 
 
 def collect_voxceleb2(corpus_dir: str | Path, part: str = "dev", ffmpeg: str | None = None) -> CorpusData:

@@ -4,8 +4,11 @@ What it guarantees
 ------------------
 * :meth:`AudioReader.read` returns a 1-D ``float32`` array in ``[-1, 1]`` at the reader's
   sample rate, whatever the source: a path in any format libsndfile reads (WAV, FLAC, OGG,
-  ...), a Kaldi ``command |`` pipe whose stdout is audio bytes, or a Kaldi extended filename
-  ``file.ark:OFFSET`` (wav data written by ``wav-copy``; read with kaldiio).
+  MP3, ...) or of an extension only ffmpeg decodes (m4a, aac, wma, webm: :mod:`spkflow.data.ffmpeg`,
+  the arguments of make_data_dir's ``wav.scp`` pipes, so a file named directly gives stage 5's
+  samples), a Kaldi ``command |`` pipe whose stdout is audio bytes, or a Kaldi extended filename
+  ``file.ark:OFFSET`` (wav data written by ``wav-copy``; read with kaldiio).  Every entry point
+  (data dirs, ``verify``, ``identify``, the API) reads through :func:`read_audio`.
 * ``segments`` (``utt rec start end``, seconds) are honoured; ``end == -1`` means "to the end of
   the recording", and an ``end`` at most 0.5 s past the end is truncated silently (both as
   Kaldi's ``extract-segments``).  Sample positions are *rounded* (``round(t * rate)``), where
@@ -50,6 +53,7 @@ import numpy as np
 import soundfile as sf
 
 from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.ffmpeg import decode_file, default_ffmpeg, is_ffmpeg_file, probe_ffmpeg
 from spkflow.data.tables import read_kv, write_kv
 
 __all__ = [
@@ -227,6 +231,11 @@ def _decode_spec(spec: str, utt: str) -> tuple[np.ndarray, int, str]:
             raise UtteranceError(utt, spec, f"cannot read wav from ark: {exc}") from exc
         data = np.asarray(data)
         return (data if data.ndim == 2 else data[:, None]), int(rate), spec
+    if is_ffmpeg_file(spec):
+        if not os.path.exists(spec):
+            raise UtteranceError(utt, spec, "audio file not found")
+        data, rate = _decode_bytes(decode_file(spec, utt), utt, spec)
+        return data, rate, spec
     data, rate = read_file(spec, utt)
     return data, rate, spec
 
@@ -291,6 +300,11 @@ def spec_duration(spec: str, utt: str = "<audio>") -> float:
     if not _is_pipe(spec) and _ark_location(spec) is None:
         if not os.path.exists(spec):
             raise UtteranceError(utt, spec, "audio file not found")
+        if is_ffmpeg_file(spec):
+            try:
+                return probe_ffmpeg(default_ffmpeg(), spec)[1]
+            except (InputError, FileNotFoundError) as exc:
+                raise UtteranceError(utt, spec, getattr(exc, "message", str(exc))) from None
         try:
             info = sf.info(spec)
         except Exception as exc:
@@ -414,7 +428,7 @@ class AudioReader:
             return read_audio(self.entry(utt), utt)
         seg = self._segment(utt)
         spec = self._wav[seg.recording].strip()
-        if not _is_pipe(spec) and _ark_location(spec) is None:
+        if not _is_pipe(spec) and _ark_location(spec) is None and not is_ffmpeg_file(spec):
             return self._read_file_segment(utt, seg, spec)
         data, rate, source = self._decoded_recording(seg.recording, spec, utt)
         start, stop = self._segment_bounds(utt, seg, data.shape[0], rate, source)

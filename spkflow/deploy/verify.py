@@ -139,6 +139,13 @@ def _domain(mode: str | np.ndarray, emb: dict[str, np.ndarray], scoring: Scoring
         return mode if scoring.centres else None
     if mode not in DOMAINS:
         raise ValueError(f"domain must be one of {', '.join(DOMAINS)}, got {mode!r}")
+    if mode == "pairs" and scoring.centres and len(emb) < MIN_DOMAIN:
+        raise ValueError(
+            f"--domain-mean pairs: {len(emb)} recordings to centre on; centring fewer than {MIN_DOMAIN} on "
+            "their own mean pushes any two of them apart (two recordings of one speaker score as different "
+            "speakers): use auto (the model's mean for so few), train, or a data dir / embedding scp of "
+            f">= {MIN_DOMAIN} recordings like these"
+        )
     if mode == "train" or (mode == "auto" and (len(emb) < MIN_DOMAIN or not scoring.centres)) or not emb:
         return None
     return np.stack(list(emb.values()))

@@ -252,3 +252,33 @@ def test_known_durations_never_run_a_pipe(tmp_path: Path) -> None:
     assert known_durations(d, ["s-a", "s-b", "s-p"]) == {"s-a": 1.23, "s-b": 0.07, "s-p": None}
     (d / "utt2dur").write_text("s-a 9.5\n")
     assert known_durations(d, ["s-a", "s-b"]) == {"s-a": 9.5, "s-b": None}
+
+
+@pytest.mark.parametrize("ext,codec", [(".m4a", "aac"), (".webm", "libopus"), (".wma", "wmav2")])
+def test_a_file_only_ffmpeg_decodes_reads_as_its_wav_scp_pipe(tmp_path: Path, ext: str, codec: str) -> None:
+    """m4a / webm / wma named directly (as verify, identify and the API name files) decode to the
+    samples of the wav.scp pipe make_data_dir writes for them; a path with spaces; duration
+    from ffmpeg's header; a broken one is named."""
+    import subprocess
+
+    from spkflow.data.audio import read_audio, spec_duration
+    from spkflow.data.ffmpeg import default_ffmpeg, ffmpeg_pipe, probe_ffmpeg
+
+    rng = np.random.default_rng(3)
+    t = np.arange(int(1.3 * 44100)) / 44100
+    src = tmp_path / "src.wav"
+    sf.write(src, np.stack([0.3 * np.sin(2 * np.pi * 300 * t), 0.05 * rng.standard_normal(t.size)], 1), 44100)
+    f = tmp_path / f"my note{ext}"
+    subprocess.run([default_ffmpeg(), "-nostdin", "-v", "error", "-i", src, "-c:a", codec, f], check=True)
+    wave, rate = read_audio(str(f), utt="u1")
+    rate_hdr, seconds = probe_ffmpeg(default_ffmpeg(), str(f))
+    piped, piped_rate = read_audio(ffmpeg_pipe(default_ffmpeg(), str(f), rate_hdr), utt="u1")
+    assert rate == piped_rate == rate_hdr and np.array_equal(wave, piped) and wave.dtype == np.float32
+    assert abs(wave.size / rate - 1.3) < 0.1 and spec_duration(str(f)) == pytest.approx(seconds)
+    corrupt = tmp_path / f"corrupt{ext}"
+    corrupt.write_bytes(b"\x00\x01" * 100)
+    with pytest.raises(UtteranceError, match="ffmpeg cannot decode it") as err:
+        read_audio(str(corrupt), utt="u2")
+    assert str(corrupt) in str(err.value)
+    with pytest.raises(UtteranceError, match="not found"):
+        read_audio(str(tmp_path / f"none{ext}"))

@@ -338,3 +338,26 @@ def test_thousands_of_pairs_are_scored_at_once(scored, tmp_path):
     p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--pairs", pairs])
     assert len(jsonl(p.stdout)) == 1770 and "1770 pairs of 60 recordings" in p.stderr
     assert "centred on the 60 recordings of the pairs" in p.stderr
+
+
+def test_domain_mean_pairs_is_refused_below_ten_recordings(scored):
+    """Two recordings centred on their own mean are opposite vectors (cosine -1, LLR far below 0 for
+    two recordings of one speaker): refused, naming the rule; auto keeps the model's centring."""
+    from spkflow import Embedder
+
+    d = scored
+    wavs = wav_scp(d["test"])
+    utts = sorted(wavs)
+    a, b = wavs[utts[0]], wavs[utts[1]]  # one speaker
+    p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--domain-mean", "pairs", a, b], check=False)
+    assert p.returncode == 1 and p.stdout == ""
+    assert "--domain-mean pairs: 2 recordings" in p.stderr and "at least 10" in p.stderr
+    (auto,) = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], a, b]).stdout)
+    assert auto["norm_score"] > -0.5
+    p = run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", d["dev"], "--domain-mean", "pairs",
+             a], check=False)  # fmt: skip
+    assert p.returncode == 1 and "--domain-mean pairs" in p.stderr and "at least 10" in p.stderr
+    emb = Embedder.from_pretrained(d["pack"])
+    ea, eb = emb.embed_file(a), emb.embed_file(b)
+    with pytest.raises(ValueError, match="at least 10"):
+        emb.score(ea, eb, domain=np.stack([ea, eb]))
