@@ -36,7 +36,7 @@ from typing import Any
 from spkflow.diar.regions import Regions
 from spkflow.diar.rttm import Turn
 
-__all__ = ["CONDITIONS", "COLLAR_PYANNOTE", "DiarScores", "format_table", "score_diarization"]
+__all__ = ["CONDITIONS", "COLLAR_PYANNOTE", "DiarScores", "format_table", "optimal_mapping", "score_diarization"]
 
 #: pyannote.metrics' collar for md-eval's 0.25 s on each side (see the module doc)
 COLLAR_PYANNOTE = 0.5
@@ -137,3 +137,11 @@ def format_table(scores: DiarScores) -> str:
     body = "".join(line(r, r["recording"], f"{r['ref_spk']} | {r['hyp_spk']}") for r in scores.rows)
     t = scores.total
     return head + body + line(t, "**all**", f"speaker-count error {t['spk_err']:.2f} (mean) |")
+
+
+def optimal_mapping(reference: Sequence[Turn], hypothesis: Sequence[Turn], recording: str) -> dict[str, str]:
+    """Hypothesis speaker -> reference speaker of the DER's optimal (Hungarian) mapping."""
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    m = DiarizationErrorRate().optimal_mapping(_annotation(reference, recording), _annotation(hypothesis, recording))
+    return {str(k): str(v) for k, v in m.items()}

@@ -32,7 +32,7 @@ from spkflow.data.tables import c_key, c_sorted, read_kv, write_kv
 from spkflow.diar.regions import Regions, union
 from spkflow.diar.rttm import Turn, read_rttm, read_uem, write_rttm, write_uem
 
-__all__ = ["MAX_OVERSHOOT", "RecordingSet", "load_recordings", "merge_speaker_turns", "write_recordings"]
+__all__ = ["MAX_OVERSHOOT", "RecordingSet", "describe", "load_recordings", "merge_speaker_turns", "write_recordings"]
 
 #: how far (seconds) a reference turn may run past its recording before it is an error
 MAX_OVERSHOOT = 0.5
@@ -162,3 +162,24 @@ def write_recordings(
     if uem is not None:
         write_uem(d / "uem", uem)
     return d
+
+
+def describe(rs: RecordingSet) -> str:
+    """One line: recordings, hours and, with a reference, speakers, speech and overlap."""
+    from spkflow.diar.regions import intersect, total
+
+    hours = sum(rs.durations.values()) / 3600
+    text = f"{len(rs.wav)} recordings, {hours:.2f} h"
+    if rs.turns is None:
+        return text + ", no reference"
+    counts = [len({t.speaker for t in v}) for v in rs.turns.values()]
+    speech = overlap = 0.0
+    for turns in rs.turns.values():
+        spans = [(t.start, t.end) for t in turns]
+        speech += total(spans)
+        pairs = [intersect([a], [b]) for i, a in enumerate(spans) for b in spans[i + 1 :] if b[0] < a[1]]
+        overlap += total([r for p in pairs for r in p])
+    return (
+        f"{text}, {min(counts)}-{max(counts)} speakers per recording, speech {speech / 3600:.2f} h "
+        f"({100 * speech / max(hours * 3600, 1e-9):.0f}%), {100 * overlap / max(speech, 1e-9):.1f}% of it overlapped"
+    )

@@ -2,10 +2,14 @@
 meetings, after Landini et al. 2022 ("From simulated mixtures to simulated conversations as
 training data for end-to-end neural diarization").
 
-Turn-taking statistics (:func:`turn_statistics`, from reference RTTMs of real meetings):
-the probability that the next turn is the same speaker's, the probability that a change of
-speaker overlaps, and histograms (quantile bins) of the pause between two turns of one speaker,
-the pause between two speakers, the overlap between two speakers and the turn length.  They are
+Turn-taking statistics (:func:`turn_statistics`, from reference RTTMs of real meetings, each
+speaker's turns joined where they overlap): turn by turn in start order, the speaker whose turn
+ends last holds the floor; a turn starting after the floor's end is a pause (same speaker or
+another), one starting before it by another speaker an overlap (a turn inside the floor holder's
+own is neither).  Measured: the probability that the next turn is the same speaker's, the
+probability that a change of speaker overlaps, and histograms (quantile bins) of the two pauses
+(up to their 95th percentile: a meeting's long silences would otherwise set the pace), the
+overlap and the turn length.  They are
 stored as JSON (:func:`save_statistics`), not the RTTMs they came from.
 
 A conversation (:func:`simulate_conversation`): ``K`` speakers drawn from the pool; turn after
@@ -45,6 +49,7 @@ __all__ = [
     "load_statistics",
     "save_statistics",
     "simulate_conversation",
+    "simulate_set",
     "turn_statistics",
 ]
 
@@ -88,6 +93,17 @@ class TurnStatistics:
     source: str = ""
 
 
+#: pauses above this quantile (a meeting's long silences: up to two minutes in AMI) are left out
+PAUSE_QUANTILE = 0.95
+
+
+def _below(values: list[float], q: float) -> list[float]:
+    if not values:
+        return values
+    top = float(np.quantile(values, q))
+    return [v for v in values if v <= top]
+
+
 def turn_statistics(
     turns_by_recording: Mapping[str, Sequence[Turn]], source: str = "", bins: int = 20
 ) -> TurnStatistics:
@@ -103,23 +119,29 @@ def turn_statistics(
             by_spk.setdefault(t.speaker, []).append((t.start, t.end))
         merged = sorted((s, e, spk) for spk, v in by_spk.items() for s, e in union(v))
         lengths += [e - s for s, e, _ in merged]
-        for (_, pe, pspk), (s, e, spk) in zip(merged, merged[1:], strict=False):
-            if spk == pspk:
-                same += 1
-                p_same.append(s - pe)
-            else:
-                other += 1
-                if s < pe:
-                    overlapped += 1
-                    ovl.append(min(pe, e) - s)
+        if not merged:
+            continue
+        floor_end, floor_spk = merged[0][1], merged[0][2]  # who holds the floor, until when
+        for s, e, spk in merged[1:]:
+            if s >= floor_end:
+                if spk == floor_spk:
+                    same += 1
+                    p_same.append(s - floor_end)
                 else:
-                    p_other.append(s - pe)
+                    other += 1
+                    p_other.append(s - floor_end)
+            elif spk != floor_spk:
+                other += 1
+                overlapped += 1
+                ovl.append(min(floor_end, e) - s)
+            if e > floor_end:
+                floor_end, floor_spk = e, spk
     n = max(same + other, 1)
     return TurnStatistics(
         same / n,
         overlapped / max(other, 1),
-        Histogram.of(p_same, bins),
-        Histogram.of(p_other, bins),
+        Histogram.of(_below(p_same, PAUSE_QUANTILE), bins),
+        Histogram.of(_below(p_other, PAUSE_QUANTILE), bins),
         Histogram.of(ovl, bins),
         Histogram.of(lengths, bins),
         source,
@@ -240,3 +262,54 @@ def simulate_conversation(
     if peak > 0:
         mix *= 0.9 / peak
     return Conversation(mix.astype(np.float32), sample_rate, turns, speakers, [u for _, _, _, u in placed])
+
+
+def simulate_set(
+    pool_dir: str | os.PathLike[str],
+    stats: TurnStatistics,
+    out_dir: str | os.PathLike[str],
+    audio_dir: str | os.PathLike[str],
+    *,
+    num_recordings: int,
+    min_speakers: int = 2,
+    max_speakers: int = 6,
+    duration: float = 60.0,
+    seed: int = 0,
+    prefix: str = "sim",
+) -> dict[str, int]:
+    """``num_recordings`` conversations from the speakers of the data dir ``pool_dir`` (``wav.scp``,
+    ``utt2spk``), speaker counts cycling through ``min_speakers..max_speakers`` (bounded by the
+    pool); FLAC audio into ``audio_dir``, the recording dir (``wav.scp``, ``rttm``, ``reco2dur``,
+    ``uem``) into ``out_dir``.  Returns ``recording -> speakers``."""
+    import soundfile as sf
+
+    from spkflow.data.audio import AudioReader
+    from spkflow.data.tables import read_kv
+    from spkflow.diar.recordings import write_recordings
+
+    reader = AudioReader(pool_dir, sample_rate=16000)
+    pool: dict[str, list[str]] = {}
+    for utt, spk in read_kv(os.path.join(pool_dir, "utt2spk")).items():
+        pool.setdefault(spk, []).append(utt)
+    hi = min(max_speakers, len(pool))
+    if hi < min_speakers:
+        raise ValueError(f"{pool_dir}: {len(pool)} speakers, fewer than --min-speakers {min_speakers}")
+    os.makedirs(audio_dir, exist_ok=True)
+    wav: dict[str, str] = {}
+    durs: dict[str, float] = {}
+    turns: list[Turn] = []
+    counts: dict[str, int] = {}
+    for i in range(num_recordings):
+        k = min_speakers + i % (hi - min_speakers + 1)
+        rec = f"{prefix}{i:03d}-{k}spk"
+        conv = simulate_conversation(
+            rec, pool, reader.read, stats, num_speakers=k, duration=duration, seed=seed, index=i
+        )
+        path = os.path.abspath(os.path.join(audio_dir, f"{rec}.flac"))
+        tmp = path + ".tmp.flac"
+        sf.write(tmp, conv.wave, conv.sample_rate, subtype="PCM_16")
+        os.replace(tmp, path)
+        wav[rec], durs[rec], counts[rec] = path, len(conv.wave) / conv.sample_rate, k
+        turns += conv.turns
+    write_recordings(out_dir, wav, durs, turns, {r: [(0.0, d)] for r, d in durs.items()})
+    return counts

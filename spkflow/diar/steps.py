@@ -168,10 +168,15 @@ def cluster_set(
 
 
 def score_set(
-    reco_dir: str | os.PathLike[str], hyp_rttm: str | os.PathLike[str], out_dir: str | os.PathLike[str], title: str = ""
+    reco_dir: str | os.PathLike[str],
+    hyp_rttm: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    title: str = "",
+    plot: str | None = None,
 ) -> dict[str, float]:
     """Score ``hyp_rttm`` against ``reco_dir``'s ``rttm`` (inside its ``uem``); write
-    ``scores.md`` and ``scores.json`` into ``out_dir``; returns the totals."""
+    ``scores.md`` and ``scores.json`` into ``out_dir`` and, for the recording ``plot`` (``""``: the
+    first), ``plot_<recording>.png``; returns the totals."""
     rs = load_recordings(reco_dir, need_rttm=True)
     hyp = read_rttm(hyp_rttm)
     for t, n in zip(hyp.turns, hyp.lines, strict=True):
@@ -185,6 +190,15 @@ def score_set(
     clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in scores.total.items()}
     rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in scores.rows]
     write_text_atomic(out / "scores.json", json.dumps({"total": clean, "recordings": rows}, indent=1) + "\n")
+    if plot is not None:
+        from spkflow.diar.metrics import optimal_mapping
+        from spkflow.diar.plots import plot_diarization
+
+        rec = plot or rs.recordings[0]
+        if rec not in rs.wav:
+            raise InputError(rs.path / "wav.scp", None, f"no recording {rec!r} to plot")
+        ref, hyp_t = (rs.turns or {}).get(rec, []), turns_by_recording(hyp.turns).get(rec, [])
+        plot_diarization(out / f"plot_{rec}.png", ref, hyp_t, optimal_mapping(ref, hyp_t, rec), title=f"{rec}: {title}")
     return scores.total
 
 
