@@ -15,6 +15,7 @@ score     scoring, backends, metrics, evaluation, plots, speaker identification 
 embed     embedding extraction from spkflow and ESPnet models (stage 5)
 train     batch plans (stage 3), config, loaders, trainer (stage 4)
 deploy    pack, ONNX export and runtime (stage 7)
+diar      diarization: RTTM, speech regions, windows, clustering, DER / JER, simulated conversations
 api       :class:`Embedder`, the Python face
 bin       the commands, ``python -m spkflow.bin.NAME``
 ========  ==========================================================================
@@ -33,7 +34,21 @@ from spkflow.core.version import __version__
 __all__ = ["Embedder", "LAYERS", "__version__"]
 
 #: The packages from the bottom up; a module imports only from its own layer and those below.
-LAYERS = ("core", "data", "corpora", "features", "augment", "nnet", "score", "embed", "train", "deploy", "api", "bin")
+LAYERS = (
+    "core",
+    "data",
+    "corpora",
+    "features",
+    "augment",
+    "nnet",
+    "score",
+    "embed",
+    "train",
+    "deploy",
+    "diar",
+    "api",
+    "bin",
+)
 
 if TYPE_CHECKING:
     from spkflow.api import Embedder

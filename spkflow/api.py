@@ -264,6 +264,43 @@ class Embedder:
             f"sample_rate={self.sample_rate}, device={self.device})"
         )
 
+    # ------------------------------------------------------------------ diarization
+    def diarize(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        speech: str | Sequence[tuple[float, float]] = "energy",
+        num_speakers: int | None = None,
+        max_speakers: int = 8,
+        method: str = "spectral",
+        window: float = 1.5,
+        shift: float = 0.75,
+    ) -> list[Any]:
+        """Who spoke when in one recording (any ``wav.scp`` entry): a list of
+        :class:`spkflow.diar.rttm.Turn` ``(recording, start, end, speaker)``, the recording id being
+        the file's stem.  ``speech``: a detector (``energy``, ``silero``) or the speech regions
+        ``[(start, end), ...]`` in seconds (oracle speech); windows of ``window`` s every ``shift``
+        s embedded by this model, clustered in its scoring's space centred on the recording
+        (``spectral``, or ``ahc`` stopped at the calibrated LLR), resegmented: the code of the
+        diarization recipe (:func:`spkflow.diar.steps.diarize_wave`)."""
+        from spkflow.diar.pipeline import DiarOptions
+        from spkflow.diar.steps import diarize_wave
+
+        spec = os.fspath(path)
+        wave, rate = read_audio(spec, utt=spec)
+        opts = DiarOptions(method=method, num_speakers=num_speakers, max_speakers=max_speakers)
+        return diarize_wave(
+            wave,
+            rate,
+            Path(spec).stem,
+            lambda crops, sr: self.embed_batch(crops, sr),
+            self.scoring,
+            opts,
+            speech=speech if isinstance(speech, str) else list(speech),
+            window=window,
+            shift=shift,
+        )
+
 
 def _groups(frames: Sequence[int], batch_size: int, max_frames: int) -> list[list[int]]:
     """Indices grouped longest first: at most ``batch_size`` per group and ``len(group) *

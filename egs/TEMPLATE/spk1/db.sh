@@ -9,6 +9,7 @@ SPEECHOCEAN762=${SPEECHOCEAN762:-${_spkflow_shared}/speechocean762}
 DSPSPEECH20=${DSPSPEECH20:-${_spkflow_shared}/dspspeech20}
 FSDD=${FSDD:-${_spkflow_shared}/fsdd}
 LIBRISPEECH=${LIBRISPEECH:-${_spkflow_shared}/librispeech_mini}
+AMI_EXCERPTS=${AMI_EXCERPTS:-${_spkflow_shared}/ami_excerpts}  # audio/<uri>.flac + debug.{train,development,test}.{rttm,uem}
 # VoxCeleb recipe (egs/voxceleb/spk1; not in ../shared/corpora: point these at your downloads).
 VOXCELEB1=${VOXCELEB1:-${_spkflow_shared}/voxceleb1}      # wav/idXXXXX/<video>/NNNNN.wav + veri_test2.txt ...
 VOXCELEB2=${VOXCELEB2:-${_spkflow_shared}/voxceleb2}      # dev/aac/idXXXXX/<video>/NNNNN.m4a

@@ -5,8 +5,8 @@
 #   cd egs/mycorpus/spk1 && ./run.sh --help
 #
 # Links (relative, computed from where NEW_DIR really is, so it may live at any depth, even
-# outside egs/): spk.sh, path.sh, db.sh -> this folder; sid.sh -> ../sid1/sid.sh; scripts/, utils/
-# -> the project's.  Copies, yours to edit: cmd.sh (the job back end), conf/ (fbank, VAD,
+# outside egs/): spk.sh, path.sh, db.sh -> this folder; sid.sh -> ../sid1/sid.sh; diar.sh ->
+# ../diar1/diar.sh; scripts/, utils/ -> the project's.  Copies, yours to edit: cmd.sh (the job back end), conf/ (fbank, VAD,
 # scheduler and training configs; conf/train.yaml -> train_ecapa_ge2e_xs.yaml), and two starting
 # points: local/data.sh (a folder of recordings, one subfolder per speaker, -> data/<set> with
 # trials, by python -m spkflow.bin.make_data_dir) and run.sh (the options; ./spk.sh does the stages).
@@ -42,6 +42,7 @@ for f in spk.sh path.sh db.sh; do
     link "${f}" "${template}/${f}"
 done
 link sid.sh "${template}/../sid1/sid.sh"
+link diar.sh "${template}/../diar1/diar.sh"
 link scripts "${root}/scripts"
 link utils "${root}/utils"
 [ -e "${real}/cmd.sh" ] || cp "${template}/cmd.sh" "${real}/cmd.sh"

@@ -1,0 +1,1 @@
+../spk1/path.sh

@@ -1,0 +1,1 @@
+../../TEMPLATE/spk1/db.sh

@@ -1,0 +1,1 @@
+../../TEMPLATE/diar1/diar.sh

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# speechocean762 diarization demo: the spk1 demo model (trained on speechocean762's 125 training
+# speakers) diarizes conversations simulated from LibriSpeech mini speakers it never saw, with the
+# turn-taking of AMI meetings, and the real AMI excerpts; oracle speech, 1.5 s windows every 0.75 s.
+#   ./run.sh                                                 # ../spk1/exp/spk_train (train it first)
+#   ./run.sh --spk_model ../spk1/exp/spk_train/packed/spk_train.zip
+#   ./run.sh --speech energy                                 # the energy VAD instead of oracle speech
+set -euo pipefail
+if [ ! -e ./diar.sh ]; then  # relative links and paths: the recipe runs from its own folder
+    echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
+    exit 1
+fi
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
+
+sets="sim ami"
+spk_model=../spk1/exp/spk_train
+speech=oracle
+# The pipeline: the model's WCCN space centred on each recording's own windows, spectral clustering
+# (count estimated, at most 8), resegmentation; the plain baseline beside it (RESULTS.md).
+cluster_method=spectral
+max_speakers=8
+
+./diar.sh \
+    --sets "${sets}" \
+    --spk_model "${spk_model}" \
+    --speech "${speech}" \
+    --cluster_method "${cluster_method}" \
+    --max_speakers "${max_speakers}" \
+    --nj 2 \
+    "$@"

@@ -1,0 +1,64 @@
+"""Cluster each recording's window embeddings into speakers: one RTTM for the set (diar.sh stage 4).
+
+    python -m spkflow.bin.diar_cluster --work-dir DIR --xvector-scp SCP [--scoring-dir MODEL_DIR]
+        [--method spectral|ahc] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
+        [--backend true] [--centre true] [--resegment true] --out RTTM
+
+``DIR`` holds ``speech/`` and ``windows/`` of ``spkflow.bin.diar_windows``; ``SCP`` the windows'
+embeddings (stage 5); ``MODEL_DIR`` the model's ``scoring.yaml`` (none: plain cosine, and
+``ahc`` then needs the speaker count).  :func:`spkflow.diar.steps.cluster_set`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from spkflow.bin import setup_logging
+from spkflow.bin.argtypes import add_bool_option, int_at_least
+from spkflow.core.errors import InputError
+from spkflow.data.tables import read_kv
+from spkflow.diar.pipeline import METHODS, DiarOptions
+from spkflow.diar.steps import cluster_set
+from spkflow.score.verification import Scoring, has_scoring
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spkflow.bin.diar_cluster", description=__doc__.split("\n")[0])
+    p.add_argument("--work-dir", required=True)
+    p.add_argument("--xvector-scp", default=None)
+    p.add_argument("--scoring-dir", default=None, help="model dir with scoring.yaml (default: plain cosine)")
+    p.add_argument("--method", default="spectral", choices=METHODS)
+    p.add_argument("--num-speakers", type=int_at_least(1), default=None)
+    p.add_argument("--reco2num-spk", default=None, help="'recording count' per line (oracle speaker counts)")
+    p.add_argument("--max-speakers", type=int_at_least(1), default=8)
+    add_bool_option(p, "--backend", default=True, help="cluster in the scoring's space (its backend)")
+    add_bool_option(p, "--centre", default=True, help="centre on the recording's own windows")
+    add_bool_option(p, "--resegment", default=True, help="reassign windows to the nearest speaker, smoothed")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    setup_logging()
+    try:
+        scoring = Scoring.load(args.scoring_dir) if args.scoring_dir and has_scoring(args.scoring_dir) else Scoring()
+        opts = DiarOptions(args.method, args.num_speakers, args.max_speakers, args.backend, args.centre, args.resegment)
+        counts = None
+        if args.reco2num_spk:
+            counts = {k: int(v) for k, v in read_kv(args.reco2num_spk, num_fields=2).items()}
+        n = cluster_set(args.work_dir, args.xvector_scp, args.out, scoring, opts, counts)
+    except (InputError, ValueError, OSError, RuntimeError) as err:
+        logging.error("%s", err)
+        return 1
+    logging.info(
+        "%s (%s): %d recordings, %d speakers -> %s",
+        opts.describe(),
+        scoring.label,
+        n["recordings"],
+        n["speakers"],
+        args.out,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

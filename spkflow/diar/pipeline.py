@@ -1,0 +1,135 @@
+"""One recording, from its window embeddings to speaker turns: the part of diarization that the
+recipe (``spkflow.bin.diar_cluster`` on stage 5's ``xvector.scp``), ``python -m
+spkflow.bin.diarize`` and ``Embedder.diarize`` share.
+
+Steps, each switchable in :class:`DiarOptions` (so that a baseline is the same code with steps
+off):
+
+1. the space: the model's scoring space (:meth:`spkflow.score.verification.Scoring.space`: its
+   backend, e.g. WCCN) centred on the recording's *own* windows (``centre``: no labels used; the
+   scoring's training mean otherwise), L2-normalised; with ``backend`` off, plain L2-normalised
+   embeddings;
+2. clustering (:mod:`spkflow.diar.cluster`): ``spectral`` (speaker count estimated by the
+   eigengap, bounded) or ``ahc`` (average linkage on the scoring's calibrated LLRs, stopped at
+   its Bayes threshold);
+3. resegmentation (``resegment``): windows reassigned to the nearest speaker centroid with
+   similarities smoothed over neighbouring windows;
+4. turns: :func:`spkflow.diar.windows.windows_to_turns` (midpoint rule, one speaker per instant).
+
+A recording without windows (silence, or speech shorter than a window) gives no turns; one with
+a single window gives one speaker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from spkflow.diar.cluster import ahc_labels, resegment, spectral_labels
+from spkflow.diar.rttm import Turn
+from spkflow.diar.windows import Window, windows_to_turns
+from spkflow.score.backend import l2_rows
+from spkflow.score.verification import Scoring
+
+__all__ = ["METHODS", "DiarOptions", "cluster_recording", "diarize_recording", "embedding_space"]
+
+METHODS = ("spectral", "ahc")
+
+
+@dataclass(frozen=True)
+class DiarOptions:
+    """How one recording is clustered (see the module doc)."""
+
+    method: str = "spectral"
+    num_speakers: int | None = None
+    max_speakers: int = 8
+    backend: bool = True
+    centre: bool = True
+    resegment: bool = True
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"clustering method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.num_speakers is not None and self.num_speakers < 1:
+            raise ValueError(f"num_speakers must be >= 1, got {self.num_speakers}")
+        if self.max_speakers < 1:
+            raise ValueError(f"max_speakers must be >= 1, got {self.max_speakers}")
+
+    def describe(self) -> str:
+        parts = [
+            "the model's scoring space" if self.backend else "plain L2-normalised embeddings",
+            "centred on the recording's windows" if self.centre else "not centred on the recording",
+            {"spectral": "spectral clustering (auto-tuned)", "ahc": "AHC stopped at the calibrated LLR threshold"}[
+                self.method
+            ],
+        ]
+        if self.resegment:
+            parts.append("resegmented")
+        k = f"{self.num_speakers} speakers" if self.num_speakers else f"at most {self.max_speakers} speakers"
+        return ", ".join(parts) + f", {k}"
+
+
+def embedding_space(x: np.ndarray, scoring: Scoring, opts: DiarOptions) -> np.ndarray:
+    """Step 1: rows of ``x`` ``[N, D]`` (raw embeddings) in the clustering space."""
+    x = np.asarray(x, dtype=np.float64)
+    domain = x if opts.centre and len(x) >= 2 else None
+    if opts.backend:
+        return scoring.space(x, domain)
+    if domain is not None:
+        return l2_rows(x - x.mean(axis=0))
+    return l2_rows(x)
+
+
+def cluster_recording(x: np.ndarray, scoring: Scoring, opts: DiarOptions) -> np.ndarray:
+    """Steps 1-3: labels ``[N]`` of the windows whose raw embeddings are the rows of ``x``
+    (in time order)."""
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("window embeddings contain NaN or infinite values")
+    y = embedding_space(x, scoring, opts)
+    if opts.method == "spectral":
+        labels = spectral_labels(y, num_speakers=opts.num_speakers, max_speakers=opts.max_speakers)
+    else:
+        space = scoring if opts.backend else Scoring(calibration=scoring.calibration, decision=scoring.decision)
+        domain = x if opts.centre and len(x) >= 2 else None
+        norm = space.score_models(x, y, domain)
+        llr = space.llr(norm)
+        if llr is None and not opts.num_speakers:
+            raise ValueError(
+                "clustering 'ahc' stops at the calibrated LLR threshold, but the model has no calibration "
+                "(scoring.yaml): give the number of speakers, or use 'spectral'"
+            )
+        labels = ahc_labels(
+            norm if llr is None else llr,
+            space.decision.threshold,
+            num_speakers=opts.num_speakers,
+            max_speakers=opts.max_speakers,
+        )
+    if opts.resegment and not opts.num_speakers:
+        labels = resegment(y, labels)
+    elif opts.resegment:
+        labels = resegment(y, labels, min_windows=0)
+    return labels
+
+
+def diarize_recording(
+    windows: Sequence[Window],
+    x: np.ndarray,
+    regions: Sequence[tuple[float, float]],
+    scoring: Scoring,
+    opts: DiarOptions,
+) -> list[Turn]:
+    """Turns of one recording from its windows (time order), their raw embeddings (rows of
+    ``x``) and its speech regions."""
+    if len(windows) != len(x):
+        raise ValueError(f"{len(windows)} windows but {len(x)} embeddings")
+    if not windows:
+        return []
+    order = sorted(range(len(windows)), key=lambda i: (windows[i].start, windows[i].end))
+    ws = [windows[i] for i in order]
+    labels = cluster_recording(np.asarray(x)[order], scoring, opts)
+    return windows_to_turns(ws, labels.tolist(), regions)

@@ -1,0 +1,100 @@
+"""Clustering, windows and turns on vectors and times made here: the speaker count found, the
+midpoint rule, stable labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spkflow.diar.cluster import ahc_labels, resegment, spectral_labels
+from spkflow.diar.pipeline import DiarOptions, cluster_recording, diarize_recording
+from spkflow.diar.rttm import Turn
+from spkflow.diar.windows import Window, plan_windows, relabel, windows_to_turns
+from spkflow.score.calibration import LogisticCalibration
+from spkflow.score.verification import Scoring
+
+
+def _speaker_runs(k: int, per: int = 12, dim: int = 32, noise: float = 0.35, seed: int = 0):
+    """Windows in time order: speaker turns of ``per`` windows each, k speakers taking turns twice."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((k, dim))
+    order = [s for _ in range(2) for s in range(k)]
+    truth = np.repeat(order, per)
+    x = centres[truth] + noise * rng.standard_normal((len(truth), dim)) * np.linalg.norm(centres[0]) / np.sqrt(dim)
+    return x, truth
+
+
+def _agree(a, b) -> bool:
+    """Same partition up to renaming."""
+    return len(set(zip(a.tolist(), b.tolist(), strict=True))) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_spectral_finds_the_speaker_count(k):
+    x, truth = _speaker_runs(k)
+    y = x / np.linalg.norm(x, axis=1, keepdims=True)
+    assert _agree(spectral_labels(y, max_speakers=6), truth)
+
+
+def test_spectral_with_the_count_given_and_bounded():
+    x, truth = _speaker_runs(3)
+    y = x / np.linalg.norm(x, axis=1, keepdims=True)
+    assert len(set(spectral_labels(y, num_speakers=2).tolist())) == 2
+    assert len(set(spectral_labels(y, max_speakers=2).tolist())) <= 2
+    assert spectral_labels(y[:1]).tolist() == [0]
+
+
+def test_ahc_stops_at_the_llr_threshold():
+    """Cosine 0.5 -> LLR 0: within-speaker windows (cosine ~0.9) merge, others (~0) do not."""
+    x, truth = _speaker_runs(3)
+    cal = Scoring(calibration=LogisticCalibration((10.0,), -5.0))
+    labels = cluster_recording(x, cal, DiarOptions(method="ahc", centre=False, resegment=False))
+    assert _agree(labels, truth)
+    # a threshold above every score: nothing merges; the count given: exactly that many
+    llr = -3.0 - np.random.default_rng(0).random((4, 4))
+    assert sorted(ahc_labels(llr, 0.0).tolist()) == [0, 1, 2, 3]
+    assert len(set(ahc_labels(llr, 0.0, num_speakers=2).tolist())) == 2
+
+
+def test_ahc_without_calibration_needs_the_count():
+    x, _ = _speaker_runs(2)
+    with pytest.raises(ValueError, match="no calibration"):
+        cluster_recording(x, Scoring(), DiarOptions(method="ahc"))
+    assert len(set(cluster_recording(x, Scoring(), DiarOptions(method="ahc", num_speakers=2)).tolist())) == 2
+
+
+def test_resegment_fixes_isolated_errors():
+    x, truth = _speaker_runs(2, noise=0.2)
+    y = x / np.linalg.norm(x, axis=1, keepdims=True)
+    bad = truth.copy()
+    bad[[3, 17, 30]] = 1 - bad[[3, 17, 30]]
+    assert _agree(resegment(y, bad), truth)
+
+
+def test_plan_windows():
+    ws = plan_windows("r", [(0.0, 3.0), (4.0, 4.3), (5.0, 6.0)], 1.5, 0.75, 0.5)
+    assert [(w.start, w.end) for w in ws] == [(0.0, 1.5), (0.75, 2.25), (1.5, 3.0), (5.0, 6.0)]
+    assert ws[0].id == "r-00000000-00001500"
+    with pytest.raises(ValueError):
+        plan_windows("r", [(0, 1)], 1.5, 2.0)
+
+
+def test_windows_to_turns_midpoints_and_stable_labels():
+    ws = [Window("r", 0.0, 1.5), Window("r", 0.75, 2.25), Window("r", 1.5, 3.0), Window("r", 5.0, 6.0)]
+    turns = windows_to_turns(ws, [7, 7, 3, 7], [(0.0, 3.0), (4.0, 4.3), (5.0, 6.0)])
+    # window 2 (label 3) owns from the midpoint of its overlap with window 1: (1.5 + 2.25) / 2
+    assert turns == [
+        Turn("r", 0.0, 1.875, "spk1"),
+        Turn("r", 1.875, 3.0, "spk2"),
+        Turn("r", 4.0, 4.3, "spk1"),  # no window: the label of the nearest (centre 5.5, not 2.25)
+        Turn("r", 5.0, 6.0, "spk1"),
+    ]
+    assert relabel([5, 5, 2, 9, 2]) == [0, 0, 1, 2, 1]
+
+
+def test_one_window_and_no_window():
+    ws = [Window("r", 0.0, 0.8)]
+    assert diarize_recording(ws, np.ones((1, 4)), [(0.0, 0.8)], Scoring(), DiarOptions()) == [
+        Turn("r", 0.0, 0.8, "spk1")
+    ]
+    assert diarize_recording([], np.zeros((0, 4)), [], Scoring(), DiarOptions()) == []

@@ -1,0 +1,114 @@
+"""Diarization end to end in one process (``Embedder.diarize``, ``python -m spkflow.bin.diarize``)
+and the recipe's steps on files, on conversations simulated here from synthetic voices with a tiny
+model that has a scoring (random weights: the tests check the route and the bad input, not the
+accuracy; the recipe's figures are in egs/speechocean762/diar1/RESULTS.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.diar import make_conversations, write_tone_speech
+from helpers.models import make_scored_model_dir
+from spkflow import Embedder
+from spkflow.bin import diarize as diarize_cmd
+from spkflow.diar.recordings import load_recordings
+from spkflow.diar.rttm import Turn, read_rttm, write_rttm
+from spkflow.diar.simulate import load_statistics, save_statistics, simulate_conversation, turn_statistics
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("model")
+    return make_scored_model_dir(tmp / "model", tmp / "audio")
+
+
+@pytest.fixture(scope="module")
+def convs(tmp_path_factory):
+    return make_conversations(tmp_path_factory.mktemp("convs"))
+
+
+def test_simulated_conversations_are_deterministic_and_inside(convs, tmp_path):
+    rs = load_recordings(convs, need_rttm=True)
+    for rec, turns in rs.turns.items():
+        assert turns and all(0 <= t.start < t.end <= rs.durations[rec] for t in turns)
+    assert [len({t.speaker for t in rs.turns[r]}) for r in rs.recordings] == [2, 3]
+    again = make_conversations(tmp_path)
+    assert (again / "rttm").read_bytes() == (convs / "rttm").read_bytes()
+
+
+def test_turn_statistics_round_trip(convs, tmp_path):
+    rs = load_recordings(convs, need_rttm=True)
+    st = turn_statistics(rs.turns, source="test")
+    assert 0 < st.same_speaker < 1 and 0 <= st.overlap < 1
+    save_statistics(tmp_path / "s.json", st)
+    assert load_statistics(tmp_path / "s.json") == st
+    (tmp_path / "bad.json").write_text('{"same_speaker": 0.5}')
+    with pytest.raises(Exception, match="bad.json: not a turn-statistics file"):
+        load_statistics(tmp_path / "bad.json")
+
+
+def test_embedder_diarize_oracle_and_energy(model, convs):
+    emb = Embedder.from_pretrained(model)
+    rs = load_recordings(convs, need_rttm=True)
+    path = rs.wav["conv1"]
+    speech = [(t.start, t.end) for t in rs.turns["conv1"]]
+    turns = emb.diarize(path, speech=speech, max_speakers=4)
+    assert turns and all(isinstance(t, Turn) and t.recording == "conv1" for t in turns)
+    assert 1 <= len({t.speaker for t in turns}) <= 4
+    assert turns[0].speaker == "spk1"
+    # one speaker per instant, inside the speech
+    assert all(a.end <= b.start + 1e-9 for a, b in zip(turns, turns[1:], strict=False))
+    two = emb.diarize(path, speech=speech, num_speakers=2)
+    assert len({t.speaker for t in two}) == 2
+    assert emb.diarize(path, speech="energy")
+
+
+def test_bin_diarize_one_rttm_per_file(model, convs, tmp_path):
+    rs = load_recordings(convs, need_rttm=True)
+    files = [rs.wav[r] for r in rs.recordings]
+    rc = diarize_cmd.main(
+        ["--model", str(model), "--out", str(tmp_path / "out"), "--speech", str(convs / "rttm"), *files]
+    )
+    assert rc == 0
+    for r in rs.recordings:
+        got = read_rttm(tmp_path / "out" / f"{r}.rttm")
+        assert got.turns and {t.recording for t in got.turns} == {r}
+
+
+def test_bin_diarize_bad_input_one_line(model, convs, tmp_path, caplog):
+    rs = load_recordings(convs, need_rttm=True)
+    other = tmp_path / "other.rttm"
+    write_rttm(other, [Turn("nope", 0.0, 1.0, "A")])
+    rc = diarize_cmd.main(
+        ["--model", str(model), "--out", str(tmp_path / "o"), "--speech", str(other), rs.wav["conv0"]]
+    )
+    assert rc == 1
+    assert f"{other}: no turns of recording 'conv0' (the recording id is the file's stem)" in caplog.text
+    rc = diarize_cmd.main(["--model", str(model), "--out", str(tmp_path / "o"), rs.wav["conv0"], rs.wav["conv0"]])
+    assert rc == 1 and "same recording id 'conv0'" in caplog.text
+
+
+def test_short_silent_and_one_speaker_recordings(model, tmp_path):
+    emb = Embedder.from_pretrained(model)
+    short = write_tone_speech(tmp_path / "short.wav", 1.0)
+    turns = emb.diarize(short, speech=[(0.0, 1.0)])
+    assert turns == [Turn("short", 0.0, 1.0, "spk1")]  # shorter than a window: one window, one speaker
+    tiny = write_tone_speech(tmp_path / "tiny.wav", 0.3)
+    assert emb.diarize(tiny, speech=[(0.0, 0.3)]) == []  # shorter than the shortest window: no turn
+    silent = write_tone_speech(tmp_path / "silent.wav", 5.0, silent=True)
+    assert emb.diarize(silent, speech="energy") == []
+    rc = diarize_cmd.main(["--model", str(model), "--out", str(tmp_path / "o"), str(silent)])
+    assert rc == 0 and (tmp_path / "o" / "silent.rttm").read_text() == ""
+    one = write_tone_speech(tmp_path / "one.wav", 12.0)
+    got = emb.diarize(one, speech=[(0.0, 12.0)], num_speakers=1)
+    assert {t.speaker for t in got} == {"spk1"} and got[0].start == 0.0 and got[-1].end == 12.0
+
+
+def test_simulator_needs_enough_speakers(tmp_path):
+    from helpers.diar import STATS
+
+    with pytest.raises(ValueError, match="3 speakers asked, the pool has 2"):
+        simulate_conversation("r", {"a": ["x"], "b": ["y"]}, lambda u: None, STATS, num_speakers=3, duration=5, seed=0)
+    _ = json  # the statistics files are JSON (load_statistics)

@@ -1,0 +1,90 @@
+"""The recipe's steps on files (windows, clustering from an embedding scp, scoring) with the bad
+recordings of a real set: a silent one, one shorter than a window, one with a single speaker;
+each gives a correct result and a line in the log, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import kaldiio
+import pytest
+
+from helpers.diar import make_conversations, write_tone_speech
+from helpers.models import make_scored_model_dir
+from spkflow import Embedder
+from spkflow.data.audio import AudioReader
+from spkflow.data.tables import read_kv
+from spkflow.diar.pipeline import DiarOptions
+from spkflow.diar.recordings import load_recordings, write_recordings
+from spkflow.diar.rttm import Turn, read_rttm, write_rttm
+from spkflow.diar.steps import cluster_set, make_windows, score_set
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("model")
+    return make_scored_model_dir(tmp / "model", tmp / "audio")
+
+
+def _set_with_odd_recordings(tmp_path):
+    """Two simulated conversations plus a silent, a short and a one-speaker recording."""
+    convs = make_conversations(tmp_path / "convs")
+    rs = load_recordings(convs, need_rttm=True)
+    wav, durs = dict(rs.wav), dict(rs.durations)
+    turns = [t for v in rs.turns.values() for t in v]
+    for name, sec, silent in (("silent", 4.0, True), ("short", 1.0, False), ("solo", 8.0, False)):
+        wav[name] = str(write_tone_speech(tmp_path / f"{name}.wav", sec, silent=silent))
+        durs[name] = sec
+        if not silent:
+            turns.append(Turn(name, 0.0, sec, "X"))
+    return write_recordings(tmp_path / "recs", wav, durs, turns)
+
+
+def _embed_windows(model, windows_dir, scp):
+    emb = Embedder.from_pretrained(model)
+    reader = AudioReader(windows_dir, sample_rate=16000)
+    keys = list(read_kv(windows_dir / "utt2spk"))
+    vecs = emb.embed_batch([reader.read(k) for k in keys], 16000)
+    with kaldiio.WriteHelper(f"ark,scp:{scp.with_suffix('.ark')},{scp}") as w:
+        for k, v in zip(keys, vecs, strict=True):
+            w(k, v)
+
+
+def test_set_with_silent_short_and_one_speaker_recordings(model, tmp_path, caplog):
+    recs = _set_with_odd_recordings(tmp_path)
+    work = tmp_path / "work"
+    with caplog.at_level(logging.WARNING):
+        n = make_windows(recs, work, speech="energy")
+    assert (
+        n["silent"] == 1 and "no speech (or none as long as 0.50 s) in 1 recording(s): silent: no turns" in caplog.text
+    )
+    # every recording is in speech/ (the silent one without regions), the windows dir only those with windows
+    assert list(read_kv(work / "speech" / "wav.scp")) == list(read_kv(recs / "wav.scp"))
+    assert "silent" not in read_kv(work / "windows" / "wav.scp")
+    _embed_windows(model, work / "windows", tmp_path / "xvector.scp")
+    scoring = Embedder.from_pretrained(model).scoring
+    cluster_set(work, tmp_path / "xvector.scp", tmp_path / "hyp.rttm", scoring, DiarOptions(), {"solo": 1})
+    hyp = read_rttm(tmp_path / "hyp.rttm").turns
+    assert not [t for t in hyp if t.recording == "silent"]
+    short = [t for t in hyp if t.recording == "short"]  # shorter than a window: one window, one speaker
+    assert short and {t.speaker for t in short} == {"spk1"}
+    assert {t.speaker for t in hyp if t.recording == "solo"} == {"spk1"}
+    total = score_set(recs, tmp_path / "hyp.rttm", tmp_path / "scores", title="odd", plot="solo")
+    doc = json.loads((tmp_path / "scores" / "scores.json").read_text())
+    rows = {r["recording"]: r for r in doc["recordings"]}
+    assert set(rows) == {"conv0", "conv1", "silent", "short", "solo"} and total["recordings"] == 5
+    assert rows["silent"]["der_full"] == 0.0 and rows["silent"]["jer"] is None  # nothing to find, nothing found
+    assert rows["solo"]["ref_spk"] == rows["solo"]["hyp_spk"] == 1 and rows["solo"]["spk_err"] == 0.0
+    assert (tmp_path / "scores" / "plot_solo.png").stat().st_size > 1000
+    assert "| silent |" in (tmp_path / "scores" / "scores.md").read_text()
+
+
+def test_score_set_names_a_hypothesis_recording_not_in_the_set(tmp_path):
+    recs = write_recordings(
+        tmp_path / "recs", {"a": str(write_tone_speech(tmp_path / "a.wav", 3.0))}, {"a": 3.0}, [Turn("a", 0, 3, "X")]
+    )
+    write_rttm(tmp_path / "hyp.rttm", [Turn("a", 0, 3, "spk1"), Turn("b", 0, 1, "spk1")])
+    with pytest.raises(Exception) as e:
+        score_set(recs, tmp_path / "hyp.rttm", tmp_path / "s")
+    assert str(e.value) == f"{tmp_path / 'hyp.rttm'}:2: recording 'b' is not in {recs / 'wav.scp'}"
