@@ -113,21 +113,68 @@ def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) 
     utts: list[str] = []
     offsets: dict[str, dict[str, int]] = {}
     sizes: dict[str, dict[str, int]] = {}
-    try:
-        with tarfile.open(fileobj=io.BytesIO(buf), mode="r:") as tar:
-            for m in tar:
-                utt, dot, field = m.name.rpartition(".")
-                if not dot or not m.isfile():
-                    raise InputError(path, None, f"member '{m.name}' is not '<utt>.<field>'")
-                if m.offset_data + m.size > size:
-                    raise InputError(path, None, f"member '{m.name}' runs past the end of the shard (truncated?)")
-                if field == "spk":
-                    utts.append(utt)
-                offsets.setdefault(field, {})[utt] = m.offset_data
-                sizes.setdefault(field, {})[utt] = m.size
-    except tarfile.TarError as e:
-        raise InputError(path, None, f"not a readable shard ({e}); truncated or overwritten?") from None
+    for name, off, n in _members(path, buf):
+        utt, dot, field = name.rpartition(".")
+        if not dot:
+            raise InputError(path, None, f"member '{name}' is not '<utt>.<field>'")
+        if field == "spk":
+            utts.append(utt)
+        offsets.setdefault(field, {})[utt] = off
+        sizes.setdefault(field, {})[utt] = n
     return Shard(os.path.basename(path), data, utts, offsets, sizes)
+
+
+def _members(path: str, buf: bytearray) -> list[tuple[str, int, int]]:
+    """``(name, data offset, size)`` of the regular members of a tar in memory: ustar headers,
+    with pax ("x") and GNU ("L") long names.  Python's ``tarfile`` builds an object per member and
+    takes about 0.3 ms each; this reads the three fields it needs."""
+    out: list[tuple[str, int, int]] = []
+    pos, end, long_name = 0, len(buf), None
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    while pos + 512 <= end:
+        head = bytes(buf[pos : pos + 512])
+        if head == _ZERO_BLOCK:
+            return out
+        block = arr[pos : pos + 512]
+        if int(block.sum(dtype=np.int64)) - int(block[148:156].sum(dtype=np.int64)) + 256 != _octal(
+            path, head[148:156], pos
+        ):
+            raise InputError(path, None, f"bad tar header at byte {pos} (truncated or overwritten?)")
+        size, kind = _octal(path, head[124:136], pos), head[156:157]
+        data = pos + 512
+        if data + size > end:
+            raise InputError(path, None, f"member at byte {pos} runs past the end of the shard (truncated?)")
+        if kind in (b"x", b"L"):
+            text = bytes(buf[data : data + size])
+            if kind == b"L":
+                long_name = text.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            for rec in text.split(b"\n") if kind == b"x" else ():
+                key, _, value = rec.partition(b" ")[2].partition(b"=")
+                if key == b"path":
+                    long_name = value.decode("utf-8", "surrogateescape")
+        elif kind in (b"0", b"\0"):
+            name = long_name
+            if name is None:
+                name = head[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                prefix = head[345:500].split(b"\0", 1)[0]
+                if prefix:
+                    name = prefix.decode("utf-8", "surrogateescape") + "/" + name
+            out.append((name, data, size))
+            long_name = None
+        elif kind != b"g":
+            raise InputError(path, None, f"member at byte {pos} is not a regular file (type {kind!r})")
+        pos = data + -(-size // 512) * 512
+    raise InputError(path, None, f"the shard ends without the tar end marker after {len(out)} members (truncated?)")
+
+
+_ZERO_BLOCK = bytes(512)
+
+
+def _octal(path: str, field: bytes, pos: int) -> int:
+    try:
+        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        raise InputError(path, None, f"bad tar header at byte {pos} (truncated or overwritten?)") from None
 
 
 class ShardSet:
