@@ -2,22 +2,27 @@
 
     python -m spkflow.bin.make_batches --spk2utt data/train/spk2utt --num-spk 64 --num-utt 10 \\
         --seed 0 --epoch 1 [--world-size W --rank R] [--short-speakers drop|repeat] --out batches.txt
+        [--shards SHARD_DIR [--pool P] [--streams S]]
 
 One batch per line, N*M utterance ids, speaker-major; written atomically.  A summary
 (batches, coverage, dropped or repeated speakers, remainder batches) goes to stderr.
 Exit status 1 on bad input (the message names file and line), 2 on bad arguments.
-The planning itself is :func:`spkflow.train.batches.plan_epoch`.
+The planning itself is :func:`spkflow.train.batches.plan_epoch`; with ``--shards`` (a shard
+folder from ``make_shards``) :func:`spkflow.train.shard_plan.plan_shard_epoch`, whose batches a
+loader serves reading each shard once, front to back, ``--pool`` shards in memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 from spkflow.bin.argtypes import int_at_least
 from spkflow.core.errors import InputError
 from spkflow.train.batches import SHORT_SPEAKER_POLICIES, format_summary, plan_epoch, write_batch_list
+from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard
 from spkflow.train.spk2utt import load_spk2utt
 
 
@@ -40,6 +45,13 @@ def get_parser() -> argparse.ArgumentParser:
         help="speakers with fewer than M utterances: drop (default) or repeat utterances",
     )
     p.add_argument("--out", required=True, help="batch-list file to write")
+    p.add_argument(
+        "--shards", default=None, help="plan for this shard folder (its utt2shard): windows of --pool shards"
+    )
+    p.add_argument("--pool", type=int_at_least(1), default=8, help="with --shards: shards per window (in memory)")
+    p.add_argument(
+        "--streams", type=int_at_least(1), default=1, help="with --shards: interleaved window streams (ranks x workers)"
+    )
     return p
 
 
@@ -52,9 +64,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         table = load_spk2utt(args.spk2utt)
         t1 = time.perf_counter()
-        plan = plan_epoch(
-            table, args.num_spk, args.num_utt, args.seed, args.epoch, args.world_size, args.rank, args.short_speakers
-        )
+        if args.shards:
+            if args.short_speakers != "drop":
+                parser.error("--shards plans drop short speakers (--short-speakers drop)")
+            utt2shard = read_utt2shard(os.path.join(args.shards, "utt2shard"))
+            plan = plan_shard_epoch(
+                table, utt2shard, args.num_spk, args.num_utt, args.seed, args.epoch, args.pool, args.streams,
+                args.world_size, args.rank,
+            )  # fmt: skip
+        else:
+            plan = plan_epoch(
+                table,
+                args.num_spk,
+                args.num_utt,
+                args.seed,
+                args.epoch,
+                args.world_size,
+                args.rank,
+                args.short_speakers,
+            )
         t2 = time.perf_counter()
         write_batch_list(args.out, plan)
     except InputError as e:

@@ -64,6 +64,12 @@ def get_parser() -> argparse.ArgumentParser:
         "of epochs differ from the checkpoint's: they apply from the resume point and are recorded in "
         "config.yaml (other differences are always refused; spkflow.train.resume)",
     )
+    add_bool_option(
+        p,
+        "--shards",
+        default=None,
+        help="read the crops from <train-feats>/shards (stage 2 with --train_shards true; the config's train.shards)",
+    )
     p.add_argument("--max-steps", type=int, default=None, help="stop after this global step (with a checkpoint)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument(
@@ -114,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     stopped = 0
     try:
         config = load_train_config(args.config)
+        if args.shards is not None:
+            config.setdefault("train", {})["shards"] = args.shards
         opts = TrainOptions(
             config=config,
             train_data=args.train_data,

@@ -20,7 +20,7 @@ import numpy as np
 
 from spkflow.core.errors import InputError
 
-__all__ = ["KaldiArkReader"]
+__all__ = ["KaldiArkReader", "parse_header"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class _Header:
 _PLAIN = {"FM": np.dtype("<f4"), "FV": np.dtype("<f4"), "DM": np.dtype("<f8"), "DV": np.dtype("<f8")}
 
 
-def _parse_header(head: bytes, off: int) -> _Header | None:
+def parse_header(head: bytes, off: int) -> _Header | None:
     """Parse the binary header at ark offset ``off`` from its first (up to 32) bytes."""
     if head[:2] != b"\0B":
         return None
@@ -193,7 +193,7 @@ class KaldiArkReader:
         if utt in self._other:
             return None
         i, off = self._locate(utt)
-        h = _parse_header(self._head(i, off), off)
+        h = parse_header(self._head(i, off), off)
         if h is not None:
             self._headers[utt] = h
         return h
@@ -203,6 +203,26 @@ class KaldiArkReader:
             return self._index[utt]
         except KeyError:
             raise KeyError(f"utterance '{utt}' is not in {self.scp}") from None
+
+    def record_size(self, utt: str) -> int:
+        """Bytes of the binary record of ``utt`` (header and data, no key)."""
+        h = self.header(utt)
+        if h is None:
+            raise InputError(self.scp, None, f"'{utt}' is not a binary ark entry (a pipe, slice or text ark)")
+        if h.kind in _PLAIN:
+            size = h.rows * max(h.cols, 1) * _PLAIN[h.kind].itemsize
+        elif h.kind == "CM":
+            size = h.cols * 8 + h.rows * h.cols
+        else:
+            size = h.rows * h.cols * (2 if h.kind == "CM2" else 1)
+        return h.data + size - self._locate(utt)[1]
+
+    def record_bytes(self, utt: str) -> bytes:
+        """The binary record of ``utt`` exactly as stored (header and data, no key): a compressed
+        matrix stays compressed.  Entries read through kaldiio (pipes, slices) have none."""
+        n = self.record_size(utt)
+        i, off = self._locate(utt)
+        return self._bytes(utt, i, off, n).tobytes()
 
     def num_rows(self, utt: str) -> int:
         h = self.header(utt)
@@ -223,7 +243,7 @@ class KaldiArkReader:
         h = self._headers.get(utt)
         if h is None and not cache_header and utt in self._index:
             i, off = self._index[utt]
-            h = _parse_header(self._head(i, off), off)
+            h = parse_header(self._head(i, off), off)
         if h is None:
             h = self.header(utt)
         if h is None:

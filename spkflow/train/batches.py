@@ -79,6 +79,7 @@ __all__ = [
     "EpochPlan",
     "NxMBatchSampler",
     "plan_epoch",
+    "plan_table",
     "num_batches",
     "crop_frames",
     "read_batch_list",
@@ -373,6 +374,14 @@ def _plan_global(
     for lo in range(0, B * N, step):
         np.take(pool, base[lo : lo + step, None] + np.arange(M, dtype=np.int64)[None, :], out=indices[lo : lo + step])
     return indices.reshape(B, N * M), groups
+
+
+def plan_table(table: Spk2Utt, num_spk: int, num_utt: int, seed: int, epoch: int) -> np.ndarray:
+    """The ``[B, N*M]`` utterance positions (into ``table.utts``) of one global plan, short
+    speakers dropped: the packing of :func:`plan_epoch` for planners that plan parts of a set
+    one by one (:mod:`spkflow.train.shard_plan`)."""
+    _check_params(num_spk, num_utt, 1, 0, "drop")
+    return _plan_global(table, int(num_spk), int(num_utt), int(seed), int(epoch), "drop")[0]
 
 
 def plan_epoch(

@@ -78,6 +78,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "log_every": 10,  # steps between log lines (and TensorBoard points)
         "tensorboard": True,  # event files in <exp>/tensorboard (needs the tensorboard package; else skipped)
         "num_workers": 0,  # DataLoader workers for the training loader (0 = in process)
+        "shards": False,  # read the crops from stage 2's shards (<train feats>/shards/shards.list, front to
+        # back, a few shards in memory) instead of the arks: the same crops, for slow storage (docs/batches.md)
         "fbank_on": "auto",  # feats_type raw: fbank of the crops in the workers | on the device | auto (device
         # on CUDA); the same numbers within 1e-5 (spkflow/train/raw_loader.py)
         "input_stats_utts": 500,  # utterances used to estimate the global mean/std of the input
@@ -118,6 +120,7 @@ _VALUES: dict[str, tuple[str, float | None, float | None]] = {
     "train.log_every": ("int", 1, None),
     "train.tensorboard": ("bool", None, None),
     "train.num_workers": ("int", 0, None),
+    "train.shards": ("bool", None, None),
     "train.input_stats_utts": ("int", 1, None),
     "train.input_stats_augmented": ("bool", None, None),
 }

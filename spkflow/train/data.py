@@ -32,10 +32,12 @@ import numpy as np
 
 from spkflow.core.errors import InputError
 from spkflow.data.ark import KaldiArkReader
+from spkflow.data.shards import ShardSet
 from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.train.batches import read_batch_list
 from spkflow.train.loader import NxMCropDataset
 from spkflow.train.raw_loader import CropFbank, NxMWaveDataset
+from spkflow.train.shard_loader import NxMShardDataset
 
 __all__ = [
     "complete_config",
@@ -92,11 +94,21 @@ def features_needed(cfg: Mapping[str, Any]) -> list[str]:
 
 def train_features(
     cfg: Mapping[str, Any], train_feats: str, fbank_conf: str | None, first_utt: str
-) -> tuple[KaldiArkReader | None, int]:
+) -> tuple[KaldiArkReader | ShardSet | None, int]:
     """(a reader of ``<train_feats>/feats.scp`` or None, the input's feature dimension).  A
     config that trains on audio alone (:func:`features_needed` empty) reads no ark: the dimension
-    is that of ``fbank_conf`` (or ``frontend.fbank``, or the default options)."""
+    is that of ``fbank_conf`` (or ``frontend.fbank``, or the default options).  With
+    ``train.shards`` the reader is the :class:`ShardSet` of ``<train_feats>/shards`` (checked
+    now: every listed shard there with its size), which :func:`epoch_dataset` reads instead."""
     scp = os.path.join(train_feats, "feats.scp")
+    if cfg["train"].get("shards"):
+        if cfg["frontend"].get("feats_type") == "raw":
+            raise InputError(
+                os.path.join(train_feats, "shards"), None, "train.shards reads feature shards: not with feats_type raw"
+            )
+        return ShardSet(os.path.join(train_feats, "shards", "shards.list")), train_features(
+            {**cfg, "train": {**cfg["train"], "shards": False}}, train_feats, fbank_conf, first_utt
+        )[1]
     why = features_needed(cfg)
     if not why:
         if fbank_conf:
@@ -119,14 +131,36 @@ def epoch_dataset(
     epoch: int,
     crop: tuple[int, int],
     wave_aug: Any,
-    feats: KaldiArkReader | None,
+    feats: KaldiArkReader | ShardSet | None,
     num_utt: int,
     utt2spk: Mapping[str, str],
     fbank_on: str = "workers",
 ) -> NxMWaveDataset | NxMCropDataset:
     """An epoch's N x M crops, indexed by batch: fbank of (augmented) audio crops with a
     ``wave_aug`` (``frontend.feats_type: raw``; ``fbank_on`` device: the crops themselves, their
-    fbank computed in the training process), else crops of stage 2's arks."""
+    fbank computed in the training process), else crops of stage 2's arks, or, when ``feats`` is
+    a :class:`ShardSet` (``train.shards``, :func:`train_features`), the same crops from its shards."""
+    if isinstance(feats, ShardSet):
+        dataset = NxMShardDataset(
+            feats,
+            batches,
+            seed=seed,
+            epoch=epoch,
+            crop=crop,
+            use_vad=bool(frontend["vad"]),
+            mean_norm="utterance" if frontend["mean_norm"] else "none",
+            known_utts=utt2spk,
+        )
+        s = dataset.shard_set
+        log.info(
+            "epoch %d: crops read from shards, front to back: %d shards (%.1f MB) in %s, at most %d in use per batch",
+            epoch,
+            len(s),
+            sum(s.bytes) / 1e6,
+            s.list_path,
+            dataset.max_shards,
+        )
+        return dataset
     if wave_aug is not None:
         return NxMWaveDataset(
             train_data,

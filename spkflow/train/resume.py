@@ -74,6 +74,7 @@ FREE_KEYS = frozenset(
         "train.average_last",
         "train.tensorboard",  # TensorBoard event files
         "train.fbank_on",  # where the raw crops' fbank runs: the same features within 1e-5
+        "train.shards",  # crops read from shards: the same crops, bit for bit
         "data.train_data",
     }
 )

@@ -50,6 +50,11 @@ fbank_conf=conf/fbank.conf   # Kaldi-style fbank options, one --opt=value per li
 vad_conf=conf/vad.conf       # energy VAD options
 skip_bad=false               # leave out unreadable utterances (listed in bad_utts) instead of failing
 fbank_compress=false         # Kaldi-compress feature arks (two bytes per value: half the size, error ~3e-4)
+train_shards=false           # true: stage 2 also packs the training set's features into shards read front to back,
+                             # stage 3 plans batches by windows of shards, stage 4 reads them (slow or network
+                             # storage; the same crops; docs/batches.md)
+shard_utts=1000              # with train_shards: utterances per shard
+shard_pool=8                 # with train_shards: shards per window of the plan (a loader holds about twice this)
 
 # Batch options (stage 3).
 num_spk=32            # N speakers per batch
@@ -237,6 +242,17 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
             log "Warning: $(wc -l < "${dumpdir}/fbank/${_set}/bad_utts") utterances of ${_set} left out, see ${dumpdir}/fbank/${_set}/bad_utts"
         fi
     done
+    if ${train_shards} && [ "${train_reads}" = audio ]; then
+        log "Error: --train_shards true packs stage 2's features; ${train_config} trains on audio (frontend.feats_type raw)"
+        exit 2
+    fi
+    if ${train_shards}; then
+        # spkflow/data/shard_jobs.py: runs of a speaker's utterances spread over the shards, each shard
+        # written atomically by one of nj jobs; a rerun writes only the missing ones
+        log "Shards of ${train_set} (${shard_utts} utterances each) -> ${dumpdir}/fbank/${train_set}/shards"
+        scripts/feats/make_shards.sh --cmd "${train_cmd}" --nj "${nj}" --shard-utts "${shard_utts}" \
+            "${dumpdir}/fbank/${train_set}" "${dumpdir}/fbank/${train_set}/shards"
+    fi
 fi
 
 if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
@@ -257,6 +273,13 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     mkdir -p "${_bdir}/log"
     # Plans already written are reused only if made from the same spk2utt and settings.
     _settings="spk2utt=${_spk2utt} md5=$(md5sum < "${_spk2utt}" | cut -d' ' -f1) num_spk=${num_spk} num_utt=${num_utt} seed=${batch_seed} short_speakers=${short_speakers}"
+    _shard_opts=()  # --train_shards true: windows of shard_pool shards (spkflow/train/shard_plan.py)
+    if ${train_shards}; then
+        _shards=${dumpdir}/fbank/${train_set}/shards
+        [ -f "${_shards}/shards.list" ] || { log "Error: ${_shards}/shards.list not found (run stage 2 with --train_shards true)"; exit 1; }
+        _shard_opts=(--shards "${_shards}" --pool "${shard_pool}")
+        _settings+=" shards=${_shards} md5=$(md5sum < "${_shards}/utt2shard" | cut -d' ' -f1) pool=${shard_pool}"
+    fi
     if [ ! -f "${_bdir}/settings" ] || [ "$(cat "${_bdir}/settings")" != "${_settings}" ]; then
         if compgen -G "${_bdir}/epoch*.txt" > /dev/null; then
             log "Batch settings changed (now: ${_settings}): removing the old plans"
@@ -277,7 +300,7 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
         _log=${_bdir}/log/make_batches.epoch${_epoch}.log
         if ! python -m spkflow.bin.make_batches --spk2utt "${_spk2utt}" --num-spk "${num_spk}" \
                 --num-utt "${num_utt}" --seed "${batch_seed}" --epoch "${_epoch}" \
-                --short-speakers "${short_speakers}" --out "${_out}" 2> "${_log}"; then
+                --short-speakers "${short_speakers}" "${_shard_opts[@]}" --out "${_out}" 2> "${_log}"; then
             log "Error: batch planning for epoch ${_epoch} failed, see ${_log}:"
             cat "${_log}" >&2
             exit 1
@@ -322,6 +345,7 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
            --fbank-conf "${fbank_conf}" --vad-conf "${vad_conf}" --resume "${resume}"
            --resume-new-schedule "${resume_new_schedule}"
            --num-threads "${train_threads}")
+    ${train_shards} && _opts+=(--train-opts "--shards true")  # the crops from ${_train_dir}/shards
     if [ -n "${valid_set}" ] && [ -f "data/${valid_set}/trials" ] && [ -f "${dumpdir}/fbank/${valid_set}/feats.scp" ]; then
         _opts+=(--valid-data "data/${valid_set}" --valid-feats "${dumpdir}/fbank/${valid_set}")
     else

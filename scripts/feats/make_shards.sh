@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Pack a training set's features into shards read front to back (training from slow storage).
+#
+#   scripts/feats/make_shards.sh [--cmd run.pl] [--nj 4] [--shard-utts 1000] [--run 8] FEATS_DIR SHARD_DIR
+#
+# FEATS_DIR is stage 2's output for the set (scripts/feats/make_fbank.sh: feats.scp, vad.scp,
+# cmvn_utt*.scp, utt2spk).  Writes SHARD_DIR/shard.<K>.tar (per utterance: speaker, the feature
+# record as stored in the ark, float or compressed, its VAD and CMVN stats; spkflow/data/shards.py),
+# SHARD_DIR/utt2shard and, last, SHARD_DIR/shards.list.  Each shard is written atomically by one of
+# nj jobs; a rerun writes only the shards that are missing (a killed run resumes), and a changed
+# feature set or option removes the old shards first.  One run per SHARD_DIR (its lock).
+set -euo pipefail
+jobs_command="$0 $*"
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "${root}/utils/supervise.sh"  # a signal to this pid stops everything the script starts
+export PATH=${root}/utils:${PATH}
+export PYTHONPATH=${root}${PYTHONPATH:+:${PYTHONPATH}}
+export LC_ALL=C
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+cmd=run.pl          # job runner: run.pl | queue.pl ... | slurm.pl ...
+nj=4                # number of parallel jobs
+shard_utts=1000     # utterances per shard (about: a speaker's run is not split)
+run=8               # utterances of one speaker kept together in a shard
+seed=0              # seed of the utterance order
+python=             # python interpreter (default: utils/spkflow_python.sh)
+
+help_message=$(cat <<HELP
+Usage: $0 [options] <feats-dir> <shard-dir>
+  e.g. $0 --nj 4 dump/fbank/train dump/fbank/train/shards
+Options:
+  --cmd CMD           job runner (default: ${cmd})
+  --nj N              parallel jobs (default: ${nj})
+  --shard-utts N      utterances per shard (default: ${shard_utts})
+  --run N             utterances of one speaker kept together (default: ${run})
+  --seed N            seed of the order (default: ${seed})
+HELP
+)
+
+. "${root}/scripts/lib/jobs.sh"   # parses the options, sets ${python}, defines log and jobs_*
+[ $# -eq 2 ] || jobs_usage
+feats=$1
+out=$2
+[ -s "${feats}/feats.scp" ] || { log "Error: ${feats}/feats.scp not found (run stage 2 first)"; exit 1; }
+mkdir -p "${out}/log"
+jobs_lock "${out}"
+rm -f "${out}/shards.list"   # complete again only once the merge has checked every shard
+"${python}" -m spkflow.bin.make_shards prepare --shard-utts "${shard_utts}" --run "${run}" --seed "${seed}" \
+    "${feats}" "${out}"
+num_shards=$(wc -l < "${out}/plan")
+[ "${nj}" -gt "${num_shards}" ] && nj=${num_shards}
+log "shards of ${feats} with ${nj} jobs -> ${out}"
+if ! ${cmd} JOB=1:"${nj}" "${out}/log/make_shards.JOB.log" \
+        "${python}" -m spkflow.bin.make_shards job "${feats}" "${out}" JOB "${nj}"; then
+    jobs_report_failed "${out}/log/make_shards"
+    exit 1
+fi
+if ! "${python}" -m spkflow.bin.make_shards merge "${out}" "${nj}"; then
+    log "Error: the shards of ${feats} are incomplete (see above); rerun to write the missing ones"
+    exit 1
+fi
+log "Succeeded writing $(wc -l < "${out}/shards.list") shards ($(du -sh "${out}" | cut -f1)) in ${out}"

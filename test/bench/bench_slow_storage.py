@@ -1,0 +1,434 @@
+"""Benchmark: N x M batches from slow storage: shards read front to back against random access.
+
+    OMP_NUM_THREADS=1 .venv/bin/python test/bench/bench_slow_storage.py --json OUT.json \\
+        [--latency-ms 5] [--bandwidth-mb-s 150] [--workers 2] [--compress cm2|float|cm1] [--work DIR]
+
+The storage: a FUSE mount (mfusepy over libfuse3, bench only; needs /dev/fuse, root and the
+``fuse3`` system package) of a local folder that adds ``--latency-ms`` to every read request (a
+round trip: requests in flight at the same time wait together, as on a network file system)
+and passes the bytes through one link of ``--bandwidth-mb-s`` (transfers one after the other).
+The mount's read-ahead is 4 MiB and its largest request 1 MiB, like an NFS mount with rsize
+1 MiB.  Before each timed run the page cache of every file is dropped (posix_fadvise DONTNEED on
+the mount and on the folder under it), so every run reads from the simulated device.
+
+The data: speechocean762's training set (1,500 utterances, 125 speakers, found through db.sh),
+stage 2's fbank + VAD computed here with ``scripts/feats/make_fbank.sh`` (``--compress``: float,
+Kaldi two-byte ``cm2`` as ``--fbank_compress true`` writes, or one-byte ``cm1``) and shards
+written with ``scripts/feats/make_shards.sh`` (``--shard-utts``), all on the mount.
+
+Rows, each with the same batch shape and crops (``--num-spk`` 64 x ``--num-utt`` 2 batches of
+``--crop`` 200 frames = 2 s crops of voiced frames, as the demo's frontend, ``--workers`` 2
+DataLoader workers), timed over whole epochs from a cold cache (``--epochs``):
+
+* ``random_access``: today's loader (:class:`spkflow.train.loader.NxMCropDataset`, pread per
+  crop) on the random-access plan (stage 3 without shards);
+* ``shards``: :class:`spkflow.train.shard_loader.NxMShardDataset` on the shard plan (windows of
+  ``--pool`` shards, one stream per worker);
+* ``naive``: WeSpeaker's style of loop (``--naive-batches`` batches): for every utterance of a
+  batch, read its FLAC file from the mount, cut a random 2 s segment, compute Kaldi fbank on it;
+* ``page_cache_shards``: the shard loader on the same files read from the page cache (the local
+  folder, read once before), i.e. what the loader itself costs.
+
+JSON: batches/s of each row, ``ratio_shards_to_random_access`` (goal: >= 10), peak RSS of the
+shard run's processes, the shards held at once, requests and bytes each row read from the
+mount, coverage of both plans on this data and, planning only, on a VoxCeleb2-dev-sized
+spk2utt (5,994 speakers, 1,092,009 utterances; ``--no-vox-coverage`` skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio.compliance.kaldi as kaldi
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from spkflow.data.shards import ShardSet  # noqa: E402
+from spkflow.data.tables import read_kv  # noqa: E402
+from spkflow.train.batches import plan_epoch  # noqa: E402
+from spkflow.train.loader import NxMCropDataset, make_loader  # noqa: E402
+from spkflow.train.shard_loader import NxMShardDataset  # noqa: E402
+from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard  # noqa: E402
+
+PY = sys.executable
+
+
+# --------------------------------------------------------------------------- the slow mount
+
+
+def serve(store: str, mnt: str, latency: float, bandwidth: float, requests, nbytes) -> None:
+    """A read-only pass-through FUSE file system of ``store`` at ``mnt`` (foreground)."""
+    import errno
+
+    import mfusepy as fuse
+
+    link = threading.Lock()
+
+    class Slow(fuse.Operations):
+        use_ns = True
+
+        def _p(self, path: str) -> str:
+            return os.path.join(store, path.lstrip("/"))
+
+        def getattr(self, path, fh=None):
+            try:
+                st = os.lstat(self._p(path))
+            except FileNotFoundError:
+                raise fuse.FuseOSError(errno.ENOENT) from None
+            keys = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid")
+            return {k: getattr(st, k) for k in keys} | {
+                "st_atime": st.st_atime_ns,
+                "st_mtime": st.st_mtime_ns,
+                "st_ctime": st.st_ctime_ns,
+            }
+
+        def readdir(self, path, fh):
+            return [".", "..", *os.listdir(self._p(path))]
+
+        def open(self, path, flags):
+            return os.open(self._p(path), os.O_RDONLY)
+
+        def release(self, path, fh):
+            os.close(fh)
+            return 0
+
+        def read(self, path, size, offset, fh):
+            time.sleep(latency)  # the round trip: requests in flight wait together
+            data = os.pread(fh, size, offset)
+            with link:  # one link: transfers one after the other
+                time.sleep(len(data) / bandwidth)
+                requests.value += 1
+                nbytes.value += len(data)
+            return data
+
+        def init_with_config(self, conn, cfg):
+            if conn is not None:
+                conn.max_readahead = 4 << 20
+                conn.max_read = 1 << 20
+
+    fuse.FUSE(Slow(), mnt, foreground=True, ro=True, max_read=1 << 20)
+
+
+@contextlib.contextmanager
+def slow_mount(store: Path, mnt: Path, latency: float, bandwidth: float) -> Iterator[tuple]:
+    ctx = mp.get_context("spawn")
+    requests, nbytes = ctx.Value("q", 0), ctx.Value("q", 0)
+    subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)  # a stale one
+    mnt.mkdir(parents=True, exist_ok=True)
+    proc = ctx.Process(target=serve, args=(str(store), str(mnt), latency, bandwidth, requests, nbytes), daemon=True)
+    proc.start()
+    try:
+        for _ in range(1200):  # the spawned server imports this module (torch) first
+            if os.path.ismount(mnt) or not proc.is_alive():
+                break
+            time.sleep(0.05)
+        if not os.path.ismount(mnt):
+            raise RuntimeError(f"the FUSE mount at {mnt} did not come up (is fuse3 installed? /dev/fuse?)")
+        dev = next(line.split()[2] for line in open("/proc/self/mountinfo") if line.split()[4] == str(mnt))
+        ra = Path(f"/sys/class/bdi/{dev}/read_ahead_kb")
+        with contextlib.suppress(OSError):
+            ra.write_text("4096")  # an NFS mount's read-ahead (rsize 1 MiB, several in flight)
+        yield requests, nbytes
+    finally:
+        subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+
+
+def drop_cache(*roots: Path) -> None:
+    """posix_fadvise(DONTNEED) on every file under ``roots``: the next read goes to the device."""
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                with contextlib.suppress(OSError):
+                    fd = os.open(os.path.join(dirpath, f), os.O_RDONLY)
+                    try:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    finally:
+                        os.close(fd)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def run(cmd: list[str], **kw) -> None:
+    env = {**os.environ, "SPKFLOW_PYTHON": PY, "OMP_NUM_THREADS": "1"}
+    subprocess.run(cmd, check=True, env=env, **kw)
+
+
+def prepare(store: Path, compress: str, shard_utts: int) -> Path:
+    """Data dir with the audio in ``store``, fbank and shards; returns the features dir."""
+    feats = store / "fbank" / "train"
+    if (feats / "shards" / "shards.list").is_file():
+        return feats
+    corpus = subprocess.run(
+        ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "$SPEECHOCEAN762"'],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    if not Path(corpus, "train").is_dir():
+        raise SystemExit(f"speechocean762 not found at '{corpus}' (db.sh: SPEECHOCEAN762)")
+    data = store / "data" / "train"
+    run([PY, "-m", "spkflow.bin.prepare_corpus", "speechocean762", "--split", "train", corpus, str(data)])
+    # the audio goes on the mount too (the naive loop reads it there)
+    wav = read_kv(data / "wav.scp")
+    (store / "audio").mkdir(exist_ok=True)
+    lines = []
+    for utt, path in wav.items():
+        dst = store / "audio" / f"{utt}{Path(path).suffix}"
+        shutil.copy(path, dst)
+        lines.append(f"{utt} {dst}\n")
+    (data / "wav.scp").write_text("".join(lines))
+    opts = {"float": ["--compress", "false"], "cm2": ["--compress", "true"]}.get(
+        compress, ["--compress", "true", "--compression-method", "1"]
+    )
+    run(["bash", f"{ROOT}/scripts/feats/make_fbank.sh", "--nj", "2", *opts, str(data), str(feats)])
+    run(
+        [
+            "bash",
+            f"{ROOT}/scripts/feats/make_shards.sh",
+            "--nj",
+            "2",
+            "--shard-utts",
+            str(shard_utts),
+            str(feats),
+            str(feats / "shards"),
+        ]
+    )
+    return feats
+
+
+def view(feats: Path, store: Path, mnt: Path, out: Path) -> Path:
+    """Copies of the scps naming the arks through the mount."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("feats.scp", "vad.scp", "cmvn_utt.scp", "cmvn_utt_voiced.scp"):
+        text = (feats / name).read_text().replace(str(store), str(mnt))
+        (out / name).write_text(text)
+    return out
+
+
+# --------------------------------------------------------------------------- loaders
+
+
+class NaiveDataset:
+    """WeSpeaker's style: for every utterance of a batch, read the audio file, cut a random segment,
+    compute Kaldi fbank on it, subtract its mean."""
+
+    def __init__(self, batches: list[list[str]], wav: dict[str, str], frames: int) -> None:
+        self.batches, self.wav, self.frames = batches, wav, frames
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, b: int):
+        rng = np.random.default_rng([0, b])
+        samples = (self.frames - 1) * 160 + 400
+        out = torch.empty((len(self.batches[b]), self.frames, 80))
+        for i, utt in enumerate(self.batches[b]):
+            w, _ = sf.read(self.wav[utt], dtype="float32")
+            if len(w) < samples:
+                w = np.tile(w, -(-samples // len(w)))
+            s = int(rng.integers(0, len(w) - samples + 1))
+            x = torch.from_numpy(w[s : s + samples].copy())[None] * 32768.0
+            f = kaldi.fbank(x, num_mel_bins=80, dither=0.0, energy_floor=0.0)
+            out[i] = f - f.mean(0)
+        return out, self.batches[b]
+
+
+def vm_hwm_mb(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def timed_epoch(dataset, workers: int, limit: int | None = None) -> dict:
+    """Batches/s over one epoch (or ``limit`` batches), worker start included; the peak RSS of
+    the main process and of each worker, read before the workers exit."""
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    t0 = time.perf_counter()
+    it = iter(make_loader(dataset, num_workers=workers, prefetch_factor=2))
+    pids = [w.pid for w in getattr(it, "_workers", [])]
+    rss = [0.0] * len(pids)
+    for k in range(n):
+        next(it)
+        if k >= n - 2:  # the workers' peaks so far, read while they still run
+            rss = [max(r, vm_hwm_mb(p)) for r, p in zip(rss, pids, strict=True)]
+    sec = time.perf_counter() - t0
+    del it
+    return {"batches": n, "seconds": sec, "worker_peak_rss_mb": rss}
+
+
+def measure(name: str, make, epochs: list[int], workers: int, counters, roots, limit=None) -> dict:
+    total_b, total_s, rss, req, nb = 0, 0.0, [], 0, 0
+    for e in epochs:
+        drop_cache(*roots)
+        r0, b0 = (counters[0].value, counters[1].value) if counters else (0, 0)
+        r = timed_epoch(make(e), workers, limit)
+        if counters:
+            req += counters[0].value - r0
+            nb += counters[1].value - b0
+        total_b, total_s = total_b + r["batches"], total_s + r["seconds"]
+        rss.extend(r["worker_peak_rss_mb"])
+        print(f"{name}: epoch {e}: {r['batches']} batches in {r['seconds']:.2f} s", flush=True)
+    out = {"batches": total_b, "seconds": round(total_s, 3), "batches_per_s": round(total_b / total_s, 3)}
+    out["worker_peak_rss_mb"] = round(max(rss, default=0.0), 1)
+    if counters:
+        out["read_requests"], out["read_mb"] = req, round(nb / 1e6, 1)
+    return out
+
+
+def vox_coverage(num_spk: int, num_utt: int, shard_utts: int, pool: int) -> dict:
+    """Coverage of both plans on a VoxCeleb2-dev-sized spk2utt (planning only, no audio)."""
+    from spkflow.data.shard_jobs import shard_order
+
+    rng = np.random.default_rng(0)
+    counts = np.maximum(rng.lognormal(np.log(160), 0.55, 5994).astype(int), 20)
+    counts = (counts * (1_092_009 / counts.sum())).astype(int)
+    spk2utt = {f"id{s:05d}": [f"id{s:05d}-{u:04d}" for u in range(c)] for s, c in enumerate(counts)}
+    utt2spk = {u: s for s, us in spk2utt.items() for u in us}
+    shards = shard_order(utt2spk, shard_utts, run=8, seed=0)
+    u2s = {u: f"shard{i}" for i, us in enumerate(shards) for u in us}
+    full = plan_epoch(spk2utt, num_spk, num_utt, 0, 1)
+    sh = plan_shard_epoch(spk2utt, u2s, num_spk, num_utt, 0, 1, pool=pool)
+    return {
+        "utterances": int(counts.sum()),
+        "speakers": len(counts),
+        "shards": len(shards),
+        "random_access_coverage": round(full.stats.coverage, 4),
+        "shards_coverage": round(sh.stats.coverage, 4),
+        "random_access_batches": len(full),
+        "shards_batches": len(sh),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", required=True, help="write the results here")
+    ap.add_argument("--latency-ms", type=float, default=5.0)
+    ap.add_argument("--bandwidth-mb-s", type=float, default=150.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--num-spk", type=int, default=64)
+    ap.add_argument("--num-utt", type=int, default=2)
+    ap.add_argument("--crop", type=int, default=200, help="frames per crop (200 = 2 s)")
+    ap.add_argument("--compress", choices=("float", "cm2", "cm1"), default="cm2")
+    ap.add_argument("--shard-utts", type=int, default=250)
+    ap.add_argument("--pool", type=int, default=3, help="shards per window of the shard plan")
+    ap.add_argument("--epochs", type=int, default=2, help="epochs timed per row")
+    ap.add_argument("--naive-batches", type=int, default=3)
+    ap.add_argument("--no-vox-coverage", action="store_true")
+    ap.add_argument("--work", default=None, help="keep the prepared data here (reused by a later run)")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    t_start = time.perf_counter()
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench_slow_"))
+    store, mnt = (work / "store").resolve(), (work / "mnt").resolve()
+    feats = prepare(store, a.compress, a.shard_utts)
+    prep_s = time.perf_counter() - t_start
+    spk2utt = feats / "spk2utt"
+    u2s = read_utt2shard(feats / "shards" / "utt2shard")
+    epochs = list(range(1, a.epochs + 1))
+    N, M, T = a.num_spk, a.num_utt, a.crop
+    ra_plans = {e: plan_epoch(spk2utt, N, M, 0, e) for e in epochs}
+    sh_plans = {e: plan_shard_epoch(spk2utt, u2s, N, M, 0, e, pool=a.pool, streams=a.workers) for e in epochs}
+    kw = {"seed": 0, "crop": T, "use_vad": True, "mean_norm": "none"}
+    shard_bytes = ShardSet(feats / "shards" / "shards.list").bytes
+    res: dict = {
+        "latency_ms": a.latency_ms,
+        "bandwidth_mb_s": a.bandwidth_mb_s,
+        "workers": a.workers,
+        "batch": f"{N} x {M}, {T} frames",
+        "features": a.compress,
+        "utterances": len(u2s),
+        "shards": len(shard_bytes),
+        "shard_mb_max": round(max(shard_bytes) / 1e6, 1),
+        "features_mb": round(sum(shard_bytes) / 1e6, 1),
+        "pool": a.pool,
+        "coverage": {
+            "random_access": round(ra_plans[1].stats.coverage, 4),
+            "shards": round(sh_plans[1].stats.coverage, 4),
+            "random_access_batches_per_epoch": len(ra_plans[1]),
+            "shards_batches_per_epoch": len(sh_plans[1]),
+        },
+        "machine": f"{os.cpu_count()} CPUs, {os.uname().release}",
+        "load_average_at_start": round(os.getloadavg()[0], 1),
+    }
+    wav = read_kv(store / "data" / "train" / "wav.scp")
+    with slow_mount(store, mnt, a.latency_ms / 1000, a.bandwidth_mb_s * 1e6) as counters:
+        slow = view(feats, store, mnt, work / "view")
+        mfeats = mnt / feats.relative_to(store)
+        roots = (store, mnt)
+
+        def ra(e):
+            return NxMCropDataset(slow / "feats.scp", ra_plans[e].batches, epoch=e, **kw)
+
+        def sh(e, base=mfeats):
+            return NxMShardDataset(base / "shards" / "shards.list", sh_plans[e].batches, epoch=e, **kw)
+
+        res["random_access"] = measure("random access", ra, epochs, a.workers, counters, roots)
+        res["shards_run"] = measure("shards", sh, epochs, a.workers, counters, roots)
+        mwav = {u: p.replace(str(store), str(mnt)) for u, p in wav.items()}
+        res["naive"] = measure(
+            "naive",
+            lambda e: NaiveDataset(ra_plans[e].batches, mwav, T),
+            [1],
+            a.workers,
+            counters,
+            roots,
+            limit=a.naive_batches,
+        )
+    # the page cache: the local files, read once so that they are cached
+    for p in (feats / "shards").glob("shard.*.tar"):
+        p.read_bytes()
+    pc = []
+    for e in epochs:
+        r = timed_epoch(sh(e, feats), a.workers)
+        pc.append(r)
+        print(f"shards from the page cache: epoch {e}: {r['batches']} batches in {r['seconds']:.2f} s", flush=True)
+    res["page_cache_shards"] = {
+        "batches": sum(r["batches"] for r in pc),
+        "seconds": round(sum(r["seconds"] for r in pc), 3),
+    }
+    res["page_cache_shards"]["batches_per_s"] = round(
+        res["page_cache_shards"]["batches"] / res["page_cache_shards"]["seconds"], 3
+    )
+    res["random_access_batches_per_s"] = res["random_access"]["batches_per_s"]
+    res["shards_batches_per_s"] = res["shards_run"]["batches_per_s"]
+    res["naive_batches_per_s"] = res["naive"]["batches_per_s"]
+    res["page_cache_shards_batches_per_s"] = res["page_cache_shards"]["batches_per_s"]
+    res["ratio_shards_to_random_access"] = round(res["shards_batches_per_s"] / res["random_access_batches_per_s"], 2)
+    res["peak_rss_mb"] = res["shards_run"]["worker_peak_rss_mb"]
+    res["peak_rss_bound_mb"] = round(2 * a.pool * res["shard_mb_max"], 1)  # a window in use + the next being read
+    if not a.no_vox_coverage:
+        res["voxceleb2_sized_coverage"] = vox_coverage(N, M, 1000, 8)
+    res["prepare_seconds"] = round(prep_s, 1)
+    res["load_average_at_end"] = round(os.getloadavg()[0], 1)
+    res["total_seconds"] = round(time.perf_counter() - t_start, 1)
+    Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
+    print(json.dumps(res, indent=1))
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

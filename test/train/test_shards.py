@@ -1,0 +1,216 @@
+"""Training shards: writing (spkflow.data.shard_jobs), planning (spkflow.train.shard_plan) and
+the loader (spkflow.train.shard_loader), on real fbank arks of synthesised speech."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.audio import make_speakers
+from spkflow.core.errors import InputError
+from spkflow.data.jobs import MergeError
+from spkflow.data.shard_jobs import merge, prepare, read_plan, shard_order, write_job
+from spkflow.data.shards import ShardSet, load_shard
+from spkflow.data.tables import read_kv
+from spkflow.features.fbank import FbankOptions, VadOptions
+from spkflow.features.jobs import extract_job, merge_jobs, write_split
+from spkflow.train.batches import plan_epoch, rank_share
+from spkflow.train.loader import NxMCropDataset, make_loader
+from spkflow.train.shard_loader import NxMShardDataset
+from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _features(root: Path, compress: bool, num_spk: int = 8, num_utt: int = 6) -> Path:
+    data = make_speakers(root, num_spk=num_spk, num_utt=num_utt, min_sec=0.6, max_sec=1.4)
+    out = root / "fbank"
+    split = write_split(data, out / "split", 1)
+    opts = FbankOptions(num_mel_bins=24)
+    extract_job(data, split[0], out / "data", "t", 1, opts, VadOptions(), compress=compress, progress=False)
+    merge_jobs(data, out, out / "data", "t", 1)
+    for f in ("utt2spk", "spk2utt"):
+        shutil.copy(data / f, out / f)
+    return out
+
+
+def _shards(feats: Path, shard_utts: int = 10, nj: int = 2) -> Path:
+    out = feats / "shards"
+    prepare(feats, out, shard_utts, run=4, seed=0)
+    for j in range(1, nj + 1):
+        write_job(feats, out, j, nj)
+    merge(out, nj)
+    return out
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["float", "compressed"])
+def feats(request, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("shards")
+    f = _features(root, compress=request.param)
+    _shards(f)
+    return f
+
+
+def test_shards_hold_every_utterance_once_with_the_ark_bytes(feats):
+    s = ShardSet(feats / "shards" / "shards.list")
+    assert sorted(s.utt2shard) == sorted(read_kv(feats / "feats.scp"))
+    assert all(n <= 10 + 3 for n in s.num_utts) and sum(s.num_utts) == 48
+    from spkflow.data.ark import KaldiArkReader
+
+    arks = KaldiArkReader(feats / "feats.scp")
+    shard = s.load(0, read_kv(feats / "utt2spk"))
+    for u in shard.utts:
+        assert shard.payload(u, "feats") == arks.record_bytes(u)
+        assert shard.speaker(u) == u.split("-")[0]
+    # a shard holds several speakers, and every speaker is in several shards
+    per_spk: dict[str, set[int]] = {}
+    for u, i in s.utt2shard.items():
+        per_spk.setdefault(u.split("-")[0], set()).add(i)
+    assert all(len(v) >= 2 for v in per_spk.values())
+    assert len({u.split("-")[0] for u in shard.utts}) >= 2
+
+
+def test_shard_loader_equals_random_access_loader(feats):
+    """The same batch list gives the same tensors, bit for bit, with and without workers."""
+    u2s = read_utt2shard(feats / "shards" / "utt2shard")
+    plan = plan_shard_epoch(feats / "spk2utt", u2s, 4, 2, seed=1, epoch=3, pool=2)
+    assert len(plan) > 0
+    kw = {"seed": 1, "epoch": 3, "crop": (30, 50), "use_vad": True, "mean_norm": "utterance"}
+    ref = NxMCropDataset(feats / "feats.scp", plan.batches, **kw)
+    got = NxMShardDataset(feats / "shards" / "shards.list", plan.batches, known_utts=read_kv(feats / "utt2spk"), **kw)
+    for b in range(len(plan)):
+        xa, ua = ref[b]
+        xb, ub = got[b]
+        assert ua == ub and torch.equal(xa, xb)
+    assert got.pool is not None and got.pool.peak <= 2 * got.max_shards
+    # through DataLoader workers, resumed at batch 1: the batches of an uninterrupted run
+    full = [x for x, _ in make_loader(got, num_workers=0)]
+    resumed = [x.clone() for x, _ in make_loader(got, start_batch=1, num_workers=2)]
+    assert all(torch.equal(a, b) for a, b in zip(full[1:], resumed, strict=True))
+
+
+def test_plan_guarantees(feats):
+    """Each utterance at most once, N distinct speakers x M, deterministic in (seed, epoch),
+    another grouping next epoch, disjoint ranks; the coverage is below the random-access plan's."""
+    u2s = read_utt2shard(feats / "shards" / "utt2shard")
+    spk2utt = feats / "spk2utt"
+    p = plan_shard_epoch(spk2utt, u2s, 4, 2, seed=0, epoch=1, pool=2, streams=2)
+    again = plan_shard_epoch(spk2utt, u2s, 4, 2, seed=0, epoch=1, pool=2, streams=2)
+    other = plan_shard_epoch(spk2utt, u2s, 4, 2, seed=0, epoch=2, pool=2, streams=2)
+    assert np.array_equal(p.indices, again.indices) and not np.array_equal(p.indices, other.indices)
+    used = p.indices.ravel()
+    assert len(np.unique(used)) == len(used)
+    for b in p.batches:
+        spk = [u.split("-")[0] for u in b]
+        assert len(set(spk)) == 4 and all(spk[2 * i] == spk[2 * i + 1] for i in range(4))
+    # every batch reads the shards of one window only
+    for b in p.batches:
+        assert len({u2s[u] for u in b}) <= 2
+    r0 = plan_shard_epoch(spk2utt, u2s, 4, 2, seed=0, epoch=1, pool=2, streams=2, world_size=2, rank=0)
+    r1 = plan_shard_epoch(spk2utt, u2s, 4, 2, seed=0, epoch=1, pool=2, streams=2, world_size=2, rank=1)
+    assert r0.batches == rank_share(p.batches, 2, 0) and r1.batches == rank_share(p.batches, 2, 1)
+    assert not set(r0.indices.ravel()) & set(r1.indices.ravel())
+    full = plan_epoch(spk2utt, 4, 2, seed=0, epoch=1)
+    assert p.stats.coverage <= full.stats.coverage
+
+
+def test_order_spreads_speakers_over_shards():
+    utt2spk = {f"s{s}-u{u:02d}": f"s{s}" for s in range(20) for u in range(30)}
+    shards = shard_order(utt2spk, 100, run=5, seed=0)
+    assert sorted(u for s in shards for u in s) == sorted(utt2spk)
+    assert all(len({u.split("-")[0] for u in s}) == 20 for s in shards)  # every speaker in every shard
+    assert shard_order(utt2spk, 100, run=5, seed=0) == shards and shard_order(utt2spk, 100, run=5, seed=1) != shards
+
+
+def test_resumed_writing_equals_uninterrupted(tmp_path):
+    feats = _features(tmp_path, compress=False, num_spk=3, num_utt=4)
+    out = _shards(feats, shard_utts=4, nj=1)
+    want = {p.name: p.read_bytes() for p in out.glob("shard.*.tar")}
+    # a killed run: the list not written, one shard gone, a temporary left behind
+    (out / "shards.list").unlink()
+    victim = sorted(want)[1]
+    (out / victim).unlink()
+    (out / f".{victim}.x.tmp").write_bytes(b"partial")
+    prepare(feats, out, 4, run=4, seed=0)
+    assert write_job(feats, out, 1, 1) == 1  # only the missing shard
+    merge(out, 1)
+    assert {p.name: p.read_bytes() for p in out.glob("shard.*.tar")} == want
+    # other options: the old shards go
+    prepare(feats, out, 6, run=4, seed=0)
+    assert not list(out.glob("shard.*.tar")) and len(read_plan(out)) == 2
+
+
+def test_bad_shards_are_named(tmp_path):
+    feats = _features(tmp_path, compress=False, num_spk=3, num_utt=4)
+    out = _shards(feats, shard_utts=4, nj=1)
+    lst = out / "shards.list"
+    name = sorted(out.glob("shard.*.tar"))[0]
+    # a missing shard at merge time
+    data = name.read_bytes()
+    name.unlink()
+    with pytest.raises(MergeError, match=f"{name.name} is missing"):
+        merge(out, 1)
+    # the list naming a missing file
+    with pytest.raises(InputError, match=f"{name.name} is missing"):
+        ShardSet(lst)
+    # a truncated shard: named by the list check and by the reader
+    name.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=f"{name.name} has {len(data) // 2} bytes, the list says {len(data)}"):
+        ShardSet(lst)
+    with pytest.raises(InputError, match=f"{name.name}.*(truncated|ended|readable)"):
+        load_shard(name)
+    name.write_bytes(data)
+    # utterances not in the data dir
+    s = ShardSet(lst)
+    known = read_kv(feats / "utt2spk")
+    first = load_shard(name).utts[0]
+    del known[first]
+    with pytest.raises(InputError, match=f"{name.name}.*'{first}' is not in the training data dir"):
+        s.load(0, known)
+    # and the loader says the same, naming the shard, before any batch is made
+    batches = [list(read_kv(feats / "feats.scp"))[:4]]
+    ds = NxMShardDataset(lst, batches, known_utts=known, crop=20, use_vad=False, mean_norm="none")
+    with pytest.raises(InputError, match=name.name):
+        for i in range(len(s)):
+            ds.pool = None
+            ds.batches, ds.needs = [batches[0]], [(i,)]
+            ds[0]
+    # nothing was lost: the shard files are as written
+    assert name.read_bytes() == data
+
+
+def test_a_list_planned_for_random_access_is_refused(feats):
+    plan = plan_epoch(feats / "spk2utt", 8, 2, seed=0, epoch=1)
+    with pytest.raises(InputError, match="plan the batch lists for shards"):
+        NxMShardDataset(feats / "shards" / "shards.list", plan.batches, max_shards=2, crop=20)
+
+
+def test_make_shards_script(tmp_path):
+    feats = _features(tmp_path, compress=True, num_spk=3, num_utt=4)
+    env = {**os.environ, "SPKFLOW_PYTHON": sys.executable}
+    run = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts/feats/make_shards.sh"),
+            "--nj",
+            "2",
+            "--shard-utts",
+            "5",
+            str(feats),
+            str(tmp_path / "sh"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Succeeded writing 2 shards" in run.stderr
+    assert len(ShardSet(tmp_path / "sh" / "shards.list")) == 2
