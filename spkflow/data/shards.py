@@ -4,7 +4,9 @@ A shard is a tar file (POSIX pax) holding, for each of its utterances in a fixed
 members ``<utt>.spk`` (the speaker id), ``<utt>.feats`` (the feature matrix's Kaldi binary
 record, copied byte for byte from stage 2's ark: a compressed matrix stays compressed) and,
 where stage 2 wrote them, ``<utt>.vad``, ``<utt>.cmvn`` and ``<utt>.cmvn_voiced`` (the same
-records of ``vad.scp``, ``cmvn_utt.scp`` and ``cmvn_utt_voiced.scp``).  A shard set is a
+records of ``vad.scp``, ``cmvn_utt.scp`` and ``cmvn_utt_voiced.scp``); or, for training on
+audio, ``<utt>.<type>`` (``flac``, ``wav``, ...: the file as stored, never re-encoded; a
+``wav.scp`` pipe's output as ``wav``).  A shard set is a
 folder of ``shard.<K>.tar`` files with ``shards.list`` (``NAME NUM_UTTS BYTES`` per line),
 ``utt2shard`` and ``plan`` (the utterances of every shard).  :mod:`spkflow.data.shard_jobs`
 writes them, :mod:`spkflow.train.shard_loader` reads them.
@@ -40,10 +42,12 @@ import numpy as np
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError
 
-__all__ = ["FIELDS", "Shard", "ShardSet", "load_shard", "write_shard", "shard_name"]
+__all__ = ["AUDIO_EXTS", "FIELDS", "Shard", "ShardSet", "load_shard", "write_shard", "shard_name"]
 
 #: members a feature shard may hold per utterance besides ``spk`` (the ark record fields)
 FIELDS = ("feats", "vad", "cmvn", "cmvn_voiced")
+#: the member of an audio shard holding an utterance's file as stored (named by its type)
+AUDIO_EXTS = ("flac", "wav", "ogg", "opus", "mp3", "m4a", "aac", "sph")
 _READ_CHUNK = 8 << 20  # bytes per read() call: large requests, one after the other
 
 
@@ -81,6 +85,10 @@ class Shard:
 
     def speaker(self, utt: str) -> str:
         return self.payload(utt, "spk").decode("utf-8", "surrogateescape")
+
+    def audio_field(self, utt: str) -> str | None:
+        """The member holding ``utt``'s audio file (its type), or None in a feature shard."""
+        return next((f for f in AUDIO_EXTS if utt in self.offsets.get(f, ())), None)
 
 
 def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) -> Shard:
@@ -245,8 +253,8 @@ class ShardSet:
             )
         feats = shard.offsets.get("feats", {})
         for u in shard.utts:
-            if u not in feats:
-                raise InputError(path, None, f"utterance '{u}' has no feats member")
+            if u not in feats and shard.audio_field(u) is None:
+                raise InputError(path, None, f"utterance '{u}' has neither a feats nor an audio member")
             if known_utts is not None:
                 if u not in known_utts:
                     raise InputError(
