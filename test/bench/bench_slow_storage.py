@@ -451,6 +451,7 @@ def main() -> int:
     res["page_cache_shards_batches_per_s"] = res["page_cache_shards"]["batches_per_s"]
     res["ratio_shards_to_random_access"] = round(res["shards_batches_per_s"] / res["random_access_batches_per_s"], 2)
     res["peak_rss_mb"] = res["shards_run"]["worker_peak_rss_mb"]
+    res["peak_rss_over_random_access_mb"] = round(res["peak_rss_mb"] - res["random_access"]["worker_peak_rss_mb"], 1)
     res["peak_rss_bound_mb"] = round(2 * a.pool * res["shard_mb_max"], 1)  # a window in use + the next being read
     if not a.no_vox_coverage:
         res["voxceleb2_sized_coverage"] = vox_coverage(N, M, 1000, 8)

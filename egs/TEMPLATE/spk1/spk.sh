@@ -55,6 +55,8 @@ train_shards=false           # true: stage 2 also packs the training set's featu
                              # storage; the same crops; docs/batches.md)
 shard_utts=1000              # with train_shards: utterances per shard
 shard_pool=8                 # with train_shards: shards per window of the plan (a loader holds about twice this)
+shard_streams=1              # with train_shards: interleaved streams of windows; training processes x loader
+                             # workers gives each worker its own shards (else each reads every window)
 
 # Batch options (stage 3).
 num_spk=32            # N speakers per batch
@@ -298,8 +300,8 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     _shard_opts=()  # --train_shards true: windows of shard_pool shards (spkflow/train/shard_plan.py)
     if ${train_shards}; then
         [ -f "${shard_dir}/shards.list" ] || { log "Error: ${shard_dir}/shards.list not found (run stage 2 with --train_shards true)"; exit 1; }
-        _shard_opts=(--shards "${shard_dir}" --pool "${shard_pool}")
-        _settings+=" shards=${shard_dir} md5=$(md5sum < "${shard_dir}/utt2shard" | cut -d' ' -f1) pool=${shard_pool}"
+        _shard_opts=(--shards "${shard_dir}" --pool "${shard_pool}" --streams "${shard_streams}")
+        _settings+=" shards=${shard_dir} md5=$(md5sum < "${shard_dir}/utt2shard" | cut -d' ' -f1) pool=${shard_pool} streams=${shard_streams}"
     fi
     if [ ! -f "${_bdir}/settings" ] || [ "$(cat "${_bdir}/settings")" != "${_settings}" ]; then
         if compgen -G "${_bdir}/epoch*.txt" > /dev/null; then
