@@ -231,6 +231,11 @@ class ShardSet:
                 if parts[0] in self.utt2shard:
                     raise InputError(u2s, lineno, f"utterance '{parts[0]}' is in two shards")
                 self.utt2shard[parts[0]] = index[parts[1]]
+        self.utts_of: list[list[str]] = [[] for _ in self.names]  # each shard's utterances, sorted
+        for u, i in self.utt2shard.items():
+            self.utts_of[i].append(u)
+        for utts in self.utts_of:
+            utts.sort()
 
     def __len__(self) -> int:
         return len(self.names)
@@ -244,7 +249,7 @@ class ShardSet:
         dir's utt2spk) utterances of that data dir under the same speaker."""
         shard = load_shard(self.path(i), self.bytes[i])
         path = self.path(i)
-        want = sorted(u for u, s in self.utt2shard.items() if s == i)
+        want = self.utts_of[i]
         if sorted(shard.utts) != want:
             extra = sorted(set(shard.utts) - set(want))[:3]
             lost = sorted(set(want) - set(shard.utts))[:3]
