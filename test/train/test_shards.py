@@ -243,3 +243,16 @@ def test_audio_shards_hold_the_files_and_give_the_raw_loaders_batches(tmp_path):
         xa, ua, sa, _ = ref[b]
         xb, ub, sb, _ = got[b]
         assert ua == ub and torch.equal(sa, sb) and torch.equal(xa, xb)
+
+
+def test_train_inputs_says_what_the_shards_hold(tmp_path, capsys):
+    import yaml
+
+    from spkflow.bin.train_inputs import main
+
+    for feats_type, want in (("ark", "features"), ("raw", "audio")):
+        cfg = tmp_path / f"{feats_type}.yaml"
+        doc = {"frontend": {"feats_type": feats_type}, "model": {"name": "ecapa_tdnn"}, "loss": {"name": "ge2e"}}
+        cfg.write_text(yaml.safe_dump(doc))
+        assert main(["--config", str(cfg), "--shards"]) == 0
+        assert capsys.readouterr().out.strip() == want
