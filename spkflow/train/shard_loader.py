@@ -326,8 +326,9 @@ class _ShardAudio:
 class NxMWaveShardDataset(_ShardReads, NxMWaveDataset):
     """:class:`NxMWaveDataset` (``frontend.feats_type: raw``) with the audio files read from
     shards (``make_shards.sh --audio true``): the same batches as from the files themselves.
-    ``data_dir`` still gives the speakers and, with ``use_vad``, ``vad_scp`` the VAD (small,
-    read whole once per process); parameters otherwise as :class:`NxMShardDataset`."""
+    ``data_dir`` still gives the speakers and, with ``use_vad``, ``vad_scp`` the VAD (one small
+    memory-mapped ark, in the page cache after the first epoch); parameters otherwise as
+    :class:`NxMShardDataset`."""
 
     def __init__(
         self,
