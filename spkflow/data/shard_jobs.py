@@ -77,10 +77,10 @@ def shard_order(utt2spk: dict[str, str], shard_utts: int, run: int = 8, seed: in
     return [s for s in shards if s]
 
 
-def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int) -> str:
+def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int, audio: bool) -> str:
     digest = hashlib.sha256()
     arks: set[str] = set()
-    for name in ("utt2spk", "wav.scp", *SCPS.values()):
+    for name in ("utt2spk", "wav.scp") if audio else ("utt2spk", *SCPS.values()):
         p = feats_dir / name
         text = p.read_bytes() if p.is_file() else b"-"
         digest.update(name.encode() + text)
@@ -116,7 +116,7 @@ def prepare(
     utt2spk = {u: s for u, s in read_kv(feats_dir / "utt2spk").items() if u in have}
     if not utt2spk:
         raise InputError(feats_dir / "utt2spk", None, f"no utterance of it is in {scp}")
-    settings = _settings(feats_dir, shard_utts, run, seed) + ("audio\n" if audio else "")
+    settings = _settings(feats_dir, shard_utts, run, seed, audio) + ("audio\n" if audio else "")
     shard_dir.mkdir(parents=True, exist_ok=True)
     old = shard_dir / "settings"
     if not old.is_file() or old.read_text(encoding="utf-8") != settings:
