@@ -450,6 +450,7 @@ def main() -> int:
     res["naive_batches_per_s"] = res["naive"]["batches_per_s"]
     res["page_cache_shards_batches_per_s"] = res["page_cache_shards"]["batches_per_s"]
     res["ratio_shards_to_random_access"] = round(res["shards_batches_per_s"] / res["random_access_batches_per_s"], 2)
+    res["goal_ratio"], res["goal_met"] = 10.0, res["ratio_shards_to_random_access"] >= 10.0
     res["peak_rss_mb"] = res["shards_run"]["worker_peak_rss_mb"]
     res["peak_rss_over_random_access_mb"] = round(res["peak_rss_mb"] - res["random_access"]["worker_peak_rss_mb"], 1)
     res["peak_rss_bound_mb"] = round(2 * a.pool * res["shard_mb_max"], 1)  # a window in use + the next being read
