@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Pack a training set's features into shards read front to back (training from slow storage).
 #
-#   scripts/feats/make_shards.sh [--cmd run.pl] [--nj 4] [--shard-utts 1000] [--run 8] FEATS_DIR SHARD_DIR
+#   scripts/feats/make_shards.sh [--cmd run.pl] [--nj 4] [--shard-utts 1000] [--run 8] [--audio false] FEATS_DIR SHARD_DIR
 #
 # FEATS_DIR is stage 2's output for the set (scripts/feats/make_fbank.sh: feats.scp, vad.scp,
-# cmvn_utt*.scp, utt2spk).  Writes SHARD_DIR/shard.<K>.tar (per utterance: speaker, the feature
-# record as stored in the ark, float or compressed, its VAD and CMVN stats; spkflow/data/shards.py),
+# cmvn_utt*.scp, utt2spk); with --audio true a data dir, whose audio files (wav.scp) the shards
+# hold as stored (a pipe's output as wav), for training on audio.  Writes SHARD_DIR/shard.<K>.tar
+# (per utterance: speaker, the feature record as stored in the ark, float or compressed, its VAD
+# and CMVN stats, or the audio file; spkflow/data/shards.py),
 # SHARD_DIR/utt2shard and, last, SHARD_DIR/shards.list.  Each shard is written atomically by one of
 # nj jobs; a rerun writes only the shards that are missing (a killed run resumes), and a changed
 # feature set or option removes the old shards first.  One run per SHARD_DIR (its lock).
@@ -24,6 +26,7 @@ nj=4                # number of parallel jobs
 shard_utts=1000     # utterances per shard (about: a speaker's run is not split)
 run=8               # utterances of one speaker kept together in a shard
 seed=0              # seed of the utterance order
+audio=false         # true: shards of the audio files (wav.scp) instead of the features
 python=             # python interpreter (default: utils/spkflow_python.sh)
 
 help_message=$(cat <<HELP
@@ -35,6 +38,7 @@ Options:
   --shard-utts N      utterances per shard (default: ${shard_utts})
   --run N             utterances of one speaker kept together (default: ${run})
   --seed N            seed of the order (default: ${seed})
+  --audio BOOL        shards of the audio files instead of the features (default: ${audio})
 HELP
 )
 
@@ -42,17 +46,22 @@ HELP
 [ $# -eq 2 ] || jobs_usage
 feats=$1
 out=$2
-[ -s "${feats}/feats.scp" ] || { log "Error: ${feats}/feats.scp not found (run stage 2 first)"; exit 1; }
+case "${audio}" in true|false) ;; *) log "Error: --audio must be true or false, got '${audio}'"; exit 1 ;; esac
+if ${audio}; then
+    [ -s "${feats}/wav.scp" ] || { log "Error: ${feats}/wav.scp not found (a data dir)"; exit 1; }
+else
+    [ -s "${feats}/feats.scp" ] || { log "Error: ${feats}/feats.scp not found (run stage 2 first)"; exit 1; }
+fi
 mkdir -p "${out}/log"
 jobs_lock "${out}"
 rm -f "${out}/shards.list"   # complete again only once the merge has checked every shard
 "${python}" -m spkflow.bin.make_shards prepare --shard-utts "${shard_utts}" --run "${run}" --seed "${seed}" \
-    "${feats}" "${out}"
+    --audio "${audio}" "${feats}" "${out}"
 num_shards=$(wc -l < "${out}/plan")
 [ "${nj}" -gt "${num_shards}" ] && nj=${num_shards}
 log "shards of ${feats} with ${nj} jobs -> ${out}"
 if ! ${cmd} JOB=1:"${nj}" "${out}/log/make_shards.JOB.log" \
-        "${python}" -m spkflow.bin.make_shards job "${feats}" "${out}" JOB "${nj}"; then
+        "${python}" -m spkflow.bin.make_shards job --audio "${audio}" "${feats}" "${out}" JOB "${nj}"; then
     jobs_report_failed "${out}/log/make_shards"
     exit 1
 fi

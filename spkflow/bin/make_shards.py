@@ -1,10 +1,12 @@
 """Write a training set's shards (spkflow.data.shard_jobs): prepare, one job, or the merge.
 
-    python -m spkflow.bin.make_shards prepare [--shard-utts 1000] [--run 8] [--seed 0] FEATS_DIR SHARD_DIR
-    python -m spkflow.bin.make_shards job FEATS_DIR SHARD_DIR JOB NJ
+    python -m spkflow.bin.make_shards prepare [--shard-utts 1000] [--run 8] [--seed 0] [--audio false] \\
+        FEATS_DIR SHARD_DIR
+    python -m spkflow.bin.make_shards job [--audio false] FEATS_DIR SHARD_DIR JOB NJ
     python -m spkflow.bin.make_shards merge SHARD_DIR NJ
 
-FEATS_DIR is stage 2's output for the set (feats.scp, vad.scp, cmvn stats, utt2spk).  ``prepare``
+FEATS_DIR is stage 2's output for the set (feats.scp, vad.scp, cmvn stats, utt2spk); with
+``--audio true`` a data dir whose audio files (wav.scp) the shards hold as stored.  ``prepare``
 writes SHARD_DIR/plan (and removes the shards of an earlier, different plan); ``job`` writes the
 missing shards JOB, JOB + NJ, ... atomically; ``merge`` writes utt2shard and shards.list once
 every shard is there.  scripts/feats/make_shards.sh runs them through $train_cmd.
@@ -16,8 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spkflow.bin.argtypes import int_at_least
-from spkflow.core.errors import InputError, OutputError
+from spkflow.bin.argtypes import add_bool_option, int_at_least
+from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.data.jobs import MergeError
 from spkflow.data.shard_jobs import merge, prepare, write_job
 
@@ -29,9 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     pp.add_argument("--shard-utts", type=int_at_least(1), default=1000, help="utterances per shard (about)")
     pp.add_argument("--run", type=int_at_least(1), default=8, help="utterances of one speaker kept together")
     pp.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the order")
+    add_bool_option(pp, "--audio", default=False, help="shards of the audio files instead of the features")
     pp.add_argument("feats_dir")
     pp.add_argument("shard_dir")
     pj = sub.add_parser("job", help="write one job's shards")
+    add_bool_option(pj, "--audio", default=False, help="shards of the audio files instead of the features")
     pj.add_argument("feats_dir")
     pj.add_argument("shard_dir")
     pj.add_argument("job", type=int_at_least(1))
@@ -42,15 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         if a.step == "prepare":
-            n = prepare(a.feats_dir, a.shard_dir, a.shard_utts, a.run, a.seed)
+            n = prepare(a.feats_dir, a.shard_dir, a.shard_utts, a.run, a.seed, a.audio)
             print(f"make_shards: {n} shards planned in {a.shard_dir}/plan", file=sys.stderr)
         elif a.step == "job":
-            n = write_job(a.feats_dir, a.shard_dir, a.job, a.nj)
+            n = write_job(a.feats_dir, a.shard_dir, a.job, a.nj, a.audio)
             print(f"make_shards: job {a.job}: {n} shards written", file=sys.stderr)
         else:
             n, size = merge(a.shard_dir, a.nj)
             print(f"make_shards: {n} shards, {size / 1e6:.1f} MB, in {a.shard_dir}/shards.list", file=sys.stderr)
-    except (InputError, OutputError, MergeError, OSError) as e:
+    except (InputError, OutputError, MergeError, UtteranceError, OSError) as e:
         print(f"make_shards: ERROR: {e}", file=sys.stderr)
         return 1
     return 0

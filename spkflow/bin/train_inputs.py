@@ -1,11 +1,14 @@
 """Say what stage 4 reads of the training set under a training config: `features` or `audio`.
 
     python -m spkflow.bin.train_inputs --config conf/train.yaml     # prints: features | audio
+    python -m spkflow.bin.train_inputs --config conf/train.yaml --shards   # what its shards hold: features | audio
 
 ``audio``: the config trains on audio crops alone (``frontend.feats_type: raw``, no
 ``frontend.vad``, no ``model.input_norm: global``), so ``spk.sh`` makes no stage-2 features of
 the training set and stage 4 reads its data dir; ``features``: stage 4 needs stage 2's output
 for it (the reasons go to stderr).  The rule is :func:`spkflow.train.data.features_needed`.
+With ``--shards``: what ``spk.sh --train_shards true`` packs into the training shards, the audio
+files (``frontend.feats_type: raw``) or the features.
 Exit status 1 with one error line naming the file for a bad config.
 """
 
@@ -22,16 +25,21 @@ from spkflow.train.data import features_needed
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.train_inputs", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="training config (YAML)")
+    p.add_argument("--shards", action="store_true", help="say what the training shards hold instead")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     try:
-        why = features_needed(load_train_config(args.config))
+        cfg = load_train_config(args.config)
     except ConfigError as err:
         print(f"train_inputs: error: {err}", file=sys.stderr)
         return 1
+    if args.shards:
+        print("audio" if cfg["frontend"]["feats_type"] == "raw" else "features")
+        return 0
+    why = features_needed(cfg)
     print("features" if why else "audio")
     if why:
         print(f"{args.config}: stage 4 reads stage 2's output of the training set: {'; '.join(why)}", file=sys.stderr)

@@ -58,6 +58,7 @@ from spkflow.data.tables import read_kv, write_kv
 
 __all__ = [
     "AudioReader",
+    "decode_audio_bytes",
     "known_durations",
     "Segment",
     "load_audio",
@@ -238,6 +239,19 @@ def _decode_spec(spec: str, utt: str) -> tuple[np.ndarray, int, str]:
         return data, rate, spec
     data, rate = read_file(spec, utt)
     return data, rate, spec
+
+
+def decode_audio_bytes(raw: bytes, utt: str, source: str) -> tuple[np.ndarray, int]:
+    """Decode an encoded file held in memory (wav, flac, ogg: what libsndfile reads) -> (float32
+    mono [-1, 1], rate); ``source`` names it in errors (e.g. a training shard's member)."""
+    try:
+        data, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
+    except Exception as exc:  # soundfile raises LibsndfileError/RuntimeError/TypeError
+        raise UtteranceError(utt, source, f"cannot decode audio ({len(raw)} bytes): {exc}") from exc
+    wave = to_mono_float(data, utt, source)
+    if wave.size == 0:
+        raise UtteranceError(utt, source, "audio has no samples")
+    return wave, int(rate)
 
 
 def read_audio(spec: str, utt: str = "<audio>") -> tuple[np.ndarray, int]:

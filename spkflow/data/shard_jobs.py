@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 
 from spkflow.core.atomic import write_text_atomic
-from spkflow.core.errors import InputError
+from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ark import KaldiArkReader
 from spkflow.data.jobs import MergeError, log_line
-from spkflow.data.shards import FIELDS, shard_name, write_shard
+from spkflow.data.shards import AUDIO_EXTS, FIELDS, shard_name, write_shard
 from spkflow.data.tables import c_key, read_kv
 
 __all__ = ["shard_order", "prepare", "read_plan", "write_job", "merge", "SCPS"]
@@ -76,14 +77,14 @@ def shard_order(utt2spk: dict[str, str], shard_utts: int, run: int = 8, seed: in
     return [s for s in shards if s]
 
 
-def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int) -> str:
+def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int, audio: bool) -> str:
     digest = hashlib.sha256()
     arks: set[str] = set()
-    for name in ("utt2spk", *SCPS.values()):
+    for name in ("utt2spk", "wav.scp") if audio else ("utt2spk", *SCPS.values()):
         p = feats_dir / name
         text = p.read_bytes() if p.is_file() else b"-"
         digest.update(name.encode() + text)
-        if name.endswith(".scp"):
+        if name in SCPS.values():
             arks.update(
                 line.split(maxsplit=1)[1].rsplit(":", 1)[0] for line in text.decode().splitlines() if " " in line
             )
@@ -94,19 +95,28 @@ def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int) -> str:
 
 
 def prepare(
-    feats_dir: str | os.PathLike[str], shard_dir: str | os.PathLike[str], shard_utts: int, run: int, seed: int
+    feats_dir: str | os.PathLike[str],
+    shard_dir: str | os.PathLike[str],
+    shard_utts: int,
+    run: int,
+    seed: int,
+    audio: bool = False,
 ) -> int:
     """Write ``plan`` and ``settings``; remove the shards of a different earlier plan.  Returns
-    the number of shards."""
+    the number of shards.  ``audio``: shards of ``feats_dir``'s audio files (its ``wav.scp``: a
+    data dir) instead of its features."""
     feats_dir, shard_dir = Path(feats_dir), Path(shard_dir)
-    scp = feats_dir / "feats.scp"
+    scp = feats_dir / ("wav.scp" if audio else "feats.scp")
     if not scp.is_file():
-        raise InputError(scp, None, "not found: shards are made of stage 2's features (run stage 2)")
+        why = "audio shards are made from a data dir" if audio else "shards are made of stage 2's features"
+        raise InputError(scp, None, f"not found: {why}")
+    if audio and (feats_dir / "segments").is_file():
+        raise InputError(feats_dir / "segments", None, "audio shards hold whole files: cut segments first")
     have = set(read_kv(scp))
     utt2spk = {u: s for u, s in read_kv(feats_dir / "utt2spk").items() if u in have}
     if not utt2spk:
         raise InputError(feats_dir / "utt2spk", None, f"no utterance of it is in {scp}")
-    settings = _settings(feats_dir, shard_utts, run, seed)
+    settings = _settings(feats_dir, shard_utts, run, seed, audio) + ("audio\n" if audio else "")
     shard_dir.mkdir(parents=True, exist_ok=True)
     old = shard_dir / "settings"
     if not old.is_file() or old.read_text(encoding="utf-8") != settings:
@@ -130,10 +140,34 @@ def read_plan(shard_dir: str | os.PathLike[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def write_job(feats_dir: str | os.PathLike[str], shard_dir: str | os.PathLike[str], job: int, nj: int) -> int:
+def _audio_member(utt: str, entry: str) -> tuple[str, bytes]:
+    """(extension, bytes) of a wav.scp entry: a file as stored, or what a pipe writes (as wav)."""
+    entry = entry.strip()
+    if entry.endswith("|"):
+        cmd = entry[:-1].strip()
+        proc = subprocess.run(cmd, shell=True, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+        if proc.returncode != 0 or not proc.stdout:
+            err = proc.stderr.decode("utf-8", "replace").strip()[-300:]
+            raise UtteranceError(utt, f"{cmd} |", f"command failed (exit {proc.returncode}): {err or 'no output'}")
+        return "wav", proc.stdout
+    ext = Path(entry).suffix.lower().lstrip(".")
+    if ext not in AUDIO_EXTS:
+        raise UtteranceError(utt, entry, f"not a file of a known audio type ({', '.join(AUDIO_EXTS)})")
+    try:
+        return ext, Path(entry).read_bytes()
+    except OSError as e:
+        raise UtteranceError(utt, entry, f"cannot read: {e.strerror}") from None
+
+
+def write_job(
+    feats_dir: str | os.PathLike[str], shard_dir: str | os.PathLike[str], job: int, nj: int, audio: bool = False
+) -> int:
     """Write the missing shards ``job - 1, job - 1 + nj, ...`` (1-based ``job``); returns how many."""
     feats_dir, shard_dir = Path(feats_dir), Path(shard_dir)
     readers = {f: KaldiArkReader(feats_dir / scp) for f, scp in SCPS.items() if (feats_dir / scp).is_file()}
+    if audio:
+        wav = read_kv(feats_dir / "wav.scp")
+        readers = {}
     utt2spk = read_kv(feats_dir / "utt2spk")
     written = 0
     plan = read_plan(shard_dir)
@@ -145,6 +179,8 @@ def write_job(feats_dir: str | os.PathLike[str], shard_dir: str | os.PathLike[st
         members = []
         for u in utts:
             members.append((u, "spk", utt2spk[u].encode("utf-8", "surrogateescape")))
+            if audio:
+                members.append((u, *_audio_member(u, wav[u])))
             for field in FIELDS:
                 if field in readers:
                     members.append((u, field, readers[field].record_bytes(u)))

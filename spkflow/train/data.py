@@ -37,7 +37,7 @@ from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.train.batches import read_batch_list
 from spkflow.train.loader import NxMCropDataset
 from spkflow.train.raw_loader import CropFbank, NxMWaveDataset
-from spkflow.train.shard_loader import NxMShardDataset
+from spkflow.train.shard_loader import NxMShardDataset, NxMWaveShardDataset
 
 __all__ = [
     "complete_config",
@@ -102,10 +102,6 @@ def train_features(
     now: every listed shard there with its size), which :func:`epoch_dataset` reads instead."""
     scp = os.path.join(train_feats, "feats.scp")
     if cfg["train"].get("shards"):
-        if cfg["frontend"].get("feats_type") == "raw":
-            raise InputError(
-                os.path.join(train_feats, "shards"), None, "train.shards reads feature shards: not with feats_type raw"
-            )
         return ShardSet(os.path.join(train_feats, "shards", "shards.list")), train_features(
             {**cfg, "train": {**cfg["train"], "shards": False}}, train_feats, fbank_conf, first_utt
         )[1]
@@ -140,6 +136,25 @@ def epoch_dataset(
     ``wave_aug`` (``frontend.feats_type: raw``; ``fbank_on`` device: the crops themselves, their
     fbank computed in the training process), else crops of stage 2's arks, or, when ``feats`` is
     a :class:`ShardSet` (``train.shards``, :func:`train_features`), the same crops from its shards."""
+    if isinstance(feats, ShardSet) and wave_aug is not None:
+        log.info("epoch %d: audio read from the %d shards of %s, front to back", epoch, len(feats), feats.list_path)
+        return NxMWaveShardDataset(
+            feats,
+            train_data,
+            batches,
+            known_utts=utt2spk,
+            fbank=frontend["fbank"],
+            seed=seed,
+            epoch=epoch,
+            crop=crop,
+            use_vad=bool(frontend["vad"]),
+            vad_scp=os.path.join(train_feats, "vad.scp"),
+            mean_norm="crop" if frontend["mean_norm"] else "none",
+            augment=wave_aug,
+            num_utt=num_utt,
+            utt2spk=utt2spk,
+            fbank_on=fbank_on,
+        )
     if isinstance(feats, ShardSet):
         dataset = NxMShardDataset(
             feats,

@@ -30,16 +30,19 @@ import concurrent.futures
 import os
 import tarfile
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from spkflow.core.errors import InputError
 from spkflow.data.ark import KaldiArkReader, parse_header
+from spkflow.data.audio import decode_audio_bytes, resample
 from spkflow.data.shards import Shard, ShardSet
 from spkflow.train.loader import MEAN_NORM_MODES, NxMCropDataset
+from spkflow.train.raw_loader import NxMWaveDataset
 
-__all__ = ["NxMShardDataset", "ShardPool"]
+__all__ = ["NxMShardDataset", "NxMWaveShardDataset", "ShardPool"]
 
 
 class _MemoryArks(KaldiArkReader):
@@ -86,7 +89,8 @@ class ShardPool:
         self.shards, self.known = shards, known_utts
         paths = [shards.path(i) for i in range(len(shards))]
         self.arks = {f: _MemoryArks(f"{shards.list_path} ({f})", paths) for f in fields}
-        self.loaded: dict[int, list[str]] = {}
+        self.loaded: dict[int, Shard] = {}
+        self.where: dict[str, int] = {}  # utterance -> loaded shard
         self.pending: dict[int, concurrent.futures.Future[Shard]] = {}
         self.peak = 0  # most shards loaded or being read at once
         self.reads = 0  # shards read so far
@@ -115,56 +119,44 @@ class ShardPool:
                     self.shards.path(i), None, f"has no '{field}' member for every utterance (write the shards again)"
                 )
             ark.add(i, shard.data, offsets)
-        self.loaded[i] = shard.utts
+        self.loaded[i] = shard
+        self.where.update((u, i) for u in shard.utts)
         self.reads += 1
         self._count()
 
     def evict(self, i: int) -> None:
-        utts = self.loaded.pop(i, None)
-        if utts is not None:
+        shard = self.loaded.pop(i, None)
+        if shard is not None:
+            for u in shard.utts:
+                self.where.pop(u, None)
             for ark in self.arks.values():
-                ark.drop(i, utts)
+                ark.drop(i, shard.utts)
 
     def _count(self) -> None:
         self.peak = max(self.peak, len(self.loaded) + len(self.pending))
 
 
-class NxMShardDataset(NxMCropDataset):
-    """Batch ``b`` -> ``(feats [N*M, T, F], utt_ids)`` from shards; see the module doc.
+class _ShardReads:
+    """What a dataset indexed by batch needs to serve its batches from shards: which shards each
+    batch needs, and before batch ``b`` in this process, evict, load and read ahead."""
 
-    Parameters as :class:`NxMCropDataset`, with ``shards`` (a :class:`ShardSet` or the path of
-    ``shards.list``) in place of the scp; ``known_utts``: the training data dir's utt2spk, which
-    every loaded shard is checked against; ``max_shards``: the most shards one batch may need;
-    ``prefetch``: shards read ahead.
-    """
+    shard_set: ShardSet
+    batches: list[list[str]]
+    pool: ShardPool | None
 
-    def __init__(
+    def _init_reads(
         self,
         shards: ShardSet | str | os.PathLike[str],
         batches: Sequence[Sequence[str]],
-        *,
-        seed: int = 0,
-        epoch: int = 0,
-        crop: int | tuple[int, int] = (140, 180),
-        use_vad: bool = True,
-        mean_norm: str | bool = "utterance",
-        known_utts: Mapping[str, str] | None = None,
-        max_shards: int = 16,
-        prefetch: int | None = None,
+        fields: list[str],
+        known_utts: Mapping[str, str] | None,
+        max_shards: int,
+        prefetch: int | None,
     ) -> None:
         self.shard_set = shards if isinstance(shards, ShardSet) else ShardSet(shards)
-        self.batches = [list(b) for b in batches]
-        self.seed, self.epoch = int(seed), int(epoch)
-        self.crop_range = (crop, crop) if isinstance(crop, int) else (int(crop[0]), int(crop[1]))
-        if not 1 <= self.crop_range[0] <= self.crop_range[1]:
-            raise ValueError(f"crop must be >= 1 frames (min <= max), got {crop}")
-        mean_norm = {True: "utterance", False: "none"}.get(mean_norm, mean_norm)  # type: ignore[call-overload]
-        if mean_norm not in MEAN_NORM_MODES:
-            raise ValueError(f"mean_norm must be one of {MEAN_NORM_MODES}, got {mean_norm!r}")
-        self.mean_norm, self.use_vad = str(mean_norm), bool(use_vad)
         u2s = self.shard_set.utt2shard
         self.needs: list[tuple[int, ...]] = []
-        for b, batch in enumerate(self.batches):
+        for b, batch in enumerate(batches):
             missing = [u for u in batch if u not in u2s]
             if missing:
                 raise KeyError(
@@ -182,14 +174,9 @@ class NxMShardDataset(NxMCropDataset):
             )
         self.max_shards = max(widest, 1)
         self.prefetch_shards = self.max_shards if prefetch is None else int(prefetch)
-        fields = ["feats"]
-        if self.use_vad:
-            fields.append("vad")
-        if self.mean_norm == "utterance":
-            fields.append("cmvn_voiced" if self.use_vad else "cmvn")
         self._fields, self._known = fields, known_utts
-        self.pool: ShardPool | None = None
-        self._stream: tuple[int, int] | None = None  # (first batch, step) this process serves
+        self.pool = None
+        self._served: tuple[int, int] | None = None  # (first batch, step) this process serves
         self._first_use: list[int] = []  # shards in the order this process's batches need them
         self._last_use: dict[int, int] = {}
         self._next = 0
@@ -197,7 +184,7 @@ class NxMShardDataset(NxMCropDataset):
     def _plan_reads(self, b: int) -> None:
         info = torch.utils.data.get_worker_info()
         step = info.num_workers if info is not None else 1
-        self._stream = (b, step)
+        self._served = (b, step)
         self._first_use, self._last_use, seen = [], {}, set()
         for k in range(b, len(self.batches), step):
             for s in self.needs[k]:
@@ -208,18 +195,14 @@ class NxMShardDataset(NxMCropDataset):
         self._next = 0
         if self.pool is None or self.pool._pid != os.getpid():
             self.pool = ShardPool(self.shard_set, self._fields, self._known)
-        self.feats = self.pool.arks["feats"]
-        self.vad = self.pool.arks.get("vad")
-        self.cmvn = self.pool.arks.get("cmvn_voiced" if self.use_vad else "cmvn")
+        self._attach(self.pool)
+
+    def _attach(self, pool: ShardPool) -> None:
+        """Point the dataset's readers at ``pool``."""
 
     def _ensure(self, b: int) -> None:
-        if (
-            self._stream is None
-            or self.pool is None
-            or self.pool._pid != os.getpid()
-            or b < self._stream[0]
-            or ((b - self._stream[0]) % self._stream[1])
-        ):
+        st = self._served
+        if st is None or self.pool is None or self.pool._pid != os.getpid() or b < st[0] or (b - st[0]) % st[1]:
             self._plan_reads(b)
         pool = self.pool
         assert pool is not None
@@ -235,6 +218,56 @@ class NxMShardDataset(NxMCropDataset):
         ):
             pool.prefetch(self._first_use[k])
             k += 1
+
+    def __getstate__(self) -> dict[str, object]:  # a spawned worker starts with no shard in memory
+        state = self.__dict__.copy()
+        state["pool"], state["_served"] = None, None
+        return state
+
+
+class NxMShardDataset(_ShardReads, NxMCropDataset):
+    """Batch ``b`` -> ``(feats [N*M, T, F], utt_ids)`` from shards; see the module doc.
+
+    Parameters as :class:`NxMCropDataset`, with ``shards`` (a :class:`ShardSet` or the path of
+    ``shards.list``) in place of the scp; ``known_utts``: the training data dir's utt2spk, which
+    every loaded shard is checked against; ``max_shards``: the most shards one batch may need;
+    ``prefetch``: shards read ahead (default: as many as one batch may need).
+    """
+
+    def __init__(
+        self,
+        shards: ShardSet | str | os.PathLike[str],
+        batches: Sequence[Sequence[str]],
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        crop: int | tuple[int, int] = (140, 180),
+        use_vad: bool = True,
+        mean_norm: str | bool = "utterance",
+        known_utts: Mapping[str, str] | None = None,
+        max_shards: int = 16,
+        prefetch: int | None = None,
+    ) -> None:
+        self.batches = [list(b) for b in batches]
+        self.seed, self.epoch = int(seed), int(epoch)
+        self.crop_range = (crop, crop) if isinstance(crop, int) else (int(crop[0]), int(crop[1]))
+        if not 1 <= self.crop_range[0] <= self.crop_range[1]:
+            raise ValueError(f"crop must be >= 1 frames (min <= max), got {crop}")
+        mean_norm = {True: "utterance", False: "none"}.get(mean_norm, mean_norm)  # type: ignore[call-overload]
+        if mean_norm not in MEAN_NORM_MODES:
+            raise ValueError(f"mean_norm must be one of {MEAN_NORM_MODES}, got {mean_norm!r}")
+        self.mean_norm, self.use_vad = str(mean_norm), bool(use_vad)
+        fields = ["feats"]
+        if self.use_vad:
+            fields.append("vad")
+        if self.mean_norm == "utterance":
+            fields.append("cmvn_voiced" if self.use_vad else "cmvn")
+        self._init_reads(shards, self.batches, fields, known_utts, max_shards, prefetch)
+
+    def _attach(self, pool: ShardPool) -> None:
+        self.feats = pool.arks["feats"]
+        self.vad = pool.arks.get("vad")
+        self.cmvn = pool.arks.get("cmvn_voiced" if self.use_vad else "cmvn")
 
     def batch_numel(self) -> int:
         """Elements of the largest batch (for the buffer pool): the dimension from the first
@@ -255,13 +288,73 @@ class NxMShardDataset(NxMCropDataset):
         return max(len(b) for b in self.batches) * self.crop_range[1] * (h.cols if h is not None else 1)
 
     def __getitem__(self, index: int | tuple[int, torch.Tensor | None]) -> tuple[torch.Tensor, list[str]]:
-        b = index[0] if isinstance(index, tuple) else index
-        self._ensure(b)
+        self._ensure(index[0] if isinstance(index, tuple) else index)
         return super().__getitem__(index)
 
-    def __getstate__(self) -> dict[str, object]:  # a spawned worker starts with no shard in memory
-        state = self.__dict__.copy()
-        state["pool"], state["_stream"] = None, None
+    def __getstate__(self) -> dict[str, object]:
+        state = _ShardReads.__getstate__(self)
         for k in ("feats", "vad", "cmvn"):
             state.pop(k, None)
+        return state
+
+
+class _ShardAudio:
+    """The part of :class:`spkflow.data.audio.AudioReader` the raw loader uses, over the audio
+    files held by the shards in memory (decoded as the reader decodes the same files)."""
+
+    def __init__(self, pool: ShardPool, sample_rate: int | None) -> None:
+        self.pool, self.sample_rate = pool, sample_rate
+
+    def __contains__(self, utt: object) -> bool:
+        return utt in self.pool.shards.utt2shard
+
+    def source(self, utt: str) -> str:
+        return f"{self.pool.shards.path(self.pool.shards.utt2shard[utt])}:{utt}"
+
+    def read(self, utt: str) -> np.ndarray:
+        i = self.pool.where.get(utt)
+        if i is None:
+            raise RuntimeError(f"{self.source(utt)} is not in memory (a shard pool bug)")
+        shard = self.pool.loaded[i]
+        field = shard.audio_field(utt)
+        if field is None:
+            raise InputError(self.pool.shards.path(i), None, f"'{utt}' has no audio member: a feature shard?")
+        wave, rate = decode_audio_bytes(shard.payload(utt, field), utt, f"{self.source(utt)}.{field}")
+        return wave if self.sample_rate is None else resample(wave, rate, self.sample_rate)
+
+
+class NxMWaveShardDataset(_ShardReads, NxMWaveDataset):
+    """:class:`NxMWaveDataset` (``frontend.feats_type: raw``) with the audio files read from
+    shards (``make_shards.sh --audio true``): the same batches as from the files themselves.
+    ``data_dir`` still gives the speakers and, with ``use_vad``, ``vad_scp`` the VAD (one small
+    memory-mapped ark, in the page cache after the first epoch); parameters otherwise as
+    :class:`NxMShardDataset`."""
+
+    def __init__(
+        self,
+        shards: ShardSet | str | os.PathLike[str],
+        data_dir: str | os.PathLike[str],
+        batches: Sequence[Sequence[str]],
+        *,
+        known_utts: Mapping[str, str] | None = None,
+        max_shards: int = 16,
+        prefetch: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        NxMWaveDataset.__init__(self, data_dir, batches, **kwargs)
+        self._file_reader = self.audio
+        self._init_reads(shards, self.batches, [], known_utts, max_shards, prefetch)
+
+    def _attach(self, pool: ShardPool) -> None:
+        self.audio = _ShardAudio(pool, self.rate)  # type: ignore[assignment]
+
+    def __getitem__(
+        self, index: int | tuple[int, torch.Tensor | None]
+    ) -> tuple[torch.Tensor, list[str], torch.Tensor, dict[str, int]]:
+        self._ensure(index[0] if isinstance(index, tuple) else index)
+        return super().__getitem__(index)
+
+    def __getstate__(self) -> dict[str, object]:
+        state = _ShardReads.__getstate__(self)
+        state["audio"] = self._file_reader
         return state

@@ -64,3 +64,38 @@ def test_stages_2_to_4_from_shards(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert {p.name: p.stat().st_mtime_ns for p in shards.glob("shard.*.tar")} == before
+
+
+def test_raw_audio_training_from_audio_shards(tmp_path: Path) -> None:
+    """A config training on audio alone (feats_type raw, no VAD): stage 2 makes no features of the
+    training set but packs its audio files into data/train/shards, and stage 4 reads them."""
+    recipe = template_recipe(tmp_path / "recipe")
+    data = make_speakers(tmp_path / "audio", num_spk=6, num_utt=4, min_sec=0.5, max_sec=0.9, fmt="flac")
+    shutil.copytree(data, recipe / "data" / "train")
+    (recipe / "conf").mkdir()
+    (recipe / "conf" / "fbank.conf").write_text(FbankOptions(num_mel_bins=20).to_kaldi_conf())
+    (recipe / "conf" / "vad.conf").write_text(VadOptions().to_kaldi_conf())
+    cfg = {
+        "frontend": {"feats_type": "raw", "vad": False, "mean_norm": False},
+        "model": {**TINY_MODEL, "input_norm": "none"},
+        "loss": {"name": "ge2e"},
+        "optim": {"name": "adam", "lr": 0.01},
+        "train": {"crop_min_frames": 20, "crop_max_frames": 30},
+    }
+    (recipe / "conf" / "train.yaml").write_text(yaml.safe_dump(cfg))
+    args = ["--train_shards", "true", "--shard_utts", "8", "--shard_pool", "3", "--num_spk", "3", "--num_utt", "2"]
+    args += ["--num_epochs", "1", "--test_sets", "", "--valid_set", "", "--nj", "1"]
+    run = subprocess.run(
+        ["bash", "spk.sh", "--stage", "2", "--stop_stage", "4", *args],
+        cwd=recipe,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert not (recipe / "dump" / "fbank" / "train" / "feats.scp").exists()
+    shards = ShardSet(recipe / "data" / "train" / "shards" / "shards.list")
+    assert len(shards) == 3
+    log = (recipe / "exp" / "spk_train" / "train.log").read_text()
+    assert "audio read from the 3 shards" in log

@@ -214,3 +214,45 @@ def test_make_shards_script(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "Succeeded writing 2 shards" in run.stderr
     assert len(ShardSet(tmp_path / "sh" / "shards.list")) == 2
+
+
+def test_audio_shards_hold_the_files_and_give_the_raw_loaders_batches(tmp_path):
+    """Shards of audio (--audio true) hold each file byte for byte; the raw loader reading them
+    gives the batches it gives reading the files (speed perturbation on, fbank in process)."""
+    from spkflow.augment.wave import WaveAugment, normalize_augment_config
+    from spkflow.train.raw_loader import NxMWaveDataset
+    from spkflow.train.shard_loader import NxMWaveShardDataset
+
+    data = make_speakers(tmp_path, num_spk=6, num_utt=4, min_sec=0.6, max_sec=1.2, fmt="flac")
+    out = tmp_path / "shards"
+    prepare(data, out, 8, run=2, seed=0, audio=True)
+    write_job(data, out, 1, 1, audio=True)
+    merge(out, 1)
+    s = ShardSet(out / "shards.list")
+    wav = read_kv(data / "wav.scp")
+    shard = s.load(0, read_kv(data / "utt2spk"))
+    for u in shard.utts:
+        assert shard.audio_field(u) == "flac" and shard.payload(u, "flac") == Path(wav[u]).read_bytes()
+    plan = plan_shard_epoch(data / "spk2utt", read_utt2shard(out / "utt2shard"), 3, 2, seed=0, epoch=1, pool=2)
+    assert len(plan) > 0
+    aug = WaveAugment(normalize_augment_config({"speed": {"factors": [0.9, 1.0, 1.1]}}), 16000)
+    kw = {"fbank": {"num_mel_bins": 24}, "seed": 2, "epoch": 1, "crop": 40, "use_vad": False, "augment": aug}
+    ref = NxMWaveDataset(data, plan.batches, num_utt=2, **kw)
+    got = NxMWaveShardDataset(s, data, plan.batches, num_utt=2, known_utts=read_kv(data / "utt2spk"), **kw)
+    for b in range(len(plan)):
+        xa, ua, sa, _ = ref[b]
+        xb, ub, sb, _ = got[b]
+        assert ua == ub and torch.equal(sa, sb) and torch.equal(xa, xb)
+
+
+def test_train_inputs_says_what_the_shards_hold(tmp_path, capsys):
+    import yaml
+
+    from spkflow.bin.train_inputs import main
+
+    for feats_type, want in (("ark", "features"), ("raw", "audio")):
+        cfg = tmp_path / f"{feats_type}.yaml"
+        doc = {"frontend": {"feats_type": feats_type}, "model": {"name": "ecapa_tdnn"}, "loss": {"name": "ge2e"}}
+        cfg.write_text(yaml.safe_dump(doc))
+        assert main(["--config", str(cfg), "--shards"]) == 0
+        assert capsys.readouterr().out.strip() == want

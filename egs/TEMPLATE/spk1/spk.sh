@@ -55,6 +55,8 @@ train_shards=false           # true: stage 2 also packs the training set's featu
                              # storage; the same crops; docs/batches.md)
 shard_utts=1000              # with train_shards: utterances per shard
 shard_pool=8                 # with train_shards: shards per window of the plan (a loader holds about twice this)
+shard_streams=1              # with train_shards: interleaved streams of windows; training processes x loader
+                             # workers gives each worker its own shards (else each reads every window)
 
 # Batch options (stage 3).
 num_spk=32            # N speakers per batch
@@ -182,6 +184,9 @@ train_reads=features
 if [ -z "${pretrained}" ] && [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 2 ] && [ -f "${train_config}" ]; then
     train_reads=$(python -m spkflow.bin.train_inputs --config "${train_config}") || exit 1
 fi
+# --train_shards true: the shards sit beside what stage 4 reads (features, or the audio files)
+shard_dir=${dumpdir}/fbank/${train_set}/shards
+[ "${train_reads}" = audio ] && shard_dir=data/${train_set}/shards
 
 if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
     log "Stage 1: data preparation (local/data.sh) into data/{$([ -z "${pretrained}" ] && echo "${train_set},")${test_sets// /,}}"
@@ -242,16 +247,15 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
             log "Warning: $(wc -l < "${dumpdir}/fbank/${_set}/bad_utts") utterances of ${_set} left out, see ${dumpdir}/fbank/${_set}/bad_utts"
         fi
     done
-    if ${train_shards} && [ "${train_reads}" = audio ]; then
-        log "Error: --train_shards true packs stage 2's features; ${train_config} trains on audio (frontend.feats_type raw)"
-        exit 2
-    fi
     if ${train_shards}; then
         # spkflow/data/shard_jobs.py: runs of a speaker's utterances spread over the shards, each shard
-        # written atomically by one of nj jobs; a rerun writes only the missing ones
-        log "Shards of ${train_set} (${shard_utts} utterances each) -> ${dumpdir}/fbank/${train_set}/shards"
+        # written atomically by one of nj jobs; a rerun writes only the missing ones. They hold the
+        # features, or for frontend.feats_type raw the audio files as stored.
+        _holds=$(python -m spkflow.bin.train_inputs --config "${train_config}" --shards) || exit 1
+        log "Shards of ${train_set}'s ${_holds} (${shard_utts} utterances each) -> ${shard_dir}"
+        _audio=false; [ "${_holds}" = audio ] && _audio=true
         scripts/feats/make_shards.sh --cmd "${train_cmd}" --nj "${nj}" --shard-utts "${shard_utts}" \
-            "${dumpdir}/fbank/${train_set}" "${dumpdir}/fbank/${train_set}/shards"
+            --audio "${_audio}" "$(dirname "${shard_dir}")" "${shard_dir}"
     fi
 fi
 
@@ -275,10 +279,9 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     _settings="spk2utt=${_spk2utt} md5=$(md5sum < "${_spk2utt}" | cut -d' ' -f1) num_spk=${num_spk} num_utt=${num_utt} seed=${batch_seed} short_speakers=${short_speakers}"
     _shard_opts=()  # --train_shards true: windows of shard_pool shards (spkflow/train/shard_plan.py)
     if ${train_shards}; then
-        _shards=${dumpdir}/fbank/${train_set}/shards
-        [ -f "${_shards}/shards.list" ] || { log "Error: ${_shards}/shards.list not found (run stage 2 with --train_shards true)"; exit 1; }
-        _shard_opts=(--shards "${_shards}" --pool "${shard_pool}")
-        _settings+=" shards=${_shards} md5=$(md5sum < "${_shards}/utt2shard" | cut -d' ' -f1) pool=${shard_pool}"
+        [ -f "${shard_dir}/shards.list" ] || { log "Error: ${shard_dir}/shards.list not found (run stage 2 with --train_shards true)"; exit 1; }
+        _shard_opts=(--shards "${shard_dir}" --pool "${shard_pool}" --streams "${shard_streams}")
+        _settings+=" shards=${shard_dir} md5=$(md5sum < "${shard_dir}/utt2shard" | cut -d' ' -f1) pool=${shard_pool} streams=${shard_streams}"
     fi
     if [ ! -f "${_bdir}/settings" ] || [ "$(cat "${_bdir}/settings")" != "${_settings}" ]; then
         if compgen -G "${_bdir}/epoch*.txt" > /dev/null; then
