@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.results_md:  # the set's earlier metrics.json is gone: its RESULTS.md row must go too
             _refresh_results_md(args.results_md, args.results_file)
         return 1
-    norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
+    raw = "cosine" if m.get("backend", "cosine") == "cosine" else f"{m['backend'].upper()}, cosine"
+    norm = "" if m["score_norm"] == "none" else f" ({raw} before AS-norm: EER {m['raw']['eer']:.2f}%)"
     if "qmf" in m:
         norm += f" (QMF: EER {m['qmf']['eer']:.2f}%, Cllr {m['qmf']['cllr']:.3f})"
     logging.info(
@@ -156,6 +157,20 @@ def main(argv: list[str] | None = None) -> int:
             c["eer"],
             c["act_dcf_p0.01"],
         )
+        if "(seen in training)" in str(c.get("fitted_on", "")) and not c["in_sample"]:  # spk.sh's default set
+            logging.warning(
+                "%s: the calibration was fitted on trials of the training set (%s), whose scores the model has "
+                "learnt to separate: here its decisions' HTER is %.2f%% against EER %.2f%%%s (misses %.2f%%, false "
+                "alarms %.2f%%); fit it on held-out trials (spk.sh --calib_set SET) for decisions that hold on new "
+                "data",
+                m["set"],
+                c["fitted_on"],
+                c["hter"],
+                c["eer"],
+                f", {c['hter'] / c['eer']:.1f} x" if c["eer"] >= 0.01 else "",
+                c["p_miss"],
+                c["p_fa"],
+            )
     if args.results_md:
         try:
             logging.info("wrote %s", write_results_md(args.results_md, args.results_file))

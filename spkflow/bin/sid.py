@@ -30,6 +30,7 @@ from typing import Any
 
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import boolean, int_at_least
+from spkflow.core import jsonsafe
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_spk2utt
@@ -183,7 +184,7 @@ def _closed(args: argparse.Namespace) -> None:
             os.path.join(args.sid_dir, "confusion.png"),
             title=f"{name}: {len(spks)}-way, top-1 {100 * metrics['top1']:.1f}% ({backend.name})",
         )
-    write_text_atomic(os.path.join(args.sid_dir, "closed.json"), json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(os.path.join(args.sid_dir, "closed.json"), jsonsafe.dumps(metrics, indent=2) + "\n")
     _merge(args.sid_dir, {**metrics, "backend": backend.name})
     log.info(
         "%s: closed set %d-way, %d test utterances: top-1 %.2f%%, top-5 %.2f%%",
@@ -206,7 +207,7 @@ def _open(args: argparse.Namespace) -> None:
         "".join(f"{f} {u} {s} {b} {sc:.6f} {k}\n" for f, u, s, b, sc, k in trials),
     )
     metrics["open_backend"] = args.backend
-    write_text_atomic(os.path.join(args.sid_dir, "open.json"), json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(os.path.join(args.sid_dir, "open.json"), jsonsafe.dumps(metrics, indent=2) + "\n")
     _merge(args.sid_dir, metrics)
     key = f"far{args.far * 100:g}".replace(".", "p")
     log.info(

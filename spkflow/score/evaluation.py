@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from spkflow.core import jsonsafe
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
@@ -279,7 +280,7 @@ def evaluate_set(
                 threshold=metrics["eer_threshold"],
                 xlabel="cosine score" if result.score_norm == "none" else "AS-norm score",
             )
-        write_text_atomic(os.path.join(tmp, "metrics.json"), json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(os.path.join(tmp, "metrics.json"), jsonsafe.dumps(metrics, indent=2, sort_keys=True) + "\n")
         for name in reversed(OUTPUTS):  # metrics.json last
             if os.path.exists(os.path.join(tmp, name)):
                 os.replace(os.path.join(tmp, name), os.path.join(outdir, name))
