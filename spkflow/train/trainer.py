@@ -75,8 +75,9 @@ from spkflow.train.data import (
 )
 from spkflow.train.loader import make_loader
 from spkflow.train.monitor import Monitor
-from spkflow.train.optim import build_optimizer, build_scheduler, describe_schedule, lr_scale
+from spkflow.train.optim import build_optimizer, build_scheduler, lr_scale
 from spkflow.train.resume import accept_resume, apply_schedule
+from spkflow.train.sizing import log_run_scale
 from spkflow.train.state import (
     StopFlag,
     average_state_dicts,
@@ -306,9 +307,8 @@ class Trainer:
             torch.get_num_threads(),
             (f", AMP {tcfg['amp_dtype']}" if amp else "") + (", crops' fbank on the device" if wave_fbank else ""),
         )
-        log.info(
-            "%s", describe_schedule(cfg["optim"], cfg["scheduler"], global_batch, self.world_size, steps_per_epoch)
-        )
+        sizes = (sum(p.numel() for p in model.parameters()), len(self.utt2spk), len(self.spk2idx))
+        log_run_scale(log, cfg, global_batch, self.world_size, steps_per_epoch, total, sizes)
         crop = (int(tcfg["crop_min_frames"]), int(tcfg["crop_max_frames"]))
         if speed is not None:  # read longer crops; after the warp every speaker has the configured length
             crop = (speed.read_frames(crop[0]), speed.read_frames(crop[1]))
