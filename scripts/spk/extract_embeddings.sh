@@ -23,7 +23,7 @@
 # --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
 #   only *.pth, or --model-file); audio at the frontend's rate.
 # --toolkit speechbrain: DIR is a SpeechBrain pretrained folder (hyperparams.yaml + *.ckpt, e.g. a
-#   copy of speechbrain/spkrec-ecapa-voxceleb), loaded with no network (pip install 'spkflow[speechbrain]').
+#   copy of speechbrain/spkrec-ecapa-voxceleb), loaded with no network (pip install '.[speechbrain]' in the checkout).
 # --toolkit wespeaker: DIR holds a WeSpeaker ONNX export (feats -> embs) and optionally its training
 #   config.yaml (fbank settings; default 80 bins, 25/10 ms, 16 kHz), or DIR is the .onnx file.
 # Every toolkit: batched so that each utterance gets its single-utterance embedding (docs/toolkits.md).

@@ -23,6 +23,7 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import int_at_least, probability
 from spkflow.core.errors import InputError
+from spkflow.score.calibration import calibration_trials_problem
 from spkflow.score.verification import Decision, fit_scoring
 
 
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", err)
         return 1
     f = scoring.fitted
+    _, few = calibration_trials_problem(f["n_target"], f["n_nontarget"])
+    if few:
+        logging.warning("%s: %s", args.trials, few)
     logging.info(
         "calibration of %s scores on %s (%d target / %d non-target trials, centred on %s): LLR = %.4g x score "
         "%+.4g; in-sample Cllr %.3f, decisions HTER %.2f%% against EER %.2f%% -> %s",

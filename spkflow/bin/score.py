@@ -21,7 +21,13 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.errors import InputError
-from spkflow.score.evaluation import evaluate_set, refresh_results_md, summary_lines, write_results_md
+from spkflow.score.evaluation import (
+    evaluate_set,
+    refresh_results_md,
+    summary_lines,
+    training_calibration_warning,
+    write_results_md,
+)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -125,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for line in summary_lines(m, args.outdir):
         logging.info("%s", line)
+    warning = training_calibration_warning(m)
+    if warning:
+        logging.warning("%s", warning)
     if args.results_md:
         try:
             logging.info("wrote %s", write_results_md(args.results_md, args.results_file))

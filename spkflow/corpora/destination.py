@@ -33,7 +33,9 @@ import errno
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -106,8 +108,8 @@ def _refuse(out: Path, foreign: list[str]) -> InputError:
     return InputError(
         out,
         None,
-        f"exists and {why} ({shown}); nothing was changed: choose another DATA_DIR, or pass --overwrite to "
-        "replace the folder and everything in it",
+        f"exists and {why} ({shown}); nothing was changed: choose another DATA_DIR, remove this one, or pass "
+        "--overwrite to replace the folder and everything in it",
     )
 
 
@@ -154,41 +156,61 @@ def data_dir_destination(
         raise OutputError(given, exc.strerror or str(exc)) from None
     tmp: Path | None = None
     swapped = False
-    try:
+    with _signals_exit():  # a SIGTERM too runs the clean-up below
         try:
-            lock.acquire(out)
-        except lock.LockError as exc:
-            raise InputError(given, None, f"{exc}; nothing was changed") from None
-        except FileNotFoundError:  # renamed away under us by a run putting its result in place
-            raise InputError(given, None, "is being replaced by another run; nothing was changed") from None
-        except OSError as exc:
-            raise OutputError(given, exc.strerror or str(exc)) from None
-        if not overwrite and (foreign := _foreign(out)):  # written meanwhile by someone else
-            raise _refuse(given, foreign)
-        try:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp.", dir=out.parent))
-        except OSError as exc:
-            raise OutputError(out.parent, exc.strerror or str(exc)) from None
-        try:
-            yield tmp
-        except OSError as exc:
-            if exc.filename is None or _inside(_real(exc.filename), _real(tmp)):  # a write failed: a full disk
+            try:
+                lock.acquire(out)
+            except lock.LockError as exc:
+                raise InputError(given, None, f"{exc}; nothing was changed") from None
+            except FileNotFoundError:  # renamed away under us by a run putting its result in place
+                raise InputError(given, None, "is being replaced by another run; nothing was changed") from None
+            except OSError as exc:
                 raise OutputError(given, exc.strerror or str(exc)) from None
-            raise
-        try:
-            names = sorted(os.listdir(tmp))
-            (tmp / MARKER).write_text(_HEADER + "".join(f"{n}\n" for n in names), encoding="utf-8")
-            _swap(tmp, out)
-        except OSError as exc:
-            raise OutputError(given, exc.strerror or str(exc)) from None
-        swapped = True
+            if not overwrite and (foreign := _foreign(out)):  # written meanwhile by someone else
+                raise _refuse(given, foreign)
+            try:
+                tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp.", dir=out.parent))
+            except OSError as exc:
+                raise OutputError(out.parent, exc.strerror or str(exc)) from None
+            try:
+                yield tmp
+            except OSError as exc:
+                if exc.filename is None or _inside(_real(exc.filename), _real(tmp)):  # a write failed: a full disk
+                    raise OutputError(given, exc.strerror or str(exc)) from None
+                raise
+            try:
+                names = sorted(os.listdir(tmp))
+                (tmp / MARKER).write_text(_HEADER + "".join(f"{n}\n" for n in names), encoding="utf-8")
+                _swap(tmp, out)
+            except OSError as exc:
+                raise OutputError(given, exc.strerror or str(exc)) from None
+            swapped = True
+        finally:
+            if tmp is not None and tmp.exists() and not swapped:
+                shutil.rmtree(tmp, ignore_errors=True)
+            lock.release(out)
+            if created and not swapped:
+                with contextlib.suppress(OSError):
+                    out.rmdir()  # only when empty: a run that got the lock meanwhile keeps it
+
+
+@contextlib.contextmanager
+def _signals_exit() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``SystemExit(128 + signal)`` in the block (main thread only), so a
+    killed run still removes its temporary folder and lock; SIGINT already raises."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {sig: signal.signal(sig, _exit) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
     finally:
-        if tmp is not None and tmp.exists() and not swapped:
-            shutil.rmtree(tmp, ignore_errors=True)
-        lock.release(out)
-        if created and not swapped:
-            with contextlib.suppress(OSError):
-                out.rmdir()  # only when empty: a run that got the lock meanwhile keeps it
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _exchange(a: Path, b: Path) -> bool:

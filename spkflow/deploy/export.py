@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spkflow.core.extras import install_hint
 from spkflow.nnet.models import DVectorLSTM, EcapaTdnn, SpeakerEmbedder, lengths_to_mask
 
 __all__ = ["DVectorOnnx", "ExportError", "check_inputs", "exportable", "export_onnx", "max_diff", "OPSET", "TOL"]
@@ -236,7 +237,7 @@ def export_onnx(
     try:
         import onnx
     except ImportError as exc:
-        raise ExportError(f"ONNX export needs onnx and onnxruntime: pip install 'spkflow[export]' ({exc})") from None
+        raise ExportError(f"ONNX export needs onnx and onnxruntime: {install_hint('export')} ({exc})") from None
     model = model.cpu().eval()
     module = exportable(model)
     trace_in, batches = check_inputs(model, seed)

@@ -30,7 +30,6 @@ closed-set identification only.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -41,6 +40,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from spkflow.core import jsonsafe
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.audio import AudioReader, read_audio
 from spkflow.data.datadir import DataDir
@@ -191,13 +191,13 @@ def verify_pairs(
         }
         if kept.labelled:
             row["label"] = "target" if kept.target[i] else "nontarget"
-        out.write(json.dumps(row) + "\n")
+        out.write(jsonsafe.dumps(row) + "\n")
     summary: dict[str, Any] = {
         "pairs": len(kept),
         "skipped_pairs": int((~keep).sum()),
         "bad_recordings": bad,
         "recordings": len(emb),
-        "centred_on": "the training mean"
+        "centred_on": ("the training mean" if scoring.centres else "nothing (the scoring does not centre)")
         if dom is None
         else (
             f"the {len(dom)} given recordings"
@@ -300,14 +300,14 @@ def identify(
         row = {"file": name, "speaker": best, "top": top}
         if p_unknown is not None:
             row["p_unknown"] = round(p_unknown, 6)
-        out.write(json.dumps(row) + "\n")
+        out.write(jsonsafe.dumps(row) + "\n")
     return {
         "tests": len(names),
         "speakers": len(speakers),
         "enrolment_utterances": len(enrol_emb),
         "bad_recordings": {**bad_enrol, **bad_test},
         "threshold": thr,
-        "centred_on": "the training mean"
+        "centred_on": ("the training mean" if scoring.centres else "nothing (the scoring does not centre)")
         if dom is None
         else (
             f"the {len(dom)} given recordings"

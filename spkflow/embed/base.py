@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from spkflow.core.errors import InputError, UtteranceError
+from spkflow.core.extras import install_hint
 from spkflow.data.audio import AudioReader
 from spkflow.data.jobs import file_sha256
 
@@ -296,7 +297,7 @@ def onnx_session(path: str | os.PathLike[str], device: str = "cpu", num_threads:
         import onnxruntime as ort
     except ImportError as exc:
         raise ModelError(
-            p, None, f"running an ONNX model needs onnxruntime: pip install 'spkflow[export]' ({exc})"
+            p, None, f"running an ONNX model needs onnxruntime: {install_hint('export')} ({exc})"
         ) from None
     if device == "cpu":
         providers: list[Any] = ["CPUExecutionProvider"]

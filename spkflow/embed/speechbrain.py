@@ -30,7 +30,7 @@ What it guarantees
 * **Weights checked.**  Every ``*.ckpt`` is read with ``weights_only=True`` before SpeechBrain
   loads it (a truncated or code-holding file is refused naming it), and ``embedding_model.ckpt``
   must fit the model key for key (SpeechBrain's own transfer only logs missing keys).
-* SpeechBrain is an optional extra (``pip install 'spkflow[speechbrain]'``); without it a clear
+* SpeechBrain is an optional extra (``pip install '.[speechbrain]'`` in the checkout); without it a clear
   error names the extra.  ``dtype`` bfloat16 / float16: the encoder under ``torch.autocast``.
 """
 
@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from spkflow.core.errors import InputError
+from spkflow.core.extras import install_hint
 from spkflow.data.jobs import show_keys
 from spkflow.embed.base import (
     FRAME_RATE,
@@ -169,7 +170,7 @@ class SpeechbrainEmbedder:
             from speechbrain.utils.fetching import FetchConfig
         except ImportError as exc:
             raise ModelError(
-                d, None, f"--toolkit speechbrain needs SpeechBrain: pip install 'spkflow[speechbrain]' ({exc})"
+                d, None, f"--toolkit speechbrain needs SpeechBrain: {install_hint('speechbrain')} ({exc})"
             ) from None
         if speechbrain.__version__ != TESTED_VERSION:
             log.warning("SpeechBrain %s: spkflow is tested with %s", speechbrain.__version__, TESTED_VERSION)

@@ -37,13 +37,44 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 __all__ = [
+    "FEW_CALIBRATION_TRIALS",
+    "MIN_CALIBRATION_TRIALS",
     "LogisticCalibration",
     "actual_dcf",
     "bayes_threshold",
+    "calibration_trials_problem",
     "cllr",
     "fit_logistic",
     "logit",
 ]
+
+
+#: fewest target and fewest non-target trials a score calibration is fitted on (fewer are refused:
+#: on 1 + 1 trials the fit separates them perfectly and reports Cllr 0 whatever the scores)
+MIN_CALIBRATION_TRIALS = 10
+#: below this many target or non-target trials a calibration is fitted with a warning: its
+#: in-sample Cllr and HTER are optimistic and its threshold moves with a few trials
+FEW_CALIBRATION_TRIALS = 50
+
+
+def calibration_trials_problem(n_target: int, n_nontarget: int) -> tuple[str | None, str | None]:
+    """(error, warning) about fitting a calibration on ``n_target`` + ``n_nontarget`` trials:
+    an error below :data:`MIN_CALIBRATION_TRIALS` of either kind, a warning below
+    :data:`FEW_CALIBRATION_TRIALS`; (None, None) when there are enough."""
+    fewest = min(n_target, n_nontarget)
+    counts = f"{n_target} target and {n_nontarget} non-target trials"
+    if fewest < MIN_CALIBRATION_TRIALS:
+        return (
+            f"{counts}: a calibration needs at least {MIN_CALIBRATION_TRIALS} of each (fewer are separated "
+            "perfectly and give Cllr 0 whatever the scores); give a larger labelled set",
+            None,
+        )
+    if fewest < FEW_CALIBRATION_TRIALS:
+        return None, (
+            f"calibration fitted on only {counts} (fewer than {FEW_CALIBRATION_TRIALS} of one kind): its in-sample "
+            "Cllr and HTER are optimistic and its threshold uncertain; a larger labelled set gives LLRs that hold"
+        )
+    return None, None
 
 
 def logit(p: float) -> float:
@@ -98,6 +129,13 @@ class LogisticCalibration:
     names: tuple[str, ...] = ("score",)
     fitted_on: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in (*self.weights, self.bias, self.prior)):
+            raise ValueError(
+                f"calibration weights {list(self.weights)}, bias {self.bias}, prior {self.prior}: not all finite "
+                "numbers (a NaN or infinite calibration would give NaN LLRs); fit it again"
+            )
 
     def llr(self, features: ArrayLike) -> np.ndarray:
         """Log-likelihood ratios of ``features`` ([n] scores or [n, k] score + quality measures)."""

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from spkflow.core import jsonsafe
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
@@ -279,7 +280,7 @@ def evaluate_set(
                 threshold=metrics["eer_threshold"],
                 xlabel="cosine score" if result.score_norm == "none" else "AS-norm score",
             )
-        write_text_atomic(os.path.join(tmp, "metrics.json"), json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(os.path.join(tmp, "metrics.json"), jsonsafe.dumps(metrics, indent=2, sort_keys=True) + "\n")
         for name in reversed(OUTPUTS):  # metrics.json last
             if os.path.exists(os.path.join(tmp, name)):
                 os.replace(os.path.join(tmp, name), os.path.join(outdir, name))
@@ -538,7 +539,8 @@ def _calibrated_rows(c: dict[str, Any]) -> list[str]:
 
 def summary_lines(m: Mapping[str, Any], outdir: str) -> list[str]:
     """The console lines of a scored set (its figures; the calibrated decisions when there are some)."""
-    norm = "" if m["score_norm"] == "none" else f" (cosine: EER {m['raw']['eer']:.2f}%)"
+    raw = "cosine" if m.get("backend", "cosine") == "cosine" else f"{m['backend'].upper()}, cosine"
+    norm = "" if m["score_norm"] == "none" else f" ({raw} before AS-norm: EER {m['raw']['eer']:.2f}%)"
     if "qmf" in m:
         norm += f" (QMF: EER {m['qmf']['eer']:.2f}%, Cllr {m['qmf']['cllr']:.3f})"
     lines = [
@@ -555,6 +557,21 @@ def summary_lines(m: Mapping[str, Any], outdir: str) -> list[str]:
             f"actDCF(0.01) {c['act_dcf_p0.01']:.4f}"
         )
     return lines
+
+
+def training_calibration_warning(m: Mapping[str, Any]) -> str | None:
+    """The warning for a set whose calibration was fitted on training-set trials (spk.sh's default
+    calibration set), with the risk measured on this set; None otherwise."""
+    c = m.get("calibrated")
+    if not c or "(seen in training)" not in str(c.get("fitted_on", "")) or c["in_sample"]:
+        return None
+    ratio = f", {c['hter'] / c['eer']:.1f} x" if c["eer"] >= 0.01 else ""
+    return (
+        f"{m['set']}: the calibration was fitted on trials of the training set ({c['fitted_on']}), whose scores "
+        f"the model has learnt to separate: here its decisions' HTER is {c['hter']:.2f}% against EER "
+        f"{c['eer']:.2f}%{ratio} (misses {c['p_miss']:.2f}%, false alarms {c['p_fa']:.2f}%); fit it on held-out "
+        "trials (spk.sh --calib_set SET) for decisions that hold on new data"
+    )
 
 
 def refresh_results_md(exp_dir: str, out: str | None = None) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from spkflow.core import jsonsafe
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
@@ -148,7 +149,7 @@ def fit_qmf(
 
 def save_qmf(path: str | os.PathLike[str], cal: LogisticCalibration, measures: Sequence[str]) -> None:
     """Write the fitted QMF (and its measures) as JSON, atomically."""
-    write_text_atomic(path, json.dumps({"measures": list(measures), **cal.to_dict()}, indent=2) + "\n")
+    write_text_atomic(path, jsonsafe.dumps({"measures": list(measures), **cal.to_dict()}, indent=2) + "\n")
 
 
 def load_qmf(path: str | os.PathLike[str]) -> tuple[LogisticCalibration, tuple[str, ...]]:

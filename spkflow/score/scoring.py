@@ -484,16 +484,24 @@ def score_trials(
         if mean is not None:
             cohort = cohort - mean
         cohort = cohort / np.linalg.norm(cohort, axis=1, keepdims=True)
-        k = min(cohort_size, cohort.shape[0])
+        # leaving each utterance's own speaker out (QMF's training trials) leaves one entry fewer
+        room = cohort.shape[0] - (cohort_exclude is not None)
+        if room < 1:
+            raise ValueError(f"leaving a speaker out of the cohort needs more than {cohort.shape[0]} cohort entries")
+        k = min(cohort_size, room)
         if k < cohort_size:
-            log.warning("cohort has %d entries, fewer than cohort_size=%d: using all", cohort.shape[0], cohort_size)
+            log.warning(
+                "cohort has %d entries, fewer than cohort_size=%d: using top-%d%s",
+                cohort.shape[0],
+                cohort_size,
+                k,
+                " (each trial's own speaker left out)" if cohort_exclude is not None else " (all)",
+            )
         used = np.flatnonzero(have)
         mu = np.zeros(len(utts))
         sigma = np.ones(len(utts))
         excl = None
         if cohort_exclude is not None:
-            if k >= cohort.shape[0]:
-                raise ValueError(f"leaving a speaker out of the cohort needs more than top-{k} entries")
             excl = np.array([cohort_exclude.get(utts[i], -1) for i in used], dtype=np.int64)
         mu[used], sigma[used] = asnorm_stats(mat[used], cohort, k, exclude=excl)
         result.scores = 0.5 * ((raw - mu[e_idx]) / sigma[e_idx] + (raw - mu[t_idx]) / sigma[t_idx])

@@ -27,6 +27,7 @@ import logging
 import os
 from typing import Any
 
+from spkflow.core import jsonsafe
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_spk2utt
@@ -187,7 +188,7 @@ def closed_stage(xvector_scp: str, sid_dir: str, plots: bool = True) -> dict[str
             os.path.join(sid_dir, "confusion.png"),
             title=f"{name}: {len(spks)}-way, top-1 {100 * metrics['top1']:.1f}% ({backend.name})",
         )
-    write_text_atomic(os.path.join(sid_dir, "closed.json"), json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(os.path.join(sid_dir, "closed.json"), jsonsafe.dumps(metrics, indent=2) + "\n")
     _merge(sid_dir, {**metrics, "backend": backend.name})
     log.info(
         "%s: closed set %d-way, %d test utterances: top-1 %.2f%%, top-5 %.2f%%",
@@ -213,7 +214,7 @@ def open_stage(
         "".join(f"{f} {u} {s} {b} {sc:.6f} {k}\n" for f, u, s, b, sc, k in trials),
     )
     metrics["open_backend"] = backend_name
-    write_text_atomic(os.path.join(sid_dir, "open.json"), json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(os.path.join(sid_dir, "open.json"), jsonsafe.dumps(metrics, indent=2) + "\n")
     _merge(sid_dir, metrics)
     key = f"far{far * 100:g}".replace(".", "p")
     log.info(

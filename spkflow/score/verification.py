@@ -54,7 +54,14 @@ import yaml
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.score.backend import Backend, l2_rows
-from spkflow.score.calibration import LogisticCalibration, actual_dcf, bayes_threshold, cllr, fit_logistic
+from spkflow.score.calibration import (
+    LogisticCalibration,
+    actual_dcf,
+    bayes_threshold,
+    calibration_trials_problem,
+    cllr,
+    fit_logistic,
+)
 from spkflow.score.metrics import compute_eer, compute_min_dcf
 from spkflow.score.scoring import (
     ScoreResult,
@@ -503,6 +510,10 @@ def fit_scoring(
     :data:`MIN_DOMAIN`).  ``fitted`` records the trials, the calibration's in-sample figures and
     the files the backend, cohort and mean came from (``sources``: stage 6's metrics.json names them)."""
     trials = read_trials(trials_path)
+    n_tar = int(np.count_nonzero(trials.target))
+    too_few, _ = calibration_trials_problem(n_tar, len(trials) - n_tar)
+    if too_few:
+        raise InputError(trials_path, None, too_few)
     emb = read_embeddings(xvector_scp, {*trials.enroll, *trials.test})
     base = Scoring.from_options(
         backend_path=backend_path, cohort_scp=cohort_scp, cohort_size=cohort_size, mean_scp=mean_scp
@@ -524,7 +535,9 @@ def fit_scoring(
         "xvector_scp": xvector_scp,
         "n_target": int(result.labels.sum()),
         "n_nontarget": int((result.labels == 0).sum()),
-        "centred_on": f"its {len(emb)} recordings" if domain is not None else "the training mean",
+        "centred_on": f"its {len(emb)} recordings"
+        if domain is not None
+        else ("the training mean" if base.centres else "nothing (the scoring does not centre)"),
         "in_sample": {k: round(float(figures[k]), 6) for k in ("cllr", "hter", "p_miss", "p_fa")},
         "eer": round(float(compute_eer(result.scores, result.labels)[0]), 6),
         "sources": {"backend": backend_path or "", "cohort_scp": cohort_scp or "", "mean_scp": mean_scp or ""},

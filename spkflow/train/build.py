@@ -43,8 +43,9 @@ from spkflow.nnet.models import SpeakerEmbedder, build_model
 from spkflow.train.config import TRAIN_DEFAULTS
 from spkflow.train.data import complete_config, crop_fbank, infer_num_utt, input_stats, rank_batches, train_features
 from spkflow.train.monitor import Monitor
-from spkflow.train.optim import build_optimizer, build_scheduler, describe_schedule, lr_scale
+from spkflow.train.optim import build_optimizer, build_scheduler, lr_scale
 from spkflow.train.resume import accept_resume, apply_schedule
+from spkflow.train.sizing import log_run_scale
 from spkflow.train.state import set_rng_state
 from spkflow.train.validation import Validator
 
@@ -252,7 +253,8 @@ def _build(opts: TrainOptions, cfg: dict[str, Any], device: torch.device, b: _Ba
         torch.get_num_threads(),
         (f", AMP {tcfg['amp_dtype']}" if amp else "") + (", crops' fbank on the device" if wave_fbank else ""),
     )
-    log.info("%s", describe_schedule(cfg["optim"], cfg["scheduler"], global_batch, ranks.world_size, steps_per_epoch))
+    sizes = (sum(p.numel() for p in model.parameters()), len(b.utt2spk), len(b.spk2idx))
+    log_run_scale(log, cfg, global_batch, ranks.world_size, steps_per_epoch, total, sizes)
     crop = (int(tcfg["crop_min_frames"]), int(tcfg["crop_max_frames"]))
     if speed is not None:  # read longer crops; after the warp every speaker has the configured length
         crop = (speed.read_frames(crop[0]), speed.read_frames(crop[1]))

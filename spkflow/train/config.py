@@ -60,6 +60,7 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "name": "warmup_cosine",  # constant | warmup_cosine | warmup_exponential | exponential
         "warmup_steps": 0,  # linear warm-up from 0 over this many steps (the same only at one world size) ...
         "warmup_epochs": None,  # ... or over this many epochs (any world size; exclusive with warmup_steps)
+        # (optional, not written unless given) "warmup_fraction": ... or over this share of the run's steps
         "final_lr_ratio": 0.0,  # warmup_cosine / warmup_exponential: lr at the end / peak lr
         "gamma": 0.5,  # exponential: factor per epoch
     },
@@ -145,9 +146,22 @@ def normalize_train_config(cfg: Mapping[str, Any], source: str = "config") -> di
     for required in ("model", "loss"):
         if not isinstance(cfg.get(required), Mapping) or "name" not in cfg[required]:
             raise ConfigError(f"{source}: section '{required}' with a 'name' is required")
+    # scheduler.warmup_fraction is optional and not among the defaults: a config without it is
+    # written back (config.yaml) exactly as before
+    given_sched = dict(cfg.get("scheduler") or {})
+    fraction = given_sched.pop("warmup_fraction", None)
     out: dict[str, Any] = {
-        name: _merge(name, cfg.get(name), defaults, source) for name, defaults in TRAIN_DEFAULTS.items()
+        name: _merge(name, given_sched if name == "scheduler" else cfg.get(name), defaults, source)
+        for name, defaults in TRAIN_DEFAULTS.items()
     }
+    if fraction is not None:
+        check_value(source, "scheduler.warmup_fraction", fraction, "number", 0.0, 1.0)
+        if fraction >= 1.0 or out["scheduler"]["warmup_steps"] or out["scheduler"]["warmup_epochs"] is not None:
+            raise ConfigError(
+                f"{source}: scheduler.warmup_fraction ({fraction}) must be below 1 and is exclusive with "
+                "warmup_steps and warmup_epochs"
+            )
+        out["scheduler"]["warmup_fraction"] = fraction
     out["model"] = copy.deepcopy(dict(cfg["model"]))
     out["loss"] = copy.deepcopy(dict(cfg["loss"]))
     if "data" in cfg:  # written by the trainer (batch shape, speakers); informative

@@ -12,8 +12,8 @@ Guarantees:
   from data.  A run stopped mid-epoch keeps the norms so far beside the losses in its checkpoint:
   a resumed epoch reports the statistics of an uninterrupted one.
 * With ``train.tensorboard`` (default on) and the ``tensorboard`` package installed (the
-  optional extra ``spkflow[tensorboard]``), rank 0 writes event files to ``<exp>/tensorboard/``
-  beside ``history.json``: ``train/{loss,lr,grad_norm,<loss scalars>}`` every ``log_every``
+  optional extra: ``pip install '.[tensorboard]'`` in the checkout), rank 0 writes event files to
+  ``<exp>/tensorboard/`` beside ``history.json``: ``train/{loss,lr,grad_norm,<loss scalars>}`` every ``log_every``
   steps, ``epoch/{train_loss,valid_eer,lr,grad_norm_p99}`` once per epoch, all against the global
   step (so curves of runs with different world sizes differ only in their step axis); a resumed
   run purges the events written after its checkpoint (``purge_step``), as ESPnet's and

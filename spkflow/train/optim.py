@@ -16,7 +16,8 @@ Guarantees:
   samples), so with ``lr_ref_batch`` and ``warmup_epochs`` the rate per utterance of a step,
   ``lr / B``, is the same function of the samples seen at W = 1, 2, 4, ... ranks
   (``test/train/test_optim.py`` checks it on the scheduler and on real ``torchrun`` runs).
-  ``warmup_steps`` counts steps instead, which is the same only at one world size.
+  ``warmup_steps`` counts steps instead, which is the same only at one world size;
+  ``warmup_fraction`` is a share of the whole run (the same share however long the run is).
 * Warm-up is linear from 0 (so that the rate per sample is the same at every world size;
   WeSpeaker's default starts at the unscaled rate, which is a different fraction of the peak at
   each world size).  ``warmup_cosine`` then decays by a cosine to ``final_lr_ratio`` x the peak;
@@ -51,9 +52,13 @@ def lr_scale(optim_cfg: Mapping[str, Any], global_batch: int) -> float:
     return 1.0 if ref is None else float(global_batch) / float(ref)
 
 
-def warmup_steps(cfg: Mapping[str, Any], steps_per_epoch: int) -> float:
-    """Steps of linear warm-up: ``warmup_epochs`` x ``steps_per_epoch`` (a float: part of an epoch
-    counts), else ``warmup_steps``."""
+def warmup_steps(cfg: Mapping[str, Any], steps_per_epoch: int, total_steps: int = 0) -> float:
+    """Steps of linear warm-up: ``warmup_fraction`` x ``total_steps`` (a share of the run, the same
+    share for any run length), else ``warmup_epochs`` x ``steps_per_epoch`` (a float: part of an
+    epoch counts), else ``warmup_steps``."""
+    fraction = cfg.get("warmup_fraction")
+    if fraction is not None:
+        return float(fraction) * total_steps
     epochs = cfg.get("warmup_epochs")
     if epochs is not None:
         return float(epochs) * steps_per_epoch
@@ -66,7 +71,7 @@ def lr_factor(
     """The factor on ``optim.lr`` before global step ``step`` (0-based): ``scale`` (:func:`lr_scale`)
     x a linear warm-up from 0 over :func:`warmup_steps` x the decay of ``cfg["name"]``."""
     name = cfg["name"]
-    warm = warmup_steps(cfg, steps_per_epoch)
+    warm = warmup_steps(cfg, steps_per_epoch, total_steps)
     final = float(cfg["final_lr_ratio"])
     gamma = float(cfg["gamma"])
 
@@ -86,7 +91,12 @@ def lr_factor(
 
 
 def describe_schedule(
-    optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any], global_batch: int, world_size: int, steps_per_epoch: int
+    optim_cfg: Mapping[str, Any],
+    sched_cfg: Mapping[str, Any],
+    global_batch: int,
+    world_size: int,
+    steps_per_epoch: int,
+    total_steps: int = 0,
 ) -> str:
     """One train.log line: the global batch, the (scaled) peak rate and the warm-up."""
     scale = lr_scale(optim_cfg, global_batch)
@@ -100,10 +110,12 @@ def describe_schedule(
             f"peak lr {lr * scale:.6g} = optim.lr {lr:g} x {global_batch} / {int(optim_cfg['lr_ref_batch'])} "
             f"(optim.lr_ref_batch; linear scaling)"
         )
-    warm = warmup_steps(sched_cfg, steps_per_epoch)
+    warm = warmup_steps(sched_cfg, steps_per_epoch, total_steps)
     if warm > 0:
         line += f"; warm-up from 0 over {warm:g} steps"
-        if sched_cfg.get("warmup_epochs") is not None:
+        if sched_cfg.get("warmup_fraction") is not None:
+            line += f" ({float(sched_cfg['warmup_fraction']):g} of the run's {total_steps} steps)"
+        elif sched_cfg.get("warmup_epochs") is not None:
             line += f" ({float(sched_cfg['warmup_epochs']):g} epochs of {steps_per_epoch} steps)"
     return line + f"; schedule {sched_cfg['name']}"
 

@@ -267,3 +267,33 @@ def test_a_nested_layout_says_which_speaker_regex(tmp_path: Path) -> None:
     assert len(set(DataDir(tmp_path / "d2").utt2spk().values())) == 6 and "subfolders" not in p.stderr
     flat = recordings(tmp_path / "flat", {"ann": 2, "bob": 2})
     assert "subfolders" not in run([flat, tmp_path / "d3"]).stderr
+
+
+def test_a_run_stopped_while_writing_leaves_nothing_behind(tmp_path: Path) -> None:
+    """SIGTERM while the new data dir is being written: the temporary folder and the lock go, a
+    previous data dir stays as it was, a DATA_DIR the run created goes."""
+    rec = recordings(tmp_path / "rec", {"ann": 2})
+    old = tmp_path / "old"
+    run([rec, old])
+    before = tree(old)
+    for out in (old, tmp_path / "new"):
+        code = (
+            "import sys, time\n"
+            "from spkflow.corpora.destination import data_dir_destination\n"
+            f"with data_dir_destination({str(out)!r}) as tmp:\n"
+            "    (tmp / 'wav.scp').write_text('x y\\n')\n"
+            "    print('writing', flush=True)\n"
+            "    time.sleep(60)\n"
+        )
+        proc = subprocess.Popen(
+            [PY, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+        assert siblings(out) and (out / lock.LOCK_NAME).exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert not siblings(out)
+        if out == old:
+            assert tree(old) == before
+        else:
+            assert not out.exists()

@@ -175,7 +175,7 @@ def test_a_single_speaker_model_scores_like_a_pair(exp):
 
 def test_plain_and_uncentred_scorings_are_never_domain_centred(exp, tmp_path):
     s = fit_scoring(str(exp["dev_trials"]), str(exp["dev_scp"]))
-    assert not s.centres and s.label == "cosine" and s.fitted["centred_on"] == "the training mean"
+    assert not s.centres and s.label == "cosine" and s.fitted["centred_on"] == "nothing (the scoring does not centre)"
     assert "No centring" in s.describe()
     model = tmp_path / "m"
     model.mkdir()
