@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
