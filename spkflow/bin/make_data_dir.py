@@ -27,7 +27,7 @@ from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.corpora.base import summary, write_data_dir
 from spkflow.corpora.folder import collect_folder
-from spkflow.deploy.pack import model_sample_rate
+from spkflow.embed.packed import model_sample_rate
 
 
 def get_parser() -> argparse.ArgumentParser:
