@@ -22,13 +22,12 @@ What it guarantees
   thread (as stage 5's jobs do), and within 1e-5 (relative to the vector's norm, and after L2
   normalisation) of batched stage 5 with any thread count; padded batches and other thread
   counts only change the order of float sums (measured <= 1e-6 after L2 normalisation).
-* **Model dir, packed file** (:mod:`spkflow.deploy.pack`, verified by checksum) **or ONNX export**
-  (:mod:`spkflow.deploy.onnx`: onnxruntime and numpy only, no torch), CPU or CUDA.
-* **Other toolkits' models, with stage 5's numbers**: an ESPnet speaker model dir, a SpeechBrain
-  pretrained folder or a WeSpeaker ONNX model (``toolkit=``, or detected from the files by
-  :func:`spkflow.embed.detect_toolkit`) runs through the same adapter as ``extract_embeddings.sh
-  --toolkit`` (:func:`spkflow.embed.load_embedder`): waveforms resampled to the model's rate,
-  batches equal to single-utterance inference (docs/toolkits.md).
+* **Any model stage 5 takes, opened as stage 5 opens it** (:func:`spkflow.embed.open_embedder`):
+  a model dir, a packed file (verified by checksum, unpacked once into a cache) or an ONNX export
+  (onnxruntime and numpy only, no torch), CPU or CUDA; an ESPnet speaker model dir, a SpeechBrain
+  pretrained folder or a WeSpeaker ONNX model (``toolkit=``, or detected from the files) through
+  the same adapter as ``extract_embeddings.sh``: waveforms resampled to the model's rate, batches
+  equal to single-utterance inference (docs/toolkits.md).
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
@@ -54,30 +53,20 @@ files, arrays and batches all give the recipe's extraction result.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from spkflow.core.errors import InputError, UtteranceError
+from spkflow.core.errors import UtteranceError
 from spkflow.data.audio import read_audio, resample, to_mono_float
-from spkflow.deploy.onnx import OnnxBackend
-from spkflow.deploy.pack import check_model_path, read_packed
-from spkflow.embed import TOOLKITS, detect_toolkit, load_embedder
 from spkflow.embed.base import default_max_frames
-from spkflow.embed.native import SpkflowEmbedder
+from spkflow.embed.open import inspect_model, open_embedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
-from spkflow.score.verification import MIN_DOMAIN, Scoring, Verdict, has_scoring
+from spkflow.score.verification import MIN_DOMAIN, Scoring, Verdict
 
 __all__ = ["Embedder"]
-
-
-def _extraction_embedder_class() -> Any:
-    """Stage 5's model wrapper, imported when first needed (it imports torch)."""
-
-    return SpkflowEmbedder
 
 
 class Embedder:
@@ -119,41 +108,10 @@ class Embedder:
         (``config.yaml`` + ``model.pth``), a packed model file (``python -m spkflow.bin.pack``) or
         an exported ``.onnx`` file (``python -m spkflow.bin.export``; run by onnxruntime, without
         torch); or another toolkit's model (``toolkit``: ``espnet``, ``speechbrain``,
-        ``wespeaker``; None: told from the files, :func:`spkflow.embed.detect_toolkit`)."""
-        p = Path(path)
-        if not p.exists():
-            raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
-        if toolkit is not None and toolkit not in TOOLKITS:
-            raise ValueError(f"toolkit must be one of {', '.join(TOOLKITS)}, got {toolkit!r}")
-        try:
-            kind = toolkit or detect_toolkit(p)
-        except InputError:
-            check_model_path(p)  # a packed/ folder instead of its zip: named, with a hint
-            raise
-        if kind != "spkflow":
-            return cls(load_embedder(kind, p, device), p)
-        check_model_path(p)
-        if p.is_file() and p.suffix == ".onnx":
-            return cls(OnnxBackend(p, device), p)
-        SpkflowEmbedder = _extraction_embedder_class()
-        if p.is_dir():
-            cfg = p / "config.yaml"
-            if cfg.is_file():
-                _check_spkflow_config(cfg)
-            return cls(SpkflowEmbedder(p, device), p, scoring=Scoring.load(p) if has_scoring(p) else None)
-
-        packed = read_packed(p)
-        with tempfile.TemporaryDirectory(prefix="spkflow-model-") as tmp:
-            for name in ("config.yaml", "model.pth"):
-                (Path(tmp) / name).write_bytes(packed.members[name])
-            _check_spkflow_config(Path(tmp) / "config.yaml", shown=p)
-            try:
-                backend = SpkflowEmbedder(tmp, device)
-            except Exception as exc:
-                if isinstance(exc, RuntimeError) and "CUDA" in str(exc):
-                    raise
-                raise InputError(p, None, f"cannot load the packed model: {exc}") from None
-        return cls(backend, p, packed.meta, packed.scoring)
+        ``wespeaker``; None: told from the files).  Opened by :func:`spkflow.embed.open_embedder`."""
+        info = inspect_model(path, toolkit)  # the toolkit, a pack unpacked; refusals named
+        backend = open_embedder(info, info.toolkit, device)
+        return cls(backend, info.path, info.meta, info.scoring())
 
     # ------------------------------------------------------------------ frontend
     def features(self, wave: Any, sample_rate: int) -> np.ndarray:
@@ -337,20 +295,3 @@ def _rate(sample_rate: Any) -> int:
     if isinstance(sample_rate, bool) or not float(sample_rate).is_integer() or int(sample_rate) <= 0:
         raise ValueError(f"sample_rate must be a positive whole number of Hz, got {sample_rate!r}")
     return int(sample_rate)
-
-
-def _check_spkflow_config(path: Path, shown: Path | None = None) -> None:
-    import yaml
-
-    where = shown or path
-    try:
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError(where, None, f"config.yaml is not valid YAML: {exc}") from None
-    if not isinstance(cfg, dict) or "model" not in cfg:
-        hint = (
-            " (an ESPnet speaker model? use extract_embeddings.sh --toolkit espnet)"
-            if isinstance(cfg, dict) and "encoder" in cfg
-            else ""
-        )
-        raise InputError(where, None, f"not a spkflow model config: no 'model' section{hint}")

@@ -25,6 +25,19 @@ from helpers.paths import db_var
 from helpers.schedulers import sge_cluster, slurm_cluster  # noqa: F401
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _pack_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Packs opened by the tests (and the scripts they start) unpack into a cache of the session,
+    not the user's ~/.cache/spkflow (spkflow.embed.packed.cache_root)."""
+    old = os.environ.get("SPKFLOW_CACHE")
+    os.environ["SPKFLOW_CACHE"] = str(tmp_path_factory.mktemp("spkflow_cache"))
+    yield
+    if old is None:
+        os.environ.pop("SPKFLOW_CACHE", None)
+    else:
+        os.environ["SPKFLOW_CACHE"] = old
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Before hypothesis' own hook scans sys.modules (helpers.compat says why)."""

@@ -14,12 +14,14 @@
 #   OUT_DIR/bad_spks          speakers left without an embedding (all their utterances failed)
 # Job outputs and commit logs under OUT_DIR/jobs/, one log per job under OUT_DIR/log/.
 #
-# --toolkit spkflow: DIR is a stage-4 model dir (config.yaml + model.pth); audio -> fbank/VAD in
-#   DataLoader workers (or features from --feats-dir, a stage-2 dump dir with feats.scp + vad.scp);
-#   --fbank-on device (the default on cuda) computes them batched on the GPU instead, the workers
-#   then only decode and pad the audio (spkflow/embed/native.py).
-#   DIR may also be a packed model file (python -m spkflow.bin.pack): verified and unpacked for the
-#   run into OUT_DIR/.model.<pid>, removed when the run ends (however it ends).
+# The model (--model-dir) is opened by spkflow.embed.open_embedder, which tells its toolkit from its
+# files unless --toolkit names it (python -m spkflow.bin.model_info says what it found):
+# --toolkit spkflow: DIR is a stage-4 model dir (config.yaml + model.pth) or its pack (python -m
+#   spkflow.bin.pack: verified and unpacked once into $SPKFLOW_CACHE, default ~/.cache/spkflow; jobs
+#   on other hosts need it on a shared disk); audio -> fbank/VAD in DataLoader workers (or features
+#   from --feats-dir, a stage-2 dump dir with feats.scp + vad.scp); --fbank-on device (the default on
+#   cuda) computes them batched on the GPU instead, the workers then only decode and pad the audio
+#   (spkflow/embed/native.py).  Our ONNX export runs through the API and spkflow.bin.verify, not here.
 # --toolkit espnet: DIR holds an ESPnet speaker model's config.yaml and weights (model.pth, the
 #   only *.pth, or --model-file); audio at the frontend's rate.
 # --toolkit speechbrain: DIR is a SpeechBrain pretrained folder (hyperparams.yaml + *.ckpt, e.g. a
@@ -51,9 +53,9 @@ max_frames=         # bound on padded 10 ms frames per batch (batch size x longe
                     # default 3000 on cpu (bigger batches cost more CPU time: caches), 60000 on cuda,
                     # divided by the encoder's frames per 10 ms (RawNet3 reads 1 ms frames: 300 / 6000)
 device=cpu          # cpu | cuda (one GPU per job)
-toolkit=spkflow     # spkflow (stage-4 model dir) | espnet (ESPnet speaker model) |
-                    # speechbrain (pretrained folder) | wespeaker (ONNX export)
-model_dir=          # model directory (required; wespeaker: or the .onnx file)
+toolkit=            # spkflow (stage-4 model dir or pack) | espnet (ESPnet speaker model) |
+                    # speechbrain (pretrained folder) | wespeaker (ONNX export); empty: told from the files
+model_dir=          # the model (required): a dir, a pack (.zip) or a WeSpeaker .onnx
 model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR);
                     # wespeaker: the .onnx (default: the only *.onnx in DIR)
 feats_dir=          # spkflow: read features (feats.scp + vad.scp) from here instead of the audio
@@ -78,7 +80,7 @@ Options:
   --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda,
                        divided by the encoder's frames per 10 ms)
   --device DEV         cpu | cuda (default: ${device})
-  --toolkit T          spkflow | espnet | speechbrain | wespeaker (default: ${toolkit})
+  --toolkit T          spkflow | espnet | speechbrain | wespeaker (default: told from the model's files)
   --model-dir DIR      model directory (spkflow: or a packed model .zip; wespeaker: or the .onnx) (required)
   --model-file F       espnet / wespeaker: the weights file, when DIR has several
   --feats-dir D        spkflow: features from D/feats.scp (+ vad.scp) instead of audio
@@ -112,10 +114,6 @@ if ! [[ "${num_workers}" =~ ^[0-9]+$ ]]; then
     log "Error: --num-workers must be a non-negative integer, got '${num_workers}'"
     exit 1
 fi
-case "${toolkit}" in
-    spkflow|espnet|speechbrain|wespeaker) ;;
-    *) log "Error: --toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${toolkit}'"; exit 1 ;;
-esac
 case "${device}" in cpu|cuda|cuda:*) ;; *) log "Error: --device must be cpu or cuda, got '${device}'"; exit 1 ;; esac
 case "${dtype}" in float32|bfloat16|float16) ;; *) log "Error: --dtype must be float32, bfloat16 or float16, got '${dtype}'"; exit 1 ;; esac
 if [ "${dtype}" = float16 ] && [[ "${device}" != cuda* ]]; then
@@ -129,39 +127,14 @@ if [ -z "${model_dir}" ]; then
     echo "${help_message}" >&2
     exit 1
 fi
-if [ -f "${model_dir}" ] && [ "${toolkit}" = spkflow ]; then
-    case "${model_dir}" in
-        *.onnx) log "Error: --model-dir ${model_dir}: an ONNX export runs through the Python API and" \
-                    "spkflow.bin.verify; the extraction jobs need the model dir or its pack (.zip)"; exit 1 ;;
-    esac
-    # a pack: verified now, unpacked once the lock is held
-    if ! check=$("${python}" -m spkflow.bin.pack --check "${model_dir}" 2>&1); then
-        echo "${check#* ERROR: }" >&2
-        exit 1
-    fi
-elif [ ! -e "${model_dir}" ]; then
-    log "Error: --model-dir ${model_dir}: no such directory"
-    exit 1
-elif [ ! -d "${model_dir}" ] && [ "${toolkit}" != wespeaker ]; then
-    log "Error: --model-dir ${model_dir}: not a directory (only --toolkit wespeaker takes a model file: the .onnx)"
-    exit 1
-elif [ "${toolkit}" = espnet ] && [ ! -f "${model_dir}/config.yaml" ]; then
-    log "Error: ${model_dir}/config.yaml not found: an ESPnet model directory holds config.yaml and the weights"
-    exit 1
-elif [ "${toolkit}" = spkflow ] && [ ! -f "${model_dir}/config.yaml" ]; then
-    zips=$(find "${model_dir}" -maxdepth 1 -name '*.zip' | sort | head -n 1)
-    if [ -n "${zips}" ]; then
-        log "Error: ${model_dir} holds no config.yaml but the packed model ${zips}: give that file as --model-dir"
-    else
-        log "Error: ${model_dir}/config.yaml not found: a model directory holds config.yaml and the weights" \
-            "(stage 4 writes config.yaml + model.pth)"
-    fi
-    exit 1
-fi
-if [ "${toolkit}" = wespeaker ] && [ "${dtype}" != float32 ]; then
-    log "Error: --dtype ${dtype}: a WeSpeaker ONNX graph runs in its own precision (float32 only)"
-    exit 1
-fi
+# The model: its toolkit and files (a pack: verified, and unpacked once into the cache), and whether the
+# jobs can run it with these options; refused here, naming it, before any job starts.
+model=${model_dir}
+info=$("${python}" -m spkflow.bin.model_info --jobs ${toolkit:+--toolkit "${toolkit}"} --dtype "${dtype}" \
+    ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
+    --fbank-on "${fbank_on}" "${model}") || exit 1
+model_toolkit=; model_ours=  # set by:
+eval "${info}"  # model_toolkit, model_ours, model_dir (a pack: its unpacked copy), ...
 if [ -n "${feats_dir}" ] && [ ! -f "${feats_dir}/feats.scp" ]; then
     log "Error: --feats-dir ${feats_dir}: no feats.scp there"
     exit 1
@@ -183,22 +156,12 @@ fi
 jobs=${out}/jobs
 mkdir -p "${out}"
 jobs_lock "${out}"   # from here to the merge, no other run writes into ${out}
-# --- the model: a dir, or a packed model (python -m spkflow.bin.pack) verified and unpacked for
-# this run beside its outputs (the jobs may run on other hosts) and removed however the run ends.
-if [ -f "${model_dir}" ] && [ "${toolkit}" = spkflow ]; then
-    unpacked=${out}/.model.$$
-    jobs_remove_on_exit "${unpacked}"
-    "${python}" -m spkflow.bin.pack --unpack "${model_dir}" --out "${unpacked}" 2> "${out}/.unpack.$$.log" || {
-        sed 's/^.*ERROR: //' "${out}/.unpack.$$.log" >&2; rm -f "${out}/.unpack.$$.log"; exit 1; }
-    rm -f "${out}/.unpack.$$.log"
-    model_dir=${unpacked}
-fi
 # The model's stamp: the toolkit and the hashes of the files that make its embeddings (config and
 # weights; a missing or ambiguous file is named here, before anything is written).
-stamp=$("${python}" -m spkflow.bin.model_stamp "${toolkit}" "${model_dir}" \
+stamp=$("${python}" -m spkflow.bin.model_stamp "${model_toolkit}" "${model_dir}" \
     ${model_file:+--model-file "${model_file}"} --dtype "${dtype}") || exit 1
 mkdir -p "${jobs}" "${out}/log"
-if [ "${toolkit}" = spkflow ] && [ -z "${feats_dir}" ]; then  # recordings the jobs will upsample: named
+if ${model_ours} && [ -z "${feats_dir}" ]; then  # recordings the jobs will upsample: named
     "${python}" -m spkflow.bin.audio_rates --model-dir "${model_dir}" "${data}" 2>&1 \
         | sed 's/^.*INFO: //; s/^.*WARNING: /Warning: /' >&2 || true
 fi
@@ -223,14 +186,14 @@ done_before=$(cat "${jobs}"/xvector.*.scp 2>/dev/null | wc -l) || done_before=0
 resumed=
 [ "${done_before}" -gt 0 ] && resumed=", resuming after ${done_before} embeddings committed by an earlier run"
 log "Embedding ${data} (${num_utts} utterances${resumed})" \
-    "with ${toolkit} model ${model_dir}, ${nj} jobs on ${device} (${dtype}), batch ${batch_size} -> ${out}"
+    "with ${model_toolkit} model ${model}, ${nj} jobs on ${device} (${dtype}), batch ${batch_size} -> ${out}"
 rm -rf "${jobs}/split${nj}"
 "${python}" -m spkflow.bin.split_by_duration "${data}" "${nj}" "${jobs}/split${nj}"
 
 name=$(basename "${out}")
 # shellcheck disable=SC2086
 if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/extract_${name}.JOB.log" \
-        "${python}" -m spkflow.bin.extract_embeddings --toolkit "${toolkit}" --model-dir "${model_dir}" \
+        "${python}" -m spkflow.bin.extract_embeddings --toolkit "${model_toolkit}" --model-dir "${model_dir}" \
             ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
             --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
             --batch-size "${batch_size}" ${max_frames:+--max-frames "${max_frames}"} --num-workers "${num_workers}" \

@@ -20,7 +20,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import int_at_least
 from spkflow.core.errors import InputError
 from spkflow.data.audio import native_rates
-from spkflow.deploy.pack import model_sample_rate
+from spkflow.embed.packed import model_sample_rate
 from spkflow.features.fbank import FbankOptions
 
 

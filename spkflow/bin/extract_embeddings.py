@@ -1,6 +1,6 @@
 """One extraction job: embed a list of utterances of a data dir into a job directory.
 
-    python -m spkflow.bin.extract_embeddings --toolkit spkflow|espnet|speechbrain|wespeaker --model-dir exp/spk_x \\
+    python -m spkflow.bin.extract_embeddings [--toolkit T] --model-dir MODEL \\
         [--keys exp/spk_x/embed/test/jobs/utts.3 --job-id 3] [--device cpu|cuda] \\
         [--batch-size 32] [--max-frames 3000] [--num-workers 1] [--num-threads 1] \\
         [--dtype float32|bfloat16|float16] [--fbank-on auto|workers|device] [--skip-bad false] \\
@@ -12,7 +12,8 @@ committed in JOB_DIR (by any job) are skipped, so re-running resumes.  Exit stat
 input or a full disk (the message names the utterance or file; a model that cannot be loaded,
 e.g. a truncated or code-holding weights file, is reported as "cannot load the model: FILE: ...",
 which extract_embeddings.sh tells apart: re-running cannot help there), 2 on bad arguments.
-The work is :func:`spkflow.embed.run.run_job`.
+The model is opened by :func:`spkflow.embed.open_embedder` (any model it takes but our ONNX
+export; a pack is unpacked once, into the cache); the work is :func:`spkflow.embed.run.run_job`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
 from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.data.tables import read_keys
-from spkflow.embed import TOOLKITS, load_embedder
+from spkflow.embed import TOOLKITS, open_embedder
 from spkflow.embed.base import DTYPES, default_max_frames
 from spkflow.embed.native import FBANK_ON
 from spkflow.embed.run import data_dir_keys, run_job
@@ -40,12 +41,14 @@ def get_parser() -> argparse.ArgumentParser:
         prog="python -m spkflow.bin.extract_embeddings",
         description="Embed the utterances of one job (batched, resumable).",
     )
-    p.add_argument("--toolkit", choices=TOOLKITS, default="spkflow", help="model format")
+    p.add_argument(
+        "--toolkit", choices=TOOLKITS, default=None, help="the model's toolkit (default: told from its files)"
+    )
     p.add_argument(
         "--model-dir",
         required=True,
-        help="spkflow / espnet: config.yaml + weights; speechbrain: a pretrained folder (hyperparams.yaml + *.ckpt); "
-        "wespeaker: the .onnx (+ config.yaml), or the .onnx file",
+        help="the model: a dir (ours or another toolkit's), our pack (.zip) or a WeSpeaker .onnx "
+        "(spkflow.embed.open_embedder)",
     )
     p.add_argument(
         "--model-file",
@@ -110,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
             utts = wanted
         try:
-            embedder = load_embedder(
-                args.toolkit,
+            embedder = open_embedder(
                 args.model_dir,
+                args.toolkit,
                 args.device,
+                jobs=True,
                 model_file=args.model_file,
                 feats_dir=args.feats_dir,
                 dtype=args.dtype,
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.info(
             "model %s (%s) on %s in %s, %d-dim embeddings%s",
             args.model_dir,
-            args.toolkit,
+            embedder.name,
             args.device,
             args.dtype,
             embedder.dim,

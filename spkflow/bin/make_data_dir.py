@@ -32,7 +32,7 @@ from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.corpora.base import summary, write_data_dir
 from spkflow.corpora.destination import check_destination
 from spkflow.corpora.folder import BadFilesError, collect_folder
-from spkflow.deploy.pack import model_sample_rate
+from spkflow.embed.packed import model_sample_rate
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -6,8 +6,9 @@
     python -m spkflow.bin.pack --check spk_train.zip        # verify only: members, checksums, scoring
 
 The pack is a zip with config.yaml, model.pth, fbank.conf, vad.conf, README.md (model card),
-RESULTS.md (when present) and meta.yaml (checksums); see :mod:`spkflow.deploy.pack`.  Both modes check
-the model and exit with status 1 and a message naming the file on bad input.
+RESULTS.md (when present) and meta.yaml (checksums); see :mod:`spkflow.deploy.pack` (writing) and
+:mod:`spkflow.embed.packed` (reading).  Both modes check the model and exit with status 1 and a
+message naming the file on bad input.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 
 from spkflow.bin import setup_logging
 from spkflow.core.errors import InputError
-from spkflow.deploy.pack import pack_model, read_packed, unpack_model
+from spkflow.deploy.pack import pack_model
+from spkflow.embed.packed import read_packed, unpack_model
 
 
 def get_parser() -> argparse.ArgumentParser:

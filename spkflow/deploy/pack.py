@@ -19,7 +19,8 @@
 What it guarantees
 ------------------
 * **A pack is a model dir.**  ``unzip FILE -d DIR`` gives a directory that every spkflow tool
-  takes as ``--model-dir``; :func:`unpack_model` does the same with checks.  Members are the
+  takes as ``--model-dir``, and every tool takes the pack itself: :mod:`spkflow.embed.packed`
+  verifies it and unpacks it once (the reading side lives there, beside the other model kinds).  Members are the
   model dir's own files, so nothing in the pack needs spkflow to be read (``unzip -p FILE
   README.md``).
 * **Only sound models are packed.**  The weights are loaded into the model the config describes
@@ -27,10 +28,8 @@ What it guarantees
   its model weights; the scoring is loaded and must fit the embedding dimension, and its name
   (``WCCN, AS-norm (top 25)``) must be one RESULTS.md reports, so that the model card, the
   results and what the pack scores with agree.  The file appears atomically (:mod:`spkflow.core.atomic`).
-* **Corruption is caught, by name.**  Opening checks the zip structure, the format name and
-  version, and each member's sha256 against ``meta.yaml``; a failure is an
-  :class:`~spkflow.core.errors.InputError` naming the file and the member.  No pickle code runs on
-  load: ``model.pth`` is read with ``weights_only=True``.
+* **Corruption is caught, by name**, on opening (:func:`spkflow.embed.packed.read_packed`: zip
+  structure, format, each member's sha256 against ``meta.yaml``).
 
 Why a zip and not one torch or npz file: the members stay ordinary files (readable, diffable,
 the same names as in a model dir, so the shell scripts need no new loader), any language can
@@ -42,15 +41,9 @@ does not check that the weights fit the config.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import datetime
-import hashlib
 import io
 import os
-import re
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,94 +55,12 @@ from spkflow.core.atomic import atomic_write
 from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError
 from spkflow.core.version import __version__
+from spkflow.embed.packed import FORMAT, FORMAT_VERSION, META, sha256
 from spkflow.features.fbank import FbankOptions
 from spkflow.features.vad import VadOptions
 from spkflow.score.verification import SCORING_FILES, Scoring
 
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "PackedModel",
-    "check_model_path",
-    "is_packed",
-    "model_sample_rate",
-    "pack_model",
-    "read_packed",
-    "unpack_model",
-]
-
-#: ``meta.yaml``'s ``format`` value, and the version this module reads and writes
-FORMAT = "spkflow-packed-model"
-FORMAT_VERSION = 1
-_META = "meta.yaml"
-#: stamp written into an unpacked dir: the sha256 of the pack's meta.yaml (reuse when unchanged)
-_STAMP = ".packed_meta.sha256"
-#: member names: plain file names at the top level (unpacking never writes outside the target dir)
-_MEMBER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
-@dataclasses.dataclass(frozen=True)
-class PackedModel:
-    """A verified pack: its path, ``meta.yaml`` and the members' bytes."""
-
-    path: Path
-    meta: dict[str, Any]
-    members: dict[str, bytes]
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return yaml.safe_load(self.members["config.yaml"].decode("utf-8"))
-
-    @property
-    def scoring(self) -> Scoring | None:
-        """The packed scoring, or None for a pack without one (made before stage 6 wrote one)."""
-        if not all(name in self.members for name in SCORING_FILES):
-            return None
-        return Scoring.from_bytes(self.members["scoring.yaml"], self.members["scoring.npz"], str(self.path))
-
-
-def check_model_path(path: str | os.PathLike[str]) -> None:
-    """:class:`InputError` naming ``path`` when it is not a model at all: missing, or a folder
-    without ``config.yaml`` (with a hint when it holds a pack, e.g. ``exp/spk_x/packed/``: give
-    the zip itself)."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(p, None, "model not found (a stage-4 model dir, a packed model file or an exported .onnx)")
-    if p.is_dir() and not (p / "config.yaml").is_file():
-        packs = sorted(q.name for q in p.glob("*.zip") if is_packed(q))
-        hint = (
-            f"; it holds the packed model {packs[0]}: give that file ({p / packs[0]})"
-            if packs
-            else " (a model dir holds config.yaml and model.pth)"
-        )
-        raise InputError(p, None, f"no config.yaml: not a model dir{hint}")
-
-
-def model_sample_rate(path: str | os.PathLike[str]) -> int:
-    """The sample rate a model dir's or pack's fbank expects (``frontend.fbank.sample_frequency``)."""
-    p = Path(path)
-    check_model_path(p)
-    if p.is_dir():
-        cfg = yaml.safe_load((p / "config.yaml").read_text(encoding="utf-8"))
-    elif p.suffix == ".onnx":
-        raise InputError(p, None, "give the model dir or pack, or --rate (an .onnx file is not read here)")
-    else:
-        cfg = read_packed(p).config
-    try:
-        return int(float(cfg["frontend"]["fbank"]["sample_frequency"]))
-    except (KeyError, TypeError, ValueError):
-        raise InputError(p, None, "config.yaml has no frontend.fbank.sample_frequency") from None
-
-
-def is_packed(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a file (not a dir) that looks like a zip: the caller then treats
-    it as a packed model (errors come from :func:`read_packed`)."""
-    p = Path(path)
-    return p.is_file() and zipfile.is_zipfile(p)
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+__all__ = ["pack_model"]
 
 
 def _state_dict_bytes(model_dir: Path) -> tuple[bytes, Any]:
@@ -224,7 +135,7 @@ def _model_card(
         _scoring_line(scoring),
         "- **Results**: "
         + ("see `RESULTS.md` (included)." if "RESULTS.md" in files else "none recorded with the model."),
-        f"- **Weights**: `model.pth`, sha256 `{_sha256(files['model.pth'])}`.",
+        f"- **Weights**: `model.pth`, sha256 `{sha256(files['model.pth'])}`.",
         "",
         "## Use",
         "",
@@ -304,10 +215,10 @@ def pack_model(
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "model": {"name": (config.get("model") or {}).get("name"), "embed_dim": int(model.embed_dim)},
         "frontend": {"vad": bool(fe.get("vad", False)), "mean_norm": bool(fe.get("mean_norm", False))},
-        "files": {k: {"sha256": _sha256(v), "size": len(v)} for k, v in files.items()},
+        "files": {k: {"sha256": sha256(v), "size": len(v)} for k, v in files.items()},
     }
     with atomic_write(out, "wb", encoding=None) as f, zipfile.ZipFile(f, "w") as z:
-        z.writestr(_META, yaml.safe_dump(meta, sort_keys=False), compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr(META, yaml.safe_dump(meta, sort_keys=False), compress_type=zipfile.ZIP_DEFLATED)
         for k, v in files.items():
             # weights barely compress (float mantissas); text does
             z.writestr(k, v, compress_type=zipfile.ZIP_STORED if k == "model.pth" else zipfile.ZIP_DEFLATED)
@@ -332,118 +243,3 @@ def _scoring_of(d: Path, dim: int, results: bytes | None, results_path: Path) ->
             "than those it calibrated (re-run stage 6 with one set of options)",
         )
     return scoring
-
-
-def read_packed(path: str | os.PathLike[str]) -> PackedModel:
-    """Open and verify a packed model (see the module doc).  Raises :class:`InputError` naming
-    ``path`` (and the member) for a missing, truncated, foreign or corrupted file."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(p, None, "packed model file not found")
-    if p.is_dir():
-        raise InputError(p, None, "is a directory, not a packed model file")
-    cut = _cut_short(p)
-    if cut:
-        raise InputError(
-            p,
-            None,
-            f"truncated or damaged zip file ({p.stat().st_size} bytes): {cut}; an interrupted copy or "
-            "download? Copy it again",
-        )
-    try:
-        with zipfile.ZipFile(p) as z:
-            names = set(z.namelist())
-            if _META not in names:
-                torch_file = any(n.endswith("/data.pkl") or n == "data.pkl" for n in names)
-                hint = (
-                    "it is a torch file (model.pth?): give the model directory that holds it and config.yaml"
-                    if torch_file
-                    else "made by python -m spkflow.bin.pack?"
-                )
-                raise InputError(p, None, f"not a packed spkflow model: no {_META} ({hint})")
-            meta_raw = z.read(_META)
-            meta = yaml.safe_load(meta_raw)
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise InputError(p, None, f"not a packed spkflow model: {_META} has no 'format: {FORMAT}'")
-            if meta.get("format_version") != FORMAT_VERSION:
-                raise InputError(
-                    p,
-                    None,
-                    f"pack format version {meta.get('format_version')!r}; this spkflow reads version {FORMAT_VERSION}",
-                )
-            listed = meta.get("files")
-            if not isinstance(listed, dict) or not {"config.yaml", "model.pth"} <= set(listed):
-                raise InputError(p, None, f"{_META} does not list config.yaml and model.pth")
-            members: dict[str, bytes] = {}
-            for member, info in listed.items():
-                if not isinstance(member, str) or not _MEMBER_RE.fullmatch(member) or member == _META:
-                    raise InputError(p, None, f"{_META} lists {member!r}: members are plain file names")
-                if member not in names:
-                    raise InputError(p, None, f"member {member} listed in {_META} is missing")
-                data = z.read(member)
-                if _sha256(data) != (info or {}).get("sha256"):
-                    raise InputError(p, None, f"member {member}: sha256 differs from {_META} (corrupted file)")
-                members[member] = data
-    except zipfile.BadZipFile as exc:
-        raise InputError(p, None, f"not a readable zip file (truncated or corrupted?): {exc}") from None
-    except (zipfile.LargeZipFile, EOFError, OSError, yaml.YAMLError) as exc:
-        raise InputError(p, None, f"cannot read the packed model: {type(exc).__name__}: {exc}") from None
-    meta["sha256"] = _sha256(meta_raw)
-    return PackedModel(p, meta, members)
-
-
-def _cut_short(path: Path) -> str | None:
-    """Why ``path`` does not end as a whole zip file does, with its end-of-central-directory record
-    (and its comment, if any) as the last bytes; None when it does.  Python's zipfile takes the
-    last such record in the final 64 KiB wherever it is, so a pack cut short is read as the zip
-    stored inside it (model.pth is one: a torch file)."""
-    with open(path, "rb") as f:
-        f.seek(max(0, path.stat().st_size - (22 + 0xFFFF)))
-        tail = f.read()
-    at = tail.rfind(b"PK\x05\x06")
-    if at < 0:
-        return "no zip directory at its end"
-    comment = int.from_bytes(tail[at + 20 : at + 22], "little")
-    if at + 22 + comment != len(tail):
-        return "it does not end with its zip directory (cut short)"
-    return None
-
-
-def unpack_model(path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:
-    """Verify the pack ``path`` and write its members into ``out_dir`` (a model dir).
-
-    Idempotent: an ``out_dir`` unpacked from the same pack is kept as it is (so an extraction
-    that resumes sees the same files).  Otherwise the new dir replaces the old one only once it
-    is complete.  Returns ``out_dir``."""
-    packed = read_packed(path)
-    out = Path(out_dir)
-    stamp = out / _STAMP
-    if stamp.is_file() and stamp.read_text().strip() == packed.meta["sha256"]:
-        if all((out / m).is_file() for m in packed.members):
-            return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for member, data in packed.members.items():
-            (tmp / member).write_bytes(data)
-        (tmp / _META).write_text(yaml.safe_dump({k: v for k, v in packed.meta.items() if k != "sha256"}))
-        (tmp / _STAMP).write_text(packed.meta["sha256"] + "\n")
-        os.chmod(tmp, 0o777 & ~_umask())
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old.{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(tmp)
-        raise
-    return out
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -5,7 +5,7 @@ per-utterance input maker run in DataLoader workers, a length in 10 ms frames an
 forward.  :class:`spkflow.embed.native.SpkflowEmbedder` runs a stage-4 model dir; the other
 toolkits' adapters are :class:`~spkflow.embed.espnet.EspnetEmbedder`,
 :class:`~spkflow.embed.speechbrain.SpeechbrainEmbedder` and
-:class:`~spkflow.embed.wespeaker.WespeakerEmbedder`; :func:`spkflow.embed.load_embedder` picks
+:class:`~spkflow.embed.wespeaker.WespeakerEmbedder`; :func:`spkflow.embed.open_embedder` picks
 one.  :func:`model_files` names the files that make a model's embeddings (what its stamp
 hashes), :class:`WavePreparer` reads a data dir's audio at the model's rate in the workers.
 

@@ -1,6 +1,6 @@
 """Run an exported model (``python -m spkflow.bin.export``) with onnxruntime, without torch.
 
-:class:`OnnxBackend` is what :class:`spkflow.api.Embedder` uses for a ``.onnx`` file: the
+:class:`OnnxBackend` is what :func:`spkflow.embed.open.open_embedder` gives for an ``.onnx`` file of ours: the
 frontend (fbank, VAD, mean normalisation) is rebuilt from the file's ``spkflow.frontend``
 metadata and computed with numpy (:mod:`spkflow.features.fbank`), and the graph runs in onnxruntime.
 Nothing here imports torch, so ``Embedder.from_pretrained("model.onnx")`` serves a process that
@@ -31,7 +31,10 @@ _FRAME_RATE = 100  # 10 ms frames: the unit of max_frames, as in stage 5
 class OnnxBackend:
     """The backend interface of :class:`spkflow.api.Embedder` (``config``, ``model``, ``device``,
     ``dim``, ``fbank``, ``vad``, ``use_vad``, ``mean_norm``, ``frames``, ``embed``) on an ONNX file.
-    ``model`` is the onnxruntime session."""
+    ``model`` is the onnxruntime session.  Not a stage-5 model: it has no per-utterance input
+    maker for the DataLoader workers (:func:`~spkflow.embed.open.inspect_model` refuses it for jobs)."""
+
+    name = "spkflow"
 
     def __init__(self, path: str | os.PathLike[str], device: str = "cpu") -> None:
 

@@ -348,7 +348,7 @@ def bench_extraction(
     import numpy as np
     import torch
 
-    from spkflow.embed import load_embedder
+    from spkflow.embed import open_embedder
     from spkflow.embed.base import pad
     from spkflow.embed.run import run_job
     from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
@@ -361,7 +361,7 @@ def bench_extraction(
     alone: dict[tuple[str, int], tuple[float, Any]] = {}  # (dtype, batch) -> model-alone rate, GPU util
     for dtype in a.dtypes:
         for fbank_on in a.fbank_on:
-            emb = load_embedder("spkflow", model_dir, a.device, dtype=dtype, fbank_on=fbank_on)
+            emb = open_embedder(model_dir, "spkflow", a.device, dtype=dtype, fbank_on=fbank_on)
             if inputs is None:  # the model's input of each clip, as the workers compute it
                 import soundfile as sf
 

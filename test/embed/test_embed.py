@@ -275,20 +275,20 @@ def test_run_job_bad_utterance_then_skip_and_resume(embedder, tmp_path):
 
 
 def test_model_dir_errors(tmp_path):
-    from spkflow.embed import load_embedder
+    from spkflow.embed import open_embedder
 
-    with pytest.raises(InputError, match="model directory not found"):
-        load_embedder("spkflow", tmp_path / "nope")
+    with pytest.raises(InputError, match="model not found"):
+        open_embedder(tmp_path / "nope", "spkflow")
     assert not (tmp_path / "nope").exists()  # a refused model dir is not created
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match=r"empty/config.yaml: not found"):
-        load_embedder("spkflow", tmp_path / "empty")
+    with pytest.raises(InputError, match=r"empty: no config.yaml: not a model dir"):
+        open_embedder(tmp_path / "empty", "spkflow")
     config = "model: {name: ecapa_tdnn}\n"
     (tmp_path / "empty" / "config.yaml").write_text(config)
     with pytest.raises(InputError, match=r"model.pth: not found"):
-        load_embedder("spkflow", tmp_path / "empty")
-    with pytest.raises(ValueError, match="--toolkit"):
-        load_embedder("kaldi", tmp_path / "empty")
+        open_embedder(tmp_path / "empty", "spkflow")
+    with pytest.raises(ValueError, match="toolkit must be one of"):
+        open_embedder(tmp_path / "empty", "kaldi")
     # refusals leave the model dir as it was: nothing written into it, the config untouched
     assert sorted(os.listdir(tmp_path / "empty")) == ["config.yaml"]
     assert (tmp_path / "empty" / "config.yaml").read_text() == config

@@ -182,11 +182,11 @@ def test_bad_utterance_fails_naming_it_then_skip_bad(model_dir, tmp_path):
 
 def test_model_dir_is_checked_before_any_job(tmp_path, speakers):
     p = run([SCRIPT, "--model-dir", tmp_path / "missing", speakers, tmp_path / "out"], check=False)
-    assert p.returncode == 1 and "no such directory" in p.stderr
+    assert p.returncode == 1 and "missing: model not found" in p.stderr
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "model.pth").write_bytes(b"")
     p = run([SCRIPT, "--model-dir", tmp_path / "m", speakers, tmp_path / "out"], check=False)
-    assert p.returncode == 1 and "config.yaml not found" in p.stderr
+    assert p.returncode == 1 and "m: no config.yaml: not a model dir" in p.stderr
     p = run([SCRIPT, speakers, tmp_path / "out"], check=False)
     assert p.returncode == 1 and "--model-dir is required" in p.stderr
     assert not (tmp_path / "out").exists()

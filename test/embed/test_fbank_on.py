@@ -16,7 +16,7 @@ from helpers.audio import make_mixed_data, make_speakers
 from helpers.models import l2, make_spkflow_model_dir
 from helpers.recipes import SCRIPT, env
 from spkflow.core.errors import UtteranceError
-from spkflow.embed import load_embedder
+from spkflow.embed import open_embedder
 from spkflow.embed.native import SpkflowEmbedder
 from spkflow.embed.run import read_vectors, run_job
 
@@ -94,7 +94,7 @@ def test_fbank_on_choices(model_dir, tmp_path):
     with pytest.raises(ValueError, match="--feats-dir reads stage 2's features"):
         SpkflowEmbedder(model_dir, feats_dir=tmp_path, fbank_on="device")
     with pytest.raises(ValueError, match="is for --toolkit spkflow"):
-        load_embedder("espnet", tmp_path, fbank_on="device")
+        open_embedder(tmp_path, "espnet", fbank_on="device")
 
 
 @pytest.mark.slow

@@ -223,13 +223,13 @@ def test_train_refuses_bad_epoch_snapshot(trained: dict[str, Any], tmp_path: Pat
 
 @pytest.mark.parametrize("damage", ["truncate", "code"])
 def test_extraction_refuses_bad_model(trained: dict[str, Any], tmp_path: Path, damage: str) -> None:
-    from spkflow.embed import load_embedder
+    from spkflow.embed import open_embedder
 
     out, marker = copy_run(trained, tmp_path), tmp_path / "pwned"
     truncate(out / "model.pth") if damage == "truncate" else plant_code(out / "model.pth", marker)
     what = "unreadable or truncated checkpoint" if damage == "truncate" else "holds pickled Python objects"
     with pytest.raises(CheckpointError, match=what):
-        load_embedder("spkflow", out, "cpu")
+        open_embedder(out, "spkflow", "cpu")
     cmd = [sys.executable, "-m", "spkflow.bin.extract_embeddings", "--model-dir", str(out)]
     r = subprocess.run(
         [*cmd, str(trained["data"]), str(tmp_path / "jobs")], capture_output=True, text=True, env=ENV, timeout=300

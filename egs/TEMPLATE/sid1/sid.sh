@@ -4,8 +4,8 @@
 #
 #   ./run.sh                                                  # train a model here, then SID
 #   ./run.sh --spk_model_dir ../spk1/exp/spk_train            # reuse a spk1 model: stages 2-4 skipped
-#   ./run.sh --spk_model_dir spk_train.zip                    # or a packed one (unpacked into exp/<tag>/model)
-#   ./run.sh --spk_model_dir spkrec-ecapa-voxceleb --spk_toolkit speechbrain   # or another toolkit's model
+#   ./run.sh --spk_model_dir spk_train.zip                    # or a packed one
+#   ./run.sh --spk_model_dir spkrec-ecapa-voxceleb            # or another toolkit's model (told from its files)
 #   ./run.sh --stage 6 --num_enrol 3 --backend lda            # SID stages again on the same embeddings
 #
 # Stages: 1 data prep, 2 fbank + VAD, 3 batch lists, 4 training (all four: spk.sh),
@@ -40,7 +40,7 @@ expdir=exp            # where experiments go
 # Model options (stages 1-5, passed to spk.sh).
 spk_model_dir=        # a stage-4 model dir (config.yaml + model.pth) or its packed .zip to reuse; empty: train
                       # one here (stages 2-4); or another toolkit's pretrained model (spk_toolkit)
-spk_toolkit=spkflow   # the toolkit of --spk_model_dir: spkflow | espnet | speechbrain | wespeaker (a pretrained model)
+spk_toolkit=          # the toolkit of --spk_model_dir as extract_embeddings.sh --toolkit takes it (empty: from its files)
 train_set=train       # training data dir under data/ (only when training here)
 test_sets="test"      # data dirs under data/ to identify speakers in
 train_config=conf/train.yaml  # training config (only when training here)
@@ -77,35 +77,17 @@ if [ -z "${nj}" ]; then
     nj=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2> /dev/null || echo 4)  # path.sh sets OMP_NUM_THREADS=1
     [ "${nj}" -gt 4 ] && nj=4
 fi
-case "${spk_toolkit}" in
-    spkflow|espnet|speechbrain|wespeaker) ;;
-    *) log "Error: --spk_toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${spk_toolkit}'"; exit 2 ;;
-esac
-if [ "${spk_toolkit}" != spkflow ] && [ -z "${spk_model_dir}" ]; then
+if [ -n "${spk_model_dir}" ]; then
+    # what the model is (spkflow.bin.model_info: its toolkit, where its files are; a pack is verified
+    # and unpacked once into the cache); what stage 5 cannot run is refused here
+    _info=$(python -m spkflow.bin.model_info --jobs ${spk_toolkit:+--toolkit "${spk_toolkit}"} "${spk_model_dir}") || exit 1
+    model_toolkit=; model_name=  # set by:
+    eval "${_info}"  # model_toolkit, model_dir, model_name, ...
+    [ -z "${tag}" ] && tag=${model_name}
+    sid_exp=${expdir}/${tag}
+elif [ -n "${spk_toolkit}" ]; then
     log "Error: --spk_toolkit ${spk_toolkit} needs --spk_model_dir (the pretrained model)"
     exit 2
-fi
-if [ "${spk_toolkit}" = spkflow ] && [ -f "${spk_model_dir}" ]; then  # a pack: verified, unpacked once (kept while it is the same pack)
-    [ -z "${tag}" ] && tag=$(basename "${spk_model_dir}" .zip)
-    sid_exp=${expdir}/${tag}
-    model_dir=${sid_exp}/model
-    python -m spkflow.bin.pack --unpack "${spk_model_dir}" --out "${model_dir}"
-elif [ -n "${spk_model_dir}" ]; then
-    if [ "${spk_toolkit}" = spkflow ]; then
-        for _f in config.yaml model.pth; do
-            if [ ! -f "${spk_model_dir}/${_f}" ]; then
-                _zip=$(find "${spk_model_dir}" -maxdepth 1 -name '*.zip' 2> /dev/null | sort | head -n 1 || true)
-                log "Error: --spk_model_dir ${spk_model_dir}: ${_f} not found (a stage-4 model dir${_zip:+; it holds the packed model ${_zip}: give that file})"
-                exit 1
-            fi
-        done
-    elif [ ! -e "${spk_model_dir}" ]; then
-        log "Error: --spk_model_dir ${spk_model_dir}: not found"
-        exit 1
-    fi
-    model_dir=${spk_model_dir}
-    [ -z "${tag}" ] && tag=$(basename "${spk_model_dir}" .onnx)
-    sid_exp=${expdir}/${tag}
 else
     [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
     model_dir=${expdir}/spk_${tag}
@@ -135,13 +117,13 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
         log "Stage 5: embeddings of ${test_sets} (spk.sh stage 5) -> ${sid_exp}/embed/<set>"
         ./spk.sh --stage 5 --stop_stage 5 --embed_sets "${test_sets}" --calibrate false "${spk_args[@]}"
     else
-        log "Stage 5: embeddings of ${test_sets} with the ${spk_toolkit} model ${model_dir} -> ${sid_exp}/embed/<set>"
+        log "Stage 5: embeddings of ${test_sets} with the ${model_toolkit} model ${spk_model_dir} -> ${sid_exp}/embed/<set>"
         mkdir -p "${sid_exp}"
         echo "${spk_model_dir}" > "${sid_exp}/model_dir"
         for dset in ${test_sets}; do
             # shellcheck disable=SC2086
-            scripts/spk/extract_embeddings.sh --cmd "${decode_cmd}" --nj "${nj}" --toolkit "${spk_toolkit}" ${embed_opts} \
-                --model-dir "${model_dir}" "data/${dset}" "${sid_exp}/embed/${dset}"
+            scripts/spk/extract_embeddings.sh --cmd "${decode_cmd}" --nj "${nj}" ${spk_toolkit:+--toolkit "${spk_toolkit}"} \
+                ${embed_opts} --model-dir "${spk_model_dir}" "data/${dset}" "${sid_exp}/embed/${dset}"
         done
     fi
 fi

@@ -4,7 +4,7 @@
 #
 #   ./run.sh --stage 2 --stop_stage 5 --nj 8
 #   ./run.sh --pretrained ../spk1/exp/spk_train/packed/spk_train.zip --test_sets mine --stage 5
-#   ./run.sh --pretrained spkrec-ecapa-voxceleb --pretrained_toolkit speechbrain --stage 5
+#   ./run.sh --pretrained spkrec-ecapa-voxceleb --stage 5     # another toolkit's model, told from its files
 #
 # Stages: 1 data prep, 2 fbank + VAD, 3 N x M batch lists, 4 training,
 #         5 embedding extraction, 6 scoring (backend, calibration; EER, minDCF, Cllr, plots),
@@ -102,9 +102,9 @@ calib_prior=0.5       # target prior of the same-speaker decision (equal costs):
 # Pretrained model options (stages 5-6 on new data, no training).
 pretrained=           # a trained model dir or packed .zip: stages 2-4 are skipped, stage 5 embeds with it into
                       # exp/<tag> (default tag: pretrained_<name>), stage 6 scores with its own packed scoring;
-                      # another toolkit's model (a dir, or a WeSpeaker .onnx) with pretrained_toolkit
-pretrained_toolkit=spkflow  # spkflow | espnet | speechbrain | wespeaker: for another toolkit's model stage 6 fits
-                      # the scoring (backend, calibration) on the training set's embeddings as for a model trained here
+                      # or another toolkit's model (a dir, or an .onnx): stage 6 fits the scoring (backend,
+                      # calibration) on the training set's embeddings as for a model trained here
+pretrained_toolkit=   # the toolkit of --pretrained as extract_embeddings.sh --toolkit takes it (empty: from its files)
 
 # shellcheck disable=SC1091  # scripts/ is the recipe's link to the project's scripts
 help_message=$(. scripts/lib/help.sh; options_help "${BASH_SOURCE[0]}" \
@@ -137,29 +137,17 @@ fi
 # The model: trained here (exp/spk_<tag>), or a pretrained one; an exp dir unpacked from a pack
 # is used like a pretrained one (its scoring and RESULTS.md are the pack's and stay as they are).
 # Another toolkit's model has no scoring of ours: stage 6 fits one on the training set.
-case "${pretrained_toolkit}" in
-    spkflow|espnet|speechbrain|wespeaker) ;;
-    *) log "Error: --pretrained_toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${pretrained_toolkit}'"; exit 2 ;;
-esac
 if [ -n "${pretrained}" ]; then
-    case "${pretrained_toolkit}:${pretrained}" in
-        spkflow:*.onnx) log "Error: --pretrained ${pretrained}: an ONNX file of ours runs through the API and spkflow.bin.verify; stages 5-6 need the model dir or pack (a WeSpeaker .onnx: --pretrained_toolkit wespeaker)"; exit 2 ;;
-    esac
-    if [ ! -e "${pretrained}" ]; then
-        log "Error: --pretrained ${pretrained} not found (a model dir or a packed .zip; another toolkit's dir or .onnx)"
-        exit 1
-    fi
-    [ -z "${tag}" ] && tag=pretrained_$(basename "${pretrained%/}" | sed -E 's/\.(zip|onnx)$//')
+    # what the model is (spkflow.bin.model_info: its toolkit, whether it is ours, where its files are; a
+    # pack is verified and unpacked once into the cache); what stage 5 cannot run is refused here
+    _info=$(python -m spkflow.bin.model_info --jobs ${pretrained_toolkit:+--toolkit "${pretrained_toolkit}"} "${pretrained}") || exit 1
+    model_toolkit=; model_ours=; model_name=  # set by:
+    eval "${_info}"  # model_toolkit, model_ours, model_dir, model_name, model_scoring
+    [ -z "${tag}" ] && tag=pretrained_${model_name}
     spk_exp=${expdir}/${tag}
-    if [ "${pretrained_toolkit}" != spkflow ]; then
-        model_dir=${pretrained}; packed_scoring=false
-    elif [ -f "${pretrained}" ]; then
-        model_dir=${spk_exp}/model; packed_scoring=true
-    else
-        model_dir=${pretrained}; packed_scoring=true
-    fi
-elif [ "${pretrained_toolkit}" != spkflow ]; then
-    log "Error: --pretrained_toolkit ${pretrained_toolkit} needs --pretrained (the ${pretrained_toolkit} model)"
+    packed_scoring=${model_ours}
+elif [ -n "${pretrained_toolkit}" ]; then
+    log "Error: --pretrained_toolkit ${pretrained_toolkit} needs --pretrained (the model)"
     exit 2
 else
     [ -z "${tag}" ] && tag=$(basename "${train_config}" .yaml)
@@ -213,7 +201,7 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
 fi
 
 if [ -n "${pretrained}" ] && [ ${stage} -le 4 ] && [ ${stop_stage} -ge 2 ]; then
-    log "Stages 2-4 skipped: the pretrained ${pretrained_toolkit} model ${pretrained} is used (${spk_exp})"
+    log "Stages 2-4 skipped: the pretrained ${model_toolkit} model ${pretrained} is used (${spk_exp})"
 fi
 
 if [ -z "${pretrained}" ] && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
@@ -379,17 +367,14 @@ fi
 
 if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     _sets=$(python -m spkflow.bin.scoring_plan "${_plan[@]}" embed-sets)  # each once; the training set when stage 6 needs it
-    log "Stage 5: embedding extraction for ${_sets} with the ${pretrained_toolkit} model ${model_dir} -> ${spk_exp}/embed/<set>"
-    if [ "${pretrained_toolkit}" = spkflow ]; then
-        if [ -f "${pretrained}" ]; then  # a pack: verified and unpacked once (kept while it is the same pack)
-            python -m spkflow.bin.pack --unpack "${pretrained}" --out "${model_dir}"
-        fi
+    log "Stage 5: embedding extraction for ${_sets} with the model ${pretrained:-${model_dir}} -> ${spk_exp}/embed/<set>"
+    if [ -n "${pretrained}" ]; then
+        mkdir -p "${spk_exp}"
+        echo "${model_toolkit} ${pretrained}" > "${spk_exp}/pretrained_model"
+    else
         for _f in config.yaml model.pth; do
             [ -f "${model_dir}/${_f}" ] || { log "Error: ${model_dir}/${_f} not found (stage 4 writes the model)"; exit 1; }
         done
-    else
-        mkdir -p "${spk_exp}"
-        echo "${pretrained_toolkit} ${pretrained}" > "${spk_exp}/pretrained_model"
     fi
     if ${gpu_inference}; then
         _cmd=${cuda_cmd}; _device=cuda   # one GPU per job (--gpu 1)
@@ -399,19 +384,13 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
     for dset in ${_sets}; do
         # shellcheck disable=SC2086
         scripts/spk/extract_embeddings.sh --cmd "${_cmd}" --nj "${nj}" --device "${_device}" \
-            --batch-size "${embed_batch_size}" --toolkit "${pretrained_toolkit}" --skip-bad "${skip_bad}" ${embed_opts} \
-            --model-dir "${model_dir}" "data/${dset}" "${spk_exp}/embed/${dset}"
+            --batch-size "${embed_batch_size}" ${pretrained_toolkit:+--toolkit "${pretrained_toolkit}"} \
+            --skip-bad "${skip_bad}" ${embed_opts} --model-dir "${pretrained:-${model_dir}}" "data/${dset}" "${spk_exp}/embed/${dset}"
     done
 fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: scoring trials of ${test_sets} -> ${spk_exp}/eval/<set>"
-    if ${packed_scoring}; then
-        # The model's own scoring (backend, cohort, calibration), as packed; nothing is fitted here.
-        if [ -f "${pretrained}" ] && [ ! -f "${model_dir}/config.yaml" ]; then
-            python -m spkflow.bin.pack --unpack "${pretrained}" --out "${model_dir}"
-        fi
-    fi
     # spkflow/score/plan.py: the backend, the calibration (on calib_set's trials, or trials drawn from the
     # training set) and the QMF fitted on the training set's embeddings, each with its log under ${spk_exp};
     # then scripts/spk/score.sh for each test set (eval/<set>/), RESULTS.md and scoring.yaml for stage 7.
