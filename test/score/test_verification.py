@@ -269,3 +269,18 @@ def test_calibrate_and_score_commands(exp, tmp_path):
         check=False,
     )
     assert p.returncode == 1 and f"{one}: 1 target and 0 non-target" in p.stderr and not list(bad.iterdir())
+
+
+def test_pairs_with_spaces_in_names_quoted_or_tab_separated(tmp_path):
+    p = tmp_path / "pairs"
+    p.write_text('"my dir/a b.wav" c.wav target\nx y.wav\t"q.wav"\ttarget\n')
+    t = read_pairs(p)
+    assert t.enroll == ["my dir/a b.wav", "x y.wav"] and t.test == ["c.wav", '"q.wav"'] and t.target.all()
+    p.write_text("a.wav b.wav\nmy dir/a b.wav c.wav\n")
+    with pytest.raises(
+        InputError, match=r"pairs:2: .*4 fields; quote names with spaces or separate the fields by tabs"
+    ):
+        read_pairs(p)
+    p.write_text('"a.wav b.wav\n')
+    with pytest.raises(InputError, match=r"pairs:1: No closing quotation"):
+        read_pairs(p)
