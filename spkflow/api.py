@@ -34,6 +34,14 @@ What it guarantees
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
+* **Every format, one reader**: files (``embed_file``, ``embed_files``, ``verify``,
+  ``score_matrix``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac / wma / webm
+  (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+* **No decision on too little speech**: ``verify`` and ``score_matrix`` refuse a recording with
+  fewer than ``min_speech`` seconds of voiced speech (:mod:`spkflow.features.speech`), naming it.
+* **A lone pair** is centred on the mean of the recordings the calibration was fitted on
+  (``domain="pair"``, the default), never on itself: a ``domain`` of fewer than
+  :data:`~spkflow.score.verification.MIN_DOMAIN` recordings is refused.
 * ``import spkflow`` stays free of torch: this module imports numpy only, torch is imported
   when a model is loaded.
 * **Verification as the recipe scored.**  :meth:`Embedder.verify` and :meth:`Embedder.score`

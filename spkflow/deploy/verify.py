@@ -228,7 +228,9 @@ def _domain(mode: str | np.ndarray, emb: dict[str, np.ndarray], scoring: Scoring
     return np.stack(list(emb.values()))
 
 
-def _centred_on(dom: np.ndarray | str | None, domain: str | np.ndarray, what: str) -> str:
+def _centred_on(dom: np.ndarray | str | None, domain: str | np.ndarray, what: str, scoring: Scoring) -> str:
+    if not scoring.centres:
+        return "nothing: the model's scoring does not centre"
     if dom is None:
         return "the training mean"
     if isinstance(dom, str):
@@ -295,7 +297,7 @@ def verify_pairs(
         "skipped_pairs": int((~keep).sum()),
         "bad_recordings": bad,
         "recordings": len(emb),
-        "centred_on": _centred_on(dom, domain, f"the {len(emb)} recordings of the pairs"),
+        "centred_on": _centred_on(dom, domain, f"the {len(emb)} recordings of the pairs", scoring),
         "scoring": scoring.label,
         "calibrated": scoring.calibration is not None,
     }
@@ -480,7 +482,7 @@ def identify(
         "gallery": gallery,
         "bad_recordings": {**bad_enrol, **bad_test},
         "threshold": thr,
-        "centred_on": _centred_on(dom, domain, "the enrolment and test recordings"),
+        "centred_on": _centred_on(dom, domain, "the enrolment and test recordings", scoring),
         "unknown": decided.get("unknown", 0),
         "little_speech": decided.get("None", 0),
         "enrol_little_speech": int((~keep).sum()),

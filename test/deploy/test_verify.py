@@ -235,6 +235,7 @@ def test_an_older_pack_without_scoring_gives_plain_cosine_and_says_so(scored, tm
     (row,) = jsonl(p.stdout)
     assert row["llr"] is None and row["same_speaker"] is None and row["score"] == row["norm_score"]
     assert "holds no scoring" in p.stderr and "plain cosine" in p.stderr
+    assert "centred on nothing: the model's scoring does not centre" in p.stderr  # not "the training mean"
     emb = Embedder.from_pretrained(old)
     assert emb.scoring.is_plain and "plain cosine" in emb.scoring_note
     assert abs(emb.verify(a, b).score - row["score"]) <= 1e-4
