@@ -5,6 +5,8 @@
 >>> emb.embed_file("utt.flac").shape                              # (emb.dim,)
 >>> emb.embed(wave, 8000)                                         # any rate: resampled as stage 5 does
 >>> emb.embed_batch([w1, w2], [16000, 44100])                     # [2, dim], input order
+>>> emb.embed_files(["a.m4a", "b.mp3", "c.wav"])                  # [3, dim], batched as stage 5
+>>> emb.score_matrix(["a.m4a", "b.mp3", "c.wav"]).llr             # [3, 3] (or give [N, dim] embeddings)
 >>> v = emb.verify("a.flac", "b.wav")                            # v.score, v.llr, v.same_speaker
 >>> emb.score(emb_a, emb_b)                                       # the same on embeddings ([D] or [N, D])
 >>> Embedder.from_pretrained("spkrec-ecapa-voxceleb")             # SpeechBrain, ESPnet, WeSpeaker: detected
@@ -31,6 +33,14 @@ What it guarantees
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
+* **Every format, one reader**: files (``embed_file``, ``embed_files``, ``verify``,
+  ``score_matrix``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac / wma / webm
+  (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+* **No decision on too little speech**: ``verify`` and ``score_matrix`` refuse a recording with
+  fewer than ``min_speech`` seconds of voiced speech (:mod:`spkflow.features.speech`), naming it.
+* **A lone pair** is centred on the mean of the recordings the calibration was fitted on
+  (``domain="pair"``, the default), never on itself: a ``domain`` of fewer than
+  :data:`~spkflow.score.verification.MIN_DOMAIN` recordings is refused.
 * ``import spkflow`` stays free of torch: this module imports numpy only, torch is imported
   when a model is loaded.
 * **Verification as the recipe scored.**  :meth:`Embedder.verify` and :meth:`Embedder.score`
@@ -61,10 +71,12 @@ import numpy as np
 
 from spkflow.core.errors import UtteranceError
 from spkflow.data.audio import read_audio, resample, to_mono_float
+from spkflow.deploy.verify import Recordings
 from spkflow.embed.base import default_max_frames
 from spkflow.embed.open import inspect_model, open_embedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
-from spkflow.score.verification import MIN_DOMAIN, Scoring, Verdict
+from spkflow.features.speech import MIN_SPEECH, speech_seconds
+from spkflow.score.verification import MIN_DOMAIN, PAIR, Scoring, Verdict
 
 __all__ = ["Embedder"]
 
@@ -140,8 +152,9 @@ class Embedder:
         return self.embed_batch([wave], [sample_rate])[0]
 
     def embed_file(self, path: str | os.PathLike[str]) -> np.ndarray:
-        """Embedding ``[dim]`` of an audio file (anything libsndfile reads), or of any other
-        ``wav.scp`` entry (``cmd |``, ``file.ark:offset``)."""
+        """Embedding ``[dim]`` of an audio file (any format ``make_data_dir`` takes: libsndfile's,
+        and m4a / aac / wma / webm through the pinned ffmpeg), or of any other ``wav.scp`` entry
+        (``cmd |``, ``file.ark:offset``)."""
 
         spec = os.fspath(path)
         wave, rate = read_audio(spec, utt=spec)
@@ -149,6 +162,61 @@ class Embedder:
             return self.embed(wave, rate)
         except ValueError as exc:
             raise UtteranceError(spec, spec, str(exc)) from None
+
+    def embed_files(self, paths: Sequence[str | os.PathLike[str]], *, batch_size: int = 32) -> np.ndarray:
+        """Embeddings ``[N, dim]`` of audio files (as :meth:`embed_file`), in input order: read
+        in chunks and embedded in batches of similar length (:meth:`embed_batch`, stage 5's
+        batching); an unreadable file raises, named."""
+        return self._embed_files(paths, batch_size=batch_size)[0]
+
+    def _embed_files(
+        self, paths: Sequence[str | os.PathLike[str]], *, batch_size: int = 32
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        names = [os.fspath(p) for p in paths]
+        rec = Recordings()
+        emb, _ = rec.embed(self, names, progress=False, batch_size=batch_size)
+        out = np.stack([emb[n] for n in names]) if names else np.zeros((0, self.dim), dtype=np.float32)
+        return out, rec.speech
+
+    def score_matrix(
+        self,
+        items: Sequence[str | os.PathLike[str]] | np.ndarray,
+        *,
+        domain: Any = "auto",
+        min_speech: float = MIN_SPEECH,
+    ) -> Verdict:
+        """Every pair of a list: audio files or raw embeddings ``[N, dim]``; a :class:`Verdict`
+        of ``[N, N]`` arrays (symmetric; the diagonal scores each recording with itself).
+        ``domain``: ``"auto"`` centres on the list itself when it holds at least
+        :data:`~spkflow.score.verification.MIN_DOMAIN` recordings (as ``verify --pairs`` does a
+        batch), else the calibration set's mean (as :meth:`score`); or embeddings ``[M, dim]`` to
+        centre on, ``"pair"``, or None (the training mean).
+        Files of fewer than ``min_speech`` seconds of voiced speech are refused, as in :meth:`verify`."""
+        if isinstance(items, np.ndarray):
+            e = np.atleast_2d(np.asarray(items, dtype=np.float64))
+        else:
+            e, speech = self._embed_files(list(items))
+            for name, sec in speech.items():
+                _check_speech(name, sec, min_speech)
+        n = len(e)
+        if n == 0:
+            raise ValueError("score_matrix needs at least one recording")
+        if isinstance(domain, str):
+            if domain != "auto":
+                raise ValueError(f"domain must be 'auto', None or embeddings [M, {self.dim}], got {domain!r}")
+            domain = e if (n >= MIN_DOMAIN and self.scoring.centres) else PAIR
+        ia, ib = np.triu_indices(n)
+        v = self.score(e[ia], e[ib], domain=domain)
+
+        def full(x: Any) -> Any:
+            if x is None:
+                return None
+            m = np.zeros((n, n), dtype=np.asarray(x).dtype)
+            m[ia, ib] = x
+            m[ib, ia] = x
+            return m
+
+        return Verdict(full(v.score), full(v.norm_score), full(v.llr), full(v.same_speaker), v.threshold)
 
     def embed_batch(
         self,
@@ -184,22 +252,33 @@ class Embedder:
         return out
 
     # ------------------------------------------------------------------ verification
-    def verify(self, a: Any, b: Any, *, sample_rate: int | None = None, domain: Any = None) -> Verdict:
+    def verify(
+        self, a: Any, b: Any, *, sample_rate: int | None = None, domain: Any = PAIR, min_speech: float = MIN_SPEECH
+    ) -> Verdict:
         """Same speaker or not: ``a`` and ``b`` audio files (any ``wav.scp`` entry) or waveforms
         at ``sample_rate``.  Returns a :class:`~spkflow.score.verification.Verdict` with ``score``
-        (plain cosine), ``norm_score``, ``llr`` and ``same_speaker`` (see :meth:`score`)."""
-        ea, eb = (self._embed_one(x, sample_rate) for x in (a, b))
+        (plain cosine), ``norm_score``, ``llr`` and ``same_speaker`` (see :meth:`score`).  A
+        recording of fewer than ``min_speech`` seconds of voiced speech (the energy VAD,
+        :mod:`spkflow.features.speech`) is refused with :class:`UtteranceError` naming it (0: off)."""
+        ea, eb = (self._embed_one(x, sample_rate, min_speech) for x in (a, b))
         return self.score(ea, eb, domain=domain)
 
-    def score(self, emb_a: Any, emb_b: Any, *, domain: Any = None) -> Verdict:
+    def score(self, emb_a: Any, emb_b: Any, *, domain: Any = PAIR) -> Verdict:
         """The model's scoring of embeddings: one pair (``[dim]`` each: floats) or row by row
         (``[N, dim]`` each: arrays).  ``domain``: embeddings ``[M, dim]`` of unlabelled recordings
         like these to centre on (``python -m spkflow.bin.verify`` takes the recordings its pairs
-        name, when there are 10 or more); default: the training mean."""
+        name, when there are 10 or more); default (``"pair"``): the mean of the recordings the
+        calibration was fitted on (the training mean for a scoring without one); None: the
+        training mean (stage 6's default)."""
         a, b = np.asarray(emb_a), np.asarray(emb_b)
         if a.shape[-1:] != (self.dim,) or b.shape[-1:] != (self.dim,):
             raise ValueError(f"embeddings must be [{self.dim}] or [N, {self.dim}], got {a.shape} and {b.shape}")
-        if domain is not None and self.scoring.centres and len(np.atleast_2d(np.asarray(domain))) < MIN_DOMAIN:
+        if (
+            domain is not None
+            and not isinstance(domain, str)
+            and self.scoring.centres
+            and len(np.atleast_2d(np.asarray(domain))) < MIN_DOMAIN
+        ):
             # two recordings centred on their own mean become opposite vectors: any pair scores as two speakers
             raise ValueError(
                 f"domain of {len(np.atleast_2d(np.asarray(domain)))} recordings: centring needs at least {MIN_DOMAIN} "
@@ -207,12 +286,20 @@ class Embedder:
             )
         return self.scoring.score(a, b, domain=domain)
 
-    def _embed_one(self, x: Any, sample_rate: int | None) -> np.ndarray:
+    def _embed_one(self, x: Any, sample_rate: int | None, min_speech: float = 0.0) -> np.ndarray:
         if isinstance(x, (str, os.PathLike)):
-            return self.embed_file(x)
-        if sample_rate is None:
+            name = os.fspath(x)
+            wave, rate = read_audio(name, utt=name)
+        elif sample_rate is None:
             raise ValueError("a waveform needs its sample_rate (verify(wave_a, wave_b, sample_rate=16000))")
-        return self.embed(x, sample_rate)
+        else:
+            name, wave, rate = "<waveform>", x, sample_rate
+        if min_speech > 0:
+            _check_speech(name, speech_seconds(_mono(wave), _rate(rate)), min_speech)
+        try:
+            return self.embed(wave, rate)
+        except ValueError as exc:
+            raise UtteranceError(name, name, str(exc)) from None
 
     def __repr__(self) -> str:
         model = self.config.get("model") if self.toolkit == "spkflow" else None
@@ -274,6 +361,16 @@ def _groups(frames: Sequence[int], batch_size: int, max_frames: int) -> list[lis
     if cur:
         groups.append(cur)
     return groups
+
+
+def _check_speech(name: str, seconds: float, min_speech: float) -> None:
+    if seconds < min_speech:
+        raise UtteranceError(
+            name,
+            name,
+            f"too little speech: {seconds:.2f} s voiced (energy VAD), fewer than {min_speech:g} s: no decision "
+            "(min_speech=0 scores it anyway)",
+        )
 
 
 def _mono(wave: Any) -> np.ndarray:

@@ -2,12 +2,19 @@
 
     python -m spkflow.bin.identify --model MODEL --enrol DATA_DIR FILE... [--top-k 3] [--p-known 0.5]
     python -m spkflow.bin.identify --model MODEL --enrol DATA_DIR --data TEST_DIR [--list utts.txt]
+    python -m spkflow.bin.identify --model MODEL --enrol DATA_DIR --save GALLERY    # enrol once
+    python -m spkflow.bin.identify --model MODEL --gallery GALLERY FILE...          # identify after
+    python -m spkflow.bin.identify --model MODEL --gallery G [--enrol NEW_DIR] [--remove SPK,...] --save G
 
 MODEL is a model dir, a packed ``.zip`` or an ``.onnx`` file.  Each speaker of the enrolment
 data dir (its spk2utt: ``python -m spkflow.bin.make_data_dir`` makes one from a folder per
-speaker) is the mean of its utterances in the model's scoring space; each test recording (files,
-or the utterances of ``--data``, or those ``--list`` names) gets one JSON line: ``file``,
-``speaker`` (the best one, or ``unknown``), ``top`` (the ``--top-k`` speakers with ``llr``,
+speaker) is the mean of its utterances in the model's scoring space.  ``--save`` keeps the
+enrolment (:mod:`spkflow.deploy.gallery`: every utterance's embedding and the model's stamp) and
+``--gallery`` uses it without embedding it again; a gallery made with another model is refused;
+``--enrol`` with ``--gallery`` adds (or replaces) speakers, ``--remove`` takes them out.  Each
+test recording (files, or the utterances of ``--data``, or those ``--list`` names) gets one
+JSON line: ``speaker`` (the best one, ``unknown``, or null with a ``warning`` when it holds too
+little voiced speech, ``--min-speech``), ``file``, ``top`` (the ``--top-k`` speakers with ``llr``,
 ``norm_score`` and ``posterior``) and ``p_unknown``.  "unknown" is Bayes' decision with the prior
 ``--p-known`` that the speaker is enrolled (or a fixed ``--threshold`` on the best LLR): see
 :mod:`spkflow.deploy.verify`.  Without a calibration the ranking is by score and no "unknown" is
@@ -26,13 +33,17 @@ from spkflow.bin.argtypes import add_bool_option, int_at_least, probability
 from spkflow.bin.verify import json_output
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.datadir import DataDir
-from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, identify, read_list
+from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, enrolment, identify, read_list
+from spkflow.features.speech import MIN_SPEECH
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.identify", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="model dir, packed .zip or .onnx file")
-    p.add_argument("--enrol", required=True, metavar="DATA_DIR", help="data dir of the enrolled speakers (spk2utt)")
+    p.add_argument("--enrol", default=None, metavar="DATA_DIR", help="data dir of the enrolled speakers (spk2utt)")
+    p.add_argument("--gallery", default=None, help="a saved enrolment (--save) to identify against")
+    p.add_argument("--save", default=None, metavar="GALLERY", help="save the enrolment here (atomically)")
+    p.add_argument("--remove", default=None, metavar="SPK,...", help="speakers to take out of the gallery (--save)")
     p.add_argument("files", nargs="*", metavar="FILE", help="recordings to identify (or --data)")
     p.add_argument("--data", default=None, metavar="TEST_DIR", help="identify the utterances of this data dir")
     p.add_argument("--list", default=None, help="with --data: only the utterances listed (one per line)")
@@ -42,11 +53,20 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--domain-mean",
         default="auto",
-        metavar="auto|pairs|train|PATH",
-        help="centre on the enrolment and test recordings' mean (pairs), the training mean (train), the former "
-        "when there are >= 10 of them (auto, default), or the recordings of a data dir or embedding scp PATH",
+        metavar="auto|pairs|calibration|train|PATH",
+        help="centre on the enrolment and test recordings' mean (pairs), the mean of the model's calibration set "
+        "(calibration), the training mean (train), pairs when there are >= 10 recordings and calibration "
+        "otherwise (auto, default), or the recordings of a data dir or embedding scp PATH",
     )
     p.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of standard output")
+    p.add_argument(
+        "--min-speech",
+        type=float,
+        default=MIN_SPEECH,
+        metavar="SECONDS",
+        help=f"fewest seconds of voiced speech (energy VAD) a decision is made on; fewer: a null decision and a "
+        f"'warning' in the JSON line (default {MIN_SPEECH}; 0: off)",
+    )
     add_bool_option(p, "--skip-bad", default=False, help="leave out recordings that cannot be read")
     add_bool_option(p, "--progress", default=True, help="progress bar while embedding")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
@@ -57,13 +77,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     setup_logging()
-    if bool(args.files) == bool(args.data):
-        parser.error("give recordings FILE..., or --data TEST_DIR")
+    if (args.files and args.data) or not (args.files or args.data or args.save):
+        parser.error("give recordings FILE..., or --data TEST_DIR (or only --save GALLERY to enrol)")
+    if not (args.enrol or args.gallery):
+        parser.error("give --enrol DATA_DIR or --gallery GALLERY")
+    if args.remove and not args.save:
+        parser.error("--remove changes a gallery: give --save GALLERY")
     if args.list and not args.data:
         parser.error("--list needs --data")
     try:
         emb = Embedder.from_pretrained(args.model, device=args.device)
         logging.info("%s", emb.scoring_note)
+        enrol = enrolment(
+            emb,
+            enrol_dir=args.enrol,
+            gallery=args.gallery,
+            remove=args.remove.split(",") if args.remove else (),
+            save=args.save,
+            skip_bad=args.skip_bad,
+            progress=args.progress,
+        )
+        if not (args.files or args.data):
+            enrol()
+            return 0
         if args.data:
             tests = read_list(args.list) if args.list else DataDir(args.data).utts()
         else:
@@ -74,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         with json_output(args.out) as out:
             s = identify(
                 emb,
-                DataDir(args.enrol),
                 tests,
                 out,
-                enrol_source=Recordings(args.enrol),
+                enrol=enrol,
                 test_source=Recordings(args.data),
                 top_k=args.top_k,
                 p_known=args.p_known,
@@ -85,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 domain=domain,
                 skip_bad=args.skip_bad,
                 progress=args.progress,
+                min_speech=args.min_speech,
             )
     except (InputError, UtteranceError, ValueError, OSError) as err:
         logging.error("%s", err)
@@ -95,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         else f"'unknown' when the best LLR <= {s['threshold']:.3g}"
     )
     bad = f"; {len(s['bad_recordings'])} unreadable left out" if s["bad_recordings"] else ""
+    if s["little_speech"]:
+        bad += f"; {s['little_speech']} with too little speech: no decision ('warning' in their lines)"
     logging.info(
         "%d recordings against %d enrolled speakers (%d enrolment utterances, %s, centred on %s): %d unknown, %s%s%s",
         s["tests"],

@@ -1,16 +1,21 @@
 """Same speaker or not: score pairs of recordings with a model, one JSON line per pair.
 
     python -m spkflow.bin.verify --model MODEL A.wav B.wav
-    python -m spkflow.bin.verify --model MODEL --pairs pairs.txt [--data DATA_DIR | --xvector-scp SCP] \\
-        [--domain-mean auto|pairs|train|DATA_DIR|SCP] [--p-target 0.5] [--out scores.jsonl] [--skip-bad true]
+    python -m spkflow.bin.verify --model MODEL --pairs pairs.txt [--data DATA_DIR] [--xvector-scp SCP] \\
+        [--domain-mean auto|pairs|calibration|train|PATH] [--p-target 0.5] [--out scores.jsonl] [--skip-bad true]
 
 MODEL is a model dir, a packed ``.zip`` or an ``.onnx`` file (:meth:`spkflow.Embedder.from_pretrained`).
 ``--pairs``: lines ``a b`` or ``a b target|nontarget`` naming audio files, or with ``--data``
-utterance ids of a data dir, or with ``--xvector-scp`` keys of an embedding scp (stage 5's: no
-audio read).  Each line of the output: ``a``, ``b``, ``score`` (the model's plain cosine),
+utterance ids (or files) of a data dir, or with ``--xvector-scp`` keys of an embedding scp (stage
+5's: no audio read); with both, files of the data dir are looked up in the scp by their
+utterance ids (its ``wav.scp``), so a pairs file of paths takes the fast route.  Paths with
+spaces: quote them (``"my file.wav" b.wav``) or separate the fields by tabs.
+
+Each line of the output: ``a``, ``b``, ``score`` (the model's plain cosine),
 ``norm_score`` (after the model's backend, centring and AS-norm: stage 6's score), ``llr`` (the
 calibrated log-likelihood ratio) and ``same_speaker`` (``llr`` above the threshold for
-``--p-target``), plus ``label`` for labelled pairs; a summary goes to the log (for labelled
+``--p-target``), plus ``label`` for labelled pairs and ``warning`` (with ``same_speaker`` null) for a
+pair with a recording of too little voiced speech (``--min-speech``); a summary goes to the log (for labelled
 pairs: EERs, Cllr and the decisions' error rates).  A model without a calibration (an older
 pack, ONNX) gives ``llr`` and ``same_speaker`` null and says so.  Work and guarantees:
 :mod:`spkflow.deploy.verify`.  Exit status 1 with a line naming the file on bad input.
@@ -30,7 +35,8 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, probability
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, pairs_from, verify_pairs
+from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, file_ids, pairs_from, verify_pairs
+from spkflow.features.speech import MIN_SPEECH
 from spkflow.score.scoring import read_pairs
 from spkflow.score.verification import MIN_DOMAIN, Decision
 
@@ -40,21 +46,33 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="model dir, packed .zip or .onnx file")
     p.add_argument("recordings", nargs="*", metavar="A B", help="two audio files (or use --pairs)")
     p.add_argument("--pairs", default=None, help="file of pairs: 'a b' or 'a b target|nontarget' per line")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--data", default=None, metavar="DATA_DIR", help="pairs name utterances of this data dir")
-    src.add_argument("--xvector-scp", default=None, help="pairs name keys of this embedding scp (no audio read)")
+    p.add_argument("--data", default=None, metavar="DATA_DIR", help="pairs name utterances (or files) of this data dir")
+    p.add_argument(
+        "--xvector-scp",
+        default=None,
+        help="embeddings of the pairs' recordings (no audio read): keys, or with --data files of DATA_DIR",
+    )
     p.add_argument(
         "--domain-mean",
         default="auto",
-        metavar="auto|pairs|train|PATH",
-        help=f"centre on the mean of the pairs' recordings (pairs), the training mean (train), pairs when they name "
-        f">= {MIN_DOMAIN} recordings (auto, default), or the recordings of a data dir or embedding scp PATH like "
-        "the scored ones (for one pair of recordings unlike the training data)",
+        metavar="auto|pairs|calibration|train|PATH",
+        help=f"centre on the mean of the pairs' recordings (pairs, >= {MIN_DOMAIN} of them), the mean of the "
+        "recordings the model's calibration was fitted on (calibration), the training mean (train), pairs when they "
+        f"name >= {MIN_DOMAIN} recordings and calibration otherwise (auto, default), or the recordings of a data "
+        "dir, an embedding scp or a saved gallery (identify --save, .npz) PATH like the scored ones",
     )
     p.add_argument(
         "--p-target", type=probability, default=None, help="target prior of the decision (default: the model's)"
     )
     p.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of standard output")
+    p.add_argument(
+        "--min-speech",
+        type=float,
+        default=MIN_SPEECH,
+        metavar="SECONDS",
+        help=f"fewest seconds of voiced speech (energy VAD) a decision is made on; fewer: a null decision and a "
+        f"'warning' in the JSON line (default {MIN_SPEECH}; 0: off)",
+    )
     add_bool_option(p, "--skip-bad", default=False, help="leave out pairs whose audio cannot be read")
     add_bool_option(p, "--progress", default=True, help="progress bar while embedding")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
@@ -81,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.info("%s", emb.scoring_note)
         scoring = emb.scoring if args.p_target is None else emb.scoring.with_decision(Decision(args.p_target))
         pairs = read_pairs(args.pairs) if args.pairs else pairs_from(args.recordings)
+        aliases = file_ids(args.data, [*pairs.enroll, *pairs.test]) if args.data else {}
         domain = args.domain_mean
         if domain not in DOMAINS:
             domain = domain_embeddings(emb, domain, progress=args.progress)
@@ -89,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
                 emb,
                 pairs,
                 out,
-                source=Recordings(args.data, args.xvector_scp),
+                source=Recordings(args.data, args.xvector_scp, aliases=aliases),
                 domain=domain,
                 scoring=scoring,
                 skip_bad=args.skip_bad,
                 progress=args.progress,
+                min_speech=args.min_speech,
             )
     except (InputError, UtteranceError, ValueError, OSError) as err:
         logging.error("%s", err)
@@ -101,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     msg = f"{s['pairs']} pairs of {s['recordings']} recordings ({s['scoring']}, centred on {s['centred_on']})"
     if s["skipped_pairs"]:
         msg += f"; {s['skipped_pairs']} pairs left out: unreadable {', '.join(s['bad_recordings'])}"
+    if s["little_speech_pairs"]:
+        msg += (
+            f"; {s['little_speech_pairs']} pairs with a recording of fewer than {s['min_speech']:g} s of voiced "
+            "speech: no decision ('warning' in their lines)"
+        )
     if "eer" in s:
         msg += f"; labelled: EER {s['eer']:.2f}% (plain cosine {s['eer_cosine']:.2f}%)"
     if "hter" in s:
@@ -109,6 +134,15 @@ def main(argv: list[str] | None = None) -> int:
             f"HTER {s['hter']:.2f}%; Cllr {s['cllr']:.3f}, actDCF(0.01) {s['act_dcf_p0.01']:.4f}"
         )
     logging.info("%s%s", msg, f" -> {args.out}" if args.out else "")
+    if args.domain_mean == "auto" and s["recordings"] < MIN_DOMAIN and s["calibrated"] and emb.scoring.centres:
+        logging.warning(
+            "%d recordings are too few to centre on: the decisions hold for recordings like the %s's (on corpora "
+            "unlike it, measured: up to 2.3 x a batch's half total error); for yours give --domain-mean with >= %d "
+            "recordings like them (a data dir, an embedding scp, or a gallery saved by identify --save)",
+            s["recordings"],
+            "calibration set" if "calibration" in s["centred_on"] else "training set",
+            MIN_DOMAIN,
+        )
     return 0
 
 

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
@@ -150,7 +151,8 @@ def read_trials(path: str | os.PathLike[str]) -> Trials:
 def read_pairs(path: str | os.PathLike[str]) -> Trials:
     """Parse ``utt1 utt2`` or ``utt1 utt2 target|nontarget`` lines (all of one form; a blank line
     is an error): the pairs verification scores.  ``labelled`` says which form it was; one label
-    only is allowed here (decisions need no EER)."""
+    only is allowed here (decisions need no EER).  Names with spaces: a line with a tab is split
+    at tabs only, one with a quote as the shell splits it (``"my file.wav" b.wav``)."""
     path = os.fspath(path)
     enroll: list[str] = []
     test: list[str] = []
@@ -158,9 +160,14 @@ def read_pairs(path: str | os.PathLike[str]) -> Trials:
     width: tuple[int, int] | None = None  # (fields per line, first line)
     with _utf8_text(path) as f:
         for n, line in enumerate(f, start=1):
-            fields = line.split()
+            fields = _pair_fields(path, n, line)
             if len(fields) not in (2, 3):
-                raise InputError(path, n, f"expected 'a b' or 'a b target|nontarget', got {line.rstrip()!r}")
+                raise InputError(
+                    path,
+                    n,
+                    f"expected 'a b' or 'a b target|nontarget', got {line.rstrip()!r} ({len(fields)} fields; quote "
+                    "names with spaces or separate the fields by tabs)",
+                )
             if width is None:
                 width = (len(fields), n)
             elif len(fields) != width[0]:
@@ -179,6 +186,20 @@ def read_pairs(path: str | os.PathLike[str]) -> Trials:
     labelled = width is not None and width[0] == 3
     tgt = np.array(target, dtype=bool) if labelled else np.zeros(len(enroll), dtype=bool)
     return Trials(enroll, test, tgt, np.arange(1, len(enroll) + 1), path, labelled)
+
+
+def _pair_fields(path: str, lineno: int, line: str) -> list[str]:
+    """One pairs line's fields: split at tabs if it has one, as the shell splits if it holds a
+    quote, else at white space."""
+    text = line.rstrip("\r\n")
+    if "\t" in text:
+        return [x.strip() for x in text.split("\t") if x.strip()]
+    if '"' in text or "'" in text:
+        try:
+            return shlex.split(text)
+        except ValueError as exc:
+            raise InputError(path, lineno, f"{exc} in {text!r}") from None
+    return text.split()
 
 
 def read_scores(path: str | os.PathLike[str]) -> tuple[Trials, np.ndarray]:

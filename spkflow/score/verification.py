@@ -29,7 +29,11 @@ alike (stage 6's ``--score_eval_mean``, Kaldi SRE16's in-domain centring).  Meas
 non-target scores of a corpus unlike the training data shift by several standard deviations and
 no threshold carries over (the decisions' half total error rate on LibriSpeech is 3.0 x its EER);
 centred on its own 51 recordings it is 1.0 x, on 10 of them drawn at random 1.0-1.4 x.  The
-calibration is fitted the same way: on its trials centred on their own recordings.
+calibration is fitted the same way: on its trials centred on their own recordings.  A lone pair
+(or fewer than :data:`MIN_DOMAIN` recordings, ``domain=PAIR``) is centred on the mean of the
+recordings the calibration was fitted on (``pair_mean`` in ``scoring.npz``), the centring the
+calibration saw, instead of the training mean; measured single-pair against batch decisions:
+egs/speechocean762/spk1/RESULTS.md, "One pair".
 
 What it guarantees beyond WeSpeaker's ``compute_similarity`` (a cosine rescaled to [0, 1]) and
 SpeechBrain's ``verify_files`` (a fixed cosine threshold of 0.25): the decision comes from an
@@ -77,6 +81,7 @@ from spkflow.score.scoring import (
 
 __all__ = [
     "MIN_DOMAIN",
+    "PAIR",
     "SCORING_FILES",
     "Decision",
     "Scoring",
@@ -93,8 +98,10 @@ __all__ = [
 SCORING_FILES = ("scoring.yaml", "scoring.npz")
 FORMAT = "spkflow-scoring"
 FORMAT_VERSION = 1
-#: fewest recordings whose mean verify centres a batch on (fewer: the training mean)
+#: fewest recordings whose mean verify centres a batch on (fewer: the calibration set's mean)
 MIN_DOMAIN = 10
+#: ``domain`` of a lone pair (or fewer than MIN_DOMAIN recordings): the calibration set's mean
+PAIR = "pair"
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,9 @@ class Scoring:
     decision: Decision = Decision()
     fitted: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
+    #: the centring for a lone pair (:data:`PAIR`): ``[2, D]``, the raw mean and the mean of the
+    #: L2-normalised embeddings of the recordings the calibration was fitted on
+    pair_mean: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.mean is not None:
@@ -196,7 +206,7 @@ class Scoring:
             f"(p_target {self.decision.p_target:g}, c_miss {self.decision.c_miss:g}, c_fa {self.decision.c_fa:g}).  "
             + (
                 f"A batch of >= {MIN_DOMAIN} recordings is centred on its own mean first, a single pair on the "
-                "training mean."
+                + ("calibration set's mean." if self.pair_mean is not None else "training mean.")
                 if self.centres
                 else "No centring (the recipe scored uncentred cosines)."
             )
@@ -226,8 +236,17 @@ class Scoring:
         return cls(backend, mean, cohort, cohort_size if cohort is not None else 0)
 
     # ------------------------------------------------------------------ scoring
-    def _centred(self, domain: np.ndarray | None) -> tuple[Backend | None, np.ndarray | None]:
-        """(backend, raw mean) for this call: the training ones, or centred on ``domain``."""
+    def _centred(self, domain: np.ndarray | str | None) -> tuple[Backend | None, np.ndarray | None]:
+        """(backend, raw mean) for this call: the training ones, centred on ``domain``, or with
+        ``domain`` :data:`PAIR` on the calibration set's mean (the training one without it)."""
+        if isinstance(domain, str):
+            if domain != PAIR:
+                raise ValueError(f"domain must be embeddings [M, D], {PAIR!r} or None, got {domain!r}")
+            if self.pair_mean is None or not self.centres:
+                return self.backend, self.mean
+            if self.backend is not None:
+                return self.backend.centred_on(self.pair_mean[1]), None
+            return None, self.pair_mean[0]
         if domain is None:
             return self.backend, self.mean
         own = np.asarray(domain, dtype=np.float64)
@@ -244,7 +263,7 @@ class Scoring:
         *,
         emb_source: str = "<embeddings>",
         skip_missing: bool = False,
-        domain: np.ndarray | None = None,
+        domain: np.ndarray | str | None = None,
         cohort_exclude: Mapping[str, int] | None = None,
     ) -> ScoreResult:
         """Stage 6's scores of ``trials`` (:func:`~spkflow.score.scoring.score_trials` after the
@@ -271,7 +290,7 @@ class Scoring:
             cohort_exclude=cohort_exclude,
         )
 
-    def space(self, x: Any, domain: np.ndarray | None = None) -> np.ndarray:
+    def space(self, x: Any, domain: np.ndarray | str | None = None) -> np.ndarray:
         """Raw embeddings ``[N, D]`` in the scoring's space (step 1, then L2-normalised): what
         the cosine of :meth:`score_trials` is taken between."""
         backend, mean = self._centred(domain)
@@ -282,12 +301,12 @@ class Scoring:
             v = v - mean
         return l2_rows(v)
 
-    def enrol(self, groups: list[np.ndarray], domain: np.ndarray | None = None) -> np.ndarray:
+    def enrol(self, groups: list[np.ndarray], domain: np.ndarray | str | None = None) -> np.ndarray:
         """Speaker models ``[S, D']``: each group's embeddings in the space, averaged and
         L2-normalised (the speaker models of :mod:`spkflow.score.sid`)."""
         return l2_rows(np.stack([self.space(g, domain).mean(axis=0) for g in groups]))
 
-    def score_models(self, test: np.ndarray, models: np.ndarray, domain: np.ndarray | None = None) -> np.ndarray:
+    def score_models(self, test: np.ndarray, models: np.ndarray, domain: np.ndarray | str | None = None) -> np.ndarray:
         """Final scores ``[T, S]`` of raw test embeddings against speaker models from
         :meth:`enrol` (cosine, then AS-norm of both sides as in :meth:`score_trials`)."""
         t = self.space(test, domain)
@@ -326,7 +345,8 @@ class Scoring:
     def score(self, emb_a: Any, emb_b: Any, *, domain: Any = None) -> Verdict:
         """Scores of embedding pairs: ``emb_a``, ``emb_b`` one embedding ``[D]`` each (floats
         returned) or ``[N, D]`` row by row (arrays).  ``domain``: raw embeddings ``[M, D]`` of
-        recordings like these to centre on (default: the training mean)."""
+        recordings like these to centre on, :data:`PAIR` (the calibration set's mean), or None
+        (the training mean: stage 6's default)."""
         a, b = np.asarray(emb_a, dtype=np.float64), np.asarray(emb_b, dtype=np.float64)
         single = a.ndim == 1 and b.ndim == 1
         a, b = np.atleast_2d(a), np.atleast_2d(b)
@@ -335,7 +355,7 @@ class Scoring:
         n = a.shape[0]
         emb = {f"a{i}": a[i] for i in range(n)} | {f"b{i}": b[i] for i in range(n)}
         trials = Trials.from_pairs(((f"a{i}", f"b{i}", False) for i in range(n)), "<pairs>", labelled=False)
-        dom = None if domain is None else np.atleast_2d(np.asarray(domain, dtype=np.float64))
+        dom = domain if domain is None or isinstance(domain, str) else np.atleast_2d(np.asarray(domain, np.float64))
         result = self.score_trials(trials, emb, domain=dom)
         return self.verdict(plain_cosine(a, b), result.scores, single=single)
 
@@ -352,6 +372,8 @@ class Scoring:
             arrays["mean"] = np.asarray(self.mean, dtype=np.float64)
         if self.cohort is not None:
             arrays["cohort"] = np.asarray(self.cohort, dtype=np.float64)
+        if self.pair_mean is not None:
+            arrays["pair_mean"] = np.asarray(self.pair_mean, dtype=np.float64)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         data = buf.getvalue()
@@ -370,7 +392,10 @@ class Scoring:
             else {"speakers": len(self.cohort), "size": min(self.cohort_size, len(self.cohort))},
             "calibration": None if self.calibration is None else self.calibration.to_dict(),
             "decision": self.decision.to_dict(),
-            "domain": {"min_recordings": MIN_DOMAIN},
+            "domain": {
+                "min_recordings": MIN_DOMAIN,
+                "fewer": "the calibration set's mean" if self.pair_mean is not None else "the training mean",
+            },
             "fitted": dict(self.fitted),
             "arrays": {"file": "scoring.npz", "sha256": hashlib.sha256(data).hexdigest()},
             "description": self.describe(),
@@ -420,12 +445,21 @@ class Scoring:
                 Decision(**{k: float(v) for k, v in (meta.get("decision") or {}).items() if k != "llr_threshold"}),
                 dict(meta.get("fitted") or {}),
                 source,
+                arr.get("pair_mean"),
             )
         except (OSError, KeyError, ValueError, TypeError) as exc:
             raise InputError(where, None, f"bad scoring: {type(exc).__name__}: {exc}") from None
         dims = {
-            len(v) for v in (scoring.mean, *(() if scoring.cohort is None else scoring.cohort[:1])) if v is not None
+            len(v)
+            for v in (
+                scoring.mean,
+                *(() if scoring.cohort is None else scoring.cohort[:1]),
+                *(() if scoring.pair_mean is None else scoring.pair_mean),
+            )
+            if v is not None
         }
+        if scoring.pair_mean is not None and scoring.pair_mean.shape[0] != 2:
+            raise InputError(where, None, f"pair_mean must be [2, D], got {scoring.pair_mean.shape}")
         if scoring.backend is not None:
             dims.add(scoring.backend.proj.shape[0])
             if scoring.backend.mean.shape != (scoring.backend.proj.shape[0],):
@@ -542,7 +576,8 @@ def fit_scoring(
         "eer": round(float(compute_eer(result.scores, result.labels)[0]), 6),
         "sources": {"backend": backend_path or "", "cohort_scp": cohort_scp or "", "mean_scp": mean_scp or ""},
     }
-    return replace(base, calibration=cal, decision=decision, fitted=fitted)
+    pair_mean = None if domain is None else np.stack([domain.mean(axis=0), l2_rows(domain).mean(axis=0)])
+    return replace(base, calibration=cal, decision=decision, fitted=fitted, pair_mean=pair_mean)
 
 
 def decision_metrics(

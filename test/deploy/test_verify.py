@@ -173,7 +173,7 @@ def test_verify_two_files_equals_the_api_and_audio_equals_embeddings(scored, tmp
     p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], a, b])
     (row,) = jsonl(p.stdout)
     assert row["a"] == a and row["b"] == b and "label" not in row
-    assert "centred on the training mean" in p.stderr and "WCCN, AS-norm (top 3)" in p.stderr
+    assert "centred on the calibration set's mean" in p.stderr and "WCCN, AS-norm (top 3)" in p.stderr
     v = Embedder.from_pretrained(d["pack"]).verify(a, b)
     assert isinstance(v.llr, float) and isinstance(v.same_speaker, bool)
     # the API in this process, the command in another: the same code on the same two files.
@@ -265,6 +265,7 @@ def test_an_older_pack_without_scoring_gives_plain_cosine_and_says_so(scored, tm
     (row,) = jsonl(p.stdout)
     assert row["llr"] is None and row["same_speaker"] is None and row["score"] == row["norm_score"]
     assert "holds no scoring" in p.stderr and "plain cosine" in p.stderr
+    assert "centred on nothing: the model's scoring does not centre" in p.stderr  # not "the training mean"
     emb = Embedder.from_pretrained(old)
     assert emb.scoring.is_plain and "plain cosine" in emb.scoring_note
     assert abs(emb.verify(a, b).score - row["score"]) <= 1e-4
@@ -340,7 +341,7 @@ def test_thousands_of_pairs_are_scored_at_once(scored, tmp_path):
     assert "centred on the 60 recordings of the pairs" in p.stderr
 
 
-def test_domain_mean_pairs_is_refused_below_ten_recordings(scored):
+def test_domain_mean_pairs_is_refused_below_ten_recordings(scored, tmp_path):
     """Two recordings centred on their own mean are opposite vectors (cosine -1, LLR far below 0 for
     two recordings of one speaker): refused, naming the rule; auto keeps the model's centring."""
     from spkflow import Embedder
@@ -352,12 +353,246 @@ def test_domain_mean_pairs_is_refused_below_ten_recordings(scored):
     p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--domain-mean", "pairs", a, b], check=False)
     assert p.returncode == 1 and p.stdout == ""
     assert "--domain-mean pairs: 2 recordings" in p.stderr and "at least 10" in p.stderr
-    (auto,) = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], a, b]).stdout)
+    p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], a, b])
+    (auto,) = jsonl(p.stdout)
     assert auto["norm_score"] > -0.5
-    p = run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", d["dev"], "--domain-mean", "pairs",
-             a], check=False)  # fmt: skip
+    # a lone pair: centred on the calibration set's mean (the pack's pair_mean), and the log says what holds
+    assert "centred on the calibration set's mean" in p.stderr and "too few to centre on" in p.stderr
+    one = tmp_path / "enrol1"
+    one.mkdir()
+    (one / "wav.scp").write_text(f"e1 {b}\n")
+    (one / "utt2spk").write_text("e1 s1\n")
+    (one / "spk2utt").write_text("s1 e1\n")
+    p = run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", one, "--domain-mean", "pairs", a],
+            check=False)  # fmt: skip
     assert p.returncode == 1 and "--domain-mean pairs" in p.stderr and "at least 10" in p.stderr
     emb = Embedder.from_pretrained(d["pack"])
     ea, eb = emb.embed_file(a), emb.embed_file(b)
     with pytest.raises(ValueError, match="at least 10"):
         emb.score(ea, eb, domain=np.stack([ea, eb]))
+
+
+def _to_m4a(src: str, out: Path) -> Path:
+    from spkflow.data.ffmpeg import default_ffmpeg
+
+    subprocess.run([default_ffmpeg(), "-nostdin", "-v", "error", "-i", src, "-c:a", "aac", out], check=True)
+    return out
+
+
+def test_m4a_works_on_every_entry_point_and_identify_checks_tests_first(scored, tmp_path):
+    """verify a.m4a b.m4a, identify x.m4a and Embedder.embed_file / embed_files read m4a (the pinned
+    ffmpeg) and give what make_data_dir's wav.scp pipe gives; identify fails on an unreadable test
+    recording before it embeds the enrolment (a pipe in the enrolment's wav.scp would leave a mark)."""
+    from spkflow import Embedder
+    from spkflow.data.ffmpeg import default_ffmpeg, ffmpeg_pipe
+
+    d = scored
+    wavs = wav_scp(d["test"])
+    utts = sorted(wavs)
+    a = _to_m4a(wavs[utts[0]].strip(), tmp_path / "a b.m4a")
+    b = _to_m4a(wavs[utts[4]].strip(), tmp_path / "b.m4a")
+    (row,) = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], a, b]).stdout)
+    emb = Embedder.from_pretrained(d["pack"])
+    piped = emb.embed_file(ffmpeg_pipe(default_ffmpeg(), str(a), 16000))
+    assert np.abs(emb.embed_file(a) - piped).max() <= 1e-5 * np.linalg.norm(piped)
+    both = emb.embed_files([a, b])
+    assert both.shape == (2, emb.dim) and np.abs(both[0] - piped).max() <= 1e-4 * np.linalg.norm(piped)
+    assert abs(emb.verify(str(a), str(b)).llr - row["llr"]) <= 1e-4
+    m = emb.score_matrix([a, b])
+    assert m.llr.shape == (2, 2) and abs(m.llr[0, 1] - row["llr"]) <= 1e-4 and m.llr[0, 1] == m.llr[1, 0]
+    (r,) = jsonl(run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", d["dev"], b]).stdout)
+    assert r["file"] == str(b) and r["top"]
+    # an unreadable test recording: named, and the enrolment is never read
+    enrol = tmp_path / "enrol"
+    enrol.mkdir()
+    mark = tmp_path / "enrolment-was-read"
+    dev = wav_scp(d["dev"])
+    u = sorted(dev)[0]
+    (enrol / "wav.scp").write_text(f"{u} touch {mark}; cat {dev[u].strip()} |\n")
+    (enrol / "utt2spk").write_text(f"{u} s1\n")
+    (enrol / "spk2utt").write_text(f"s1 {u}\n")
+    bad = tmp_path / "bad.m4a"
+    bad.write_bytes(b"\x00" * 300)
+    p = run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", enrol, b, bad], check=False)
+    assert p.returncode == 1 and str(bad) in p.stderr and "ffmpeg cannot decode it" in p.stderr
+    assert not mark.exists()
+
+
+def test_too_little_speech_is_flagged_or_refused_never_decided(scored, tmp_path):
+    """A silent 2 s file, a 30 ms clip and a 200 ms clip of speech: verify and identify give a
+    null decision with a warning naming the file (or refuse it, named), the API refuses; a
+    whole recording is decided as before."""
+    from spkflow import Embedder
+    from spkflow.core.errors import UtteranceError
+    from spkflow.features.speech import MIN_SPEECH
+
+    d = scored
+    wavs = wav_scp(d["test"])
+    utts = sorted(wavs)
+    good, other = wavs[utts[0]].strip(), wavs[utts[1]].strip()
+    x, rate = sf.read(other, dtype="float32")
+    silent, clip30, clip200 = tmp_path / "silent.wav", tmp_path / "clip30.wav", tmp_path / "clip200.wav"
+    sf.write(silent, np.zeros(2 * rate, dtype=np.float32), rate)
+    mid = len(x) // 2
+    sf.write(clip30, x[mid : mid + int(0.03 * rate)], rate)
+    sf.write(clip200, x[mid : mid + int(0.2 * rate)], rate)
+    pairs = tmp_path / "pairs"
+    pairs.write_text(f"{good} {other}\n{good} {clip200}\n{good} {clip30}\n{good} {silent}\n")
+    p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--pairs", pairs], check=False)
+    if p.returncode == 0:
+        rows = jsonl(p.stdout)
+        assert len(rows) == 4 and isinstance(rows[0]["same_speaker"], bool) and "warning" not in rows[0]
+        for r in rows[1:]:
+            assert r["same_speaker"] is None and r["b"] in r["warning"] and "too little speech" in r["warning"]
+        assert "3 pairs with a recording of fewer than 0.25 s of voiced speech" in p.stderr
+    else:  # the model's VAD leaves nothing of the silent file: refused, named
+        assert p.returncode == 1 and str(silent) in p.stderr and "no speech" in p.stderr and p.stdout == ""
+        p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--pairs", pairs, "--skip-bad", "true"])
+        rows = jsonl(p.stdout)
+        assert len(rows) == 3 and all(r["same_speaker"] is None for r in rows[1:]) and "1 pairs left out" in p.stderr
+    (r,) = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--min-speech", 0, good, clip200]).stdout)
+    assert isinstance(r["same_speaker"], bool) and "warning" not in r
+    rows = jsonl(
+        run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", d["dev"], good, clip200]).stdout
+    )
+    assert rows[0]["speaker"] is not None and rows[1]["speaker"] is None and str(clip200) in rows[1]["warning"]
+    emb = Embedder.from_pretrained(d["pack"])
+    for short in (clip200, clip30, silent):
+        with pytest.raises(UtteranceError, match="too little speech") as err:
+            emb.verify(good, short)
+        assert str(short) in str(err.value)
+    assert isinstance(emb.verify(good, clip200, min_speech=0).same_speaker, bool)
+    assert isinstance(emb.verify(good, other).same_speaker, bool) and MIN_SPEECH == 0.25
+
+
+def test_pairs_of_paths_take_the_fast_route_quoted_or_tab_separated(scored, tmp_path):
+    """A pairs file of file paths (with spaces: quoted or tab-separated; an m4a behind make_data_dir's
+    ffmpeg pipe) is scored from stage 5's embeddings via the data dir's wav.scp, as the same pairs
+    by utterance id; bad lines name file and line."""
+    from spkflow.data.ffmpeg import default_ffmpeg, ffmpeg_pipe
+
+    d = scored
+    src = wav_scp(d["test"])
+    utts = sorted(src)
+    folder = tmp_path / "my recordings"
+    folder.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    files, lines = {}, []
+    for i, u in enumerate(utts):
+        if i == 0:
+            f = _to_m4a(src[u].strip(), folder / f"take {i}.m4a")
+            lines.append(f"{u} {ffmpeg_pipe(default_ffmpeg(), str(f), 16000)}\n")
+        else:
+            f = folder / f"take {i}.wav"
+            f.write_bytes(Path(src[u].strip()).read_bytes())
+            lines.append(f"{u} {f}\n")
+        files[u] = str(f)
+    (data / "wav.scp").write_text("".join(lines))
+    (data / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in utts))
+    run([SCRIPTS / "extract_embeddings.sh", "--nj", 1, "--model-dir", d["model"], data, tmp_path / "emb"])
+    scp = tmp_path / "emb" / "xvector.scp"
+    by_id = tmp_path / "by_id"
+    by_id.write_text("".join(f"{a} {b}\n" for a, b in zip(utts, utts[1:], strict=False)))
+    by_path = tmp_path / "by_path"
+    by_path.write_text(
+        "".join(
+            f"{files[a]}\t{files[b]}\n" if i % 2 else f'"{files[a]}" "{files[b]}"\n'
+            for i, (a, b) in enumerate(zip(utts, utts[1:], strict=False))
+        )
+    )
+    ref = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--xvector-scp", scp,
+                     "--pairs", by_id]).stdout)  # fmt: skip
+    got = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--xvector-scp", scp, "--data", data,
+                     "--pairs", by_path]).stdout)  # fmt: skip
+    assert [r["a"] for r in got] == [files[u] for u in utts[:-1]]
+    assert [r["llr"] for r in got] == [r["llr"] for r in ref]
+    # without --data: a hint; the audio route reads the same files (the m4a by ffmpeg)
+    p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--xvector-scp", scp, "--pairs", by_path], False)
+    assert p.returncode == 1 and "give --data DATA_DIR" in p.stderr
+    audio = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--pairs", by_path]).stdout)
+    assert max(abs(x["llr"] - y["llr"]) for x, y in zip(audio, got, strict=True)) <= 1e-3
+    for text, why in ((f"{files[utts[0]]} {files[utts[1]]}\n", "quote names with spaces"),
+                      (f'"{files[utts[0]]} {files[utts[1]]}\n', "No closing quotation")):  # fmt: skip
+        by_path.write_text(f'"{files[utts[0]]}" "{files[utts[1]]}"\n' + text)
+        p = run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], "--pairs", by_path], check=False)
+        assert p.returncode == 1 and f"{by_path}:2:" in p.stderr and why in p.stderr and p.stdout == ""
+
+
+def test_saved_enrolment_gives_the_same_answers_and_belongs_to_its_model(scored, tmp_path):
+    """identify --enrol D --save G once, then --gallery G: the same JSON lines (speaker first) as
+    enrolling on the spot; the pack's gallery serves its model dir (same stamp) and is refused by
+    another model; a speaker removed and one added without touching the others' embeddings."""
+    from spkflow.deploy.gallery import Gallery
+
+    d = scored
+    wavs = wav_scp(d["test"])
+    tests = [wavs[u].strip() for u in sorted(wavs)[::4]]
+    g = tmp_path / "gallery.npz"
+    p = run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", d["dev"], "--save", g])
+    assert p.stdout == "" and g.is_file() and "gallery of 5 speakers (15 utterances)" in p.stderr
+    fresh = run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--enrol", d["dev"], *tests]).stdout
+    saved = run([PY, "-m", "spkflow.bin.identify", "--model", d["model"], "--gallery", g, *tests]).stdout
+    assert saved == fresh and list(jsonl(saved)[0])[:2] == ["speaker", "file"]
+    other = make_spkflow_model_dir(tmp_path / "other", seed=5)
+    p = run([PY, "-m", "spkflow.bin.identify", "--model", other, "--gallery", g, *tests], check=False)
+    assert p.returncode == 1 and str(g) in p.stderr and "made with another model" in p.stderr
+    # remove one speaker, add a new one (a data dir of one test speaker): the rest untouched
+    gal = Gallery.load(g)
+    gone = gal.speaker_names()[0]
+    new = tmp_path / "new"
+    new.mkdir()
+    spk_new = sorted(wavs)[0].split("-")[0]
+    new_utts = [u for u in sorted(wavs) if u.startswith(spk_new)]
+    (new / "wav.scp").write_text("".join(f"{u} {wavs[u].strip()}\n" for u in new_utts))
+    (new / "utt2spk").write_text("".join(f"{u} new-{spk_new}\n" for u in new_utts))
+    (new / "spk2utt").write_text(f"new-{spk_new} {' '.join(new_utts)}\n")
+    g2 = tmp_path / "g2.npz"
+    run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--gallery", g, "--enrol", new, "--remove", gone,
+         "--save", g2])  # fmt: skip
+    gal2 = Gallery.load(g2)
+    assert gone not in gal2.speakers and f"new-{spk_new}" in gal2.speakers and len(gal2.speaker_names()) == 5
+    before = {(s, u): v for s, u, v in zip(gal.speakers, gal.utts, gal.emb, strict=True)}
+    kept = [(s, u, v) for s, u, v in zip(gal2.speakers, gal2.utts, gal2.emb, strict=True) if (s, u) in before]
+    assert len(kept) == 12 and all(np.array_equal(v, before[(s, u)]) for s, u, v in kept)
+    probe = wavs[new_utts[0]].strip()
+    rows = jsonl(run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--gallery", g2, probe,
+                      "--top-k", 5]).stdout)  # fmt: skip
+    assert all(t["speaker"] != gone for t in rows[0]["top"]) and rows[0]["top"][0]["speaker"] == f"new-{spk_new}"
+    p = run([PY, "-m", "spkflow.bin.identify", "--model", d["pack"], "--gallery", g2, "--remove", "nobody",
+             "--save", g2], check=False)  # fmt: skip
+    assert p.returncode == 1 and "no speaker 'nobody'" in p.stderr
+
+
+def test_output_is_valid_json_even_when_a_score_is_not_a_number(scored):
+    """A calibration that gives NaN (a broken pack) makes null LLRs and no decision, never a bare
+    NaN in the JSON lines of verify or identify."""
+    import io
+    from dataclasses import replace
+
+    from spkflow import Embedder
+    from spkflow.data.datadir import DataDir
+    from spkflow.deploy.verify import Recordings, enrol_gallery, identify, verify_pairs
+    from spkflow.score.calibration import LogisticCalibration
+    from spkflow.score.scoring import read_pairs
+
+    d = scored
+    emb = Embedder.from_pretrained(d["pack"])
+    emb.scoring = replace(emb.scoring, calibration=LogisticCalibration((float("nan"),), 0.0))
+    strict = {"parse_constant": lambda c: pytest.fail(f"{c} in a JSON line")}
+    out = io.StringIO()
+    verify_pairs(emb, read_pairs(d["test"] / "trials"), out, source=Recordings(xvector_scp=str(d["test_scp"])))
+    rows = [json.loads(line, **strict) for line in out.getvalue().splitlines()]
+    assert rows and all(
+        r["llr"] is None and r["same_speaker"] is None and "no finite LLR" in r["warning"] for r in rows
+    )
+    out = io.StringIO()
+    wavs = wav_scp(d["test"])
+
+    def enrol():
+        return enrol_gallery(emb, DataDir(d["dev"]), Recordings(str(d["dev"])))
+
+    identify(emb, [wavs[u].strip() for u in sorted(wavs)[:2]], out, test_source=Recordings(), enrol=enrol)
+    rows = [json.loads(line, **strict) for line in out.getvalue().splitlines()]
+    assert len(rows) == 2 and all(t["llr"] is None for r in rows for t in r["top"])
+    assert all(r["speaker"] is None and "no finite LLR" in r["warning"] for r in rows)

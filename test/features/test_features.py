@@ -265,3 +265,25 @@ def test_vad_noise_floor_guard():
     # no dynamic range (all speech, or all noise): the guard stands aside
     flat = np.full((100, 80), 2.0, np.float32) + 0.01 * rng.standard_normal((100, 80)).astype(np.float32)
     assert np.array_equal(compute_vad(flat), compute_vad(flat, VadOptions(vad_floor_margin=0.0)))
+
+
+def test_speech_seconds_counts_voiced_speech_not_silence_or_steady_sounds() -> None:
+    """The speech check of verify / identify / the API: a synthetic voice has its voiced seconds
+    (any rate), while digital silence, steady noise at -60 dBFS and a steady tone have none, and
+    30 ms / 200 ms clips fall below MIN_SPEECH."""
+    from spkflow.data.audio import resample
+    from spkflow.features.speech import MIN_SPEECH, speech_seconds
+
+    rng = np.random.default_rng(7)
+    voice = synth_voice(rng, 140.0, (700.0, 1200.0), 2.0)  # 2 s with 0.2 s of near-silence at each end
+    s = speech_seconds(voice, 16000)
+    assert 1.2 <= s <= 2.2
+    assert abs(speech_seconds(resample(voice, 16000, 8000), 8000) - s) <= 0.1
+    t = np.arange(32000) / 16000
+    assert speech_seconds(np.zeros(32000, np.float32), 16000) == 0.0
+    assert speech_seconds((1e-3 * rng.standard_normal(32000)).astype(np.float32), 16000) == 0.0
+    assert speech_seconds((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000) == 0.0
+    mid = 16000 + 3200
+    assert speech_seconds(voice[mid : mid + 3200], 16000) < MIN_SPEECH
+    assert speech_seconds(voice[mid : mid + 480], 16000) < MIN_SPEECH
+    assert speech_seconds(voice[:100], 16000) == 0.0
