@@ -16,12 +16,14 @@ import torch
 import yaml
 
 from helpers.audio import make_speakers, write_data_dir
+from helpers.spread import THREADS, permuted, within
 from spkflow.augment.sources import coloured_noise
 from spkflow.augment.wave import WaveAugment, normalize_augment_config
 from spkflow.features.fbank import FbankOptions, VadOptions
 from spkflow.features.jobs import extract_job, merge_jobs
 from spkflow.train.loader import NxMCropDataset, make_loader
 from spkflow.train.raw_loader import CropFbank, NxMWaveDataset, samples_for_frames
+from spkflow.train.state import partial_losses
 
 FB = FbankOptions(num_mel_bins=20)
 SR = 16000
@@ -206,11 +208,12 @@ def test_trainer_on_raw_augmented_audio_resumes_exactly(corpus, tmp_path):
     mid-epoch and resumed, it ends with the weights of an uninterrupted run."""
     from spkflow.train.trainer import Trainer, TrainOptions
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     bdir = tmp_path / "batches"
     bdir.mkdir()
     for e in (1, 2):
-        (bdir / f"epoch{e}.txt").write_text("".join(" ".join(b) + "\n" for b in corpus["batches"][e - 1 :: 2]))
+        lines = permuted([" ".join(b) + "\n" for b in corpus["batches"][e - 1 :: 2]])
+        (bdir / f"epoch{e}.txt").write_text("".join(lines))
     utts = corpus["utts"]
     spk = {u: u.split("-")[0] for u in utts}
     trials = [f"{a} {b} {'target' if spk[a] == spk[b] else 'nontarget'}\n" for a, b in itertools.combinations(utts, 2)]
@@ -237,13 +240,12 @@ def test_trainer_on_raw_augmented_audio_resumes_exactly(corpus, tmp_path):
             **kw,
         )
 
-    full = Trainer(opts(tmp_path / "full")).run()
-    Trainer(opts(tmp_path / "part", max_steps=2)).run()
+    Trainer(opts(tmp_path / "full")).run()
+    part = partial_losses(Trainer(opts(tmp_path / "part", max_steps=2)).run(), 1)
     Trainer(opts(tmp_path / "part")).run()
     a = torch.load(tmp_path / "full" / "model.pth", weights_only=True)
     b = torch.load(tmp_path / "part" / "model.pth", weights_only=True)
-    for k in a:
-        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert list(a) == list(b) and all(torch.equal(b[k], a[k]) for k in a)  # exact: the same steps on the same crops
     ck = torch.load(tmp_path / "full" / "checkpoint.pth", weights_only=True)
     assert ck["loss"]["inner.weight"].shape[0] == 6 * 3  # 6 speakers x 3 speed factors
     hist = json.loads((tmp_path / "full" / "history.json").read_text())["history"]
@@ -253,13 +255,17 @@ def test_trainer_on_raw_augmented_audio_resumes_exactly(corpus, tmp_path):
     saved = yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())
     assert saved["frontend"]["feats_type"] == "raw" and saved["augment"]["noise"]["snr"]["babble"] == [13.0, 20.0]
     assert saved["train"]["fbank_on"] == "auto"  # on the CPU: in the workers
-    # train.fbank_on device: the crops' fbank in the training process (the GPU path), the same first
-    # epoch (3 steps) up to float rounding; later steps drift apart (Adam at lr 0.01 on a tiny model
-    # amplifies 1e-6 input differences: 1.4% on epoch 2's mean loss, measured), so only epoch 1 is held
+    # train.fbank_on device: the crops' fbank in the training process (the GPU path, all crops of a
+    # batch at once) instead of one crop at a time in the workers: the same first step up to float
+    # rounding.  Only step 1 is compared, on the same initial weights: after it Adam (lr 0.01, its
+    # first steps near lr * sign(grad)) amplifies 1e-6 input differences (epoch 1's mean loss over 3
+    # steps: 1.4e-5 relative here, 1.0e-5 on an AMD box; epoch 2's: 1.4%), which says nothing of the fbank.
     cfg = train_config(corpus, aug)
     cfg["train"]["fbank_on"] = "device"
-    dev = Trainer(dataclasses.replace(opts(tmp_path / "device"), config=cfg)).run()
-    assert abs(dev[0]["train_loss"] - full[0]["train_loss"]) <= 1e-5 * abs(full[0]["train_loss"])
+    dev = partial_losses(Trainer(dataclasses.replace(opts(tmp_path / "device", max_steps=1), config=cfg)).run(), 1)
+    # relative: the AAM scale (30) multiplies the logits' rounding; measured <= 2.8e-7 (1 and 2 threads,
+    # batch order permuted), so 1e-5 keeps a 36x margin
+    within("raw trainer step-1 loss, fbank on device vs workers", abs(dev[0] - part[0]) / abs(part[0]), 1e-5)
     from spkflow.core.checks import ConfigError
 
     cfg["train"]["fbank_on"] = "gpu"
