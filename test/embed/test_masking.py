@@ -57,7 +57,7 @@ def check_equal_alone(net: nn.Module, blocks: dict, xs: list, time_first: bool) 
         with torch.no_grad():
             alone = net(x[None] if time_first else x.T[None])
         assert int(valid[i]) == alone.shape[-1]
-        # measured <= 1.2e-7 (1 thread, batch order permuted)
+        # measured <= 1.2e-7 (1 and 2 threads, batch order permuted)
         within("masked padded vs alone", float((out[i, :, : alone.shape[-1]] - alone[0]).abs().max()), 1e-5)
 
 
@@ -97,7 +97,7 @@ def test_padding_garbage_never_reaches_valid_frames():
     with torch.no_grad():
         alone = [net(x[0:1, :, :9]), net(x[1:2, :, :6])]
     assert torch.isfinite(out).all()
-    # measured <= 3e-8 (1 thread, batch order permuted)
+    # measured <= 3e-8 (1 and 2 threads, batch order permuted)
     within("masked non-finite padding vs alone", float((out - torch.cat(alone)).abs().max()), 1e-6)
     with torch.no_grad():  # outside active() the hooks do nothing
         assert torch.isnan(net(x)[1]).all()

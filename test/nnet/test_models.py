@@ -74,7 +74,7 @@ def _padded_vs_alone(model: torch.nn.Module, lengths: list[int], pad_value: floa
 def test_padded_utterance_gets_the_embedding_it_gets_alone(cfg: dict, pad_value: float) -> None:
     torch.manual_seed(0)
     model = _trained_bn(build_model(cfg))
-    # measured <= 2.7e-7 (1 thread, batch order permuted)
+    # measured <= 2.7e-7 (1 and 2 threads, batch order permuted)
     within("padded vs alone (L2-normalised)", _padded_vs_alone(model, [90, 37, 61, 12], pad_value), 1e-4)
 
 
@@ -84,7 +84,7 @@ def test_resnet_padding_invariance_through_the_strided_stages(lengths: list[int]
     frame, in espnet2's full ResNet34 layout (3-4-6-3 blocks)."""
     torch.manual_seed(0)
     model = _trained_bn(build_model({**RESNET, "num_blocks": None}))
-    # measured <= 2.7e-7 (1 thread, batch order permuted)
+    # measured <= 2.7e-7 (1 and 2 threads, batch order permuted)
     within("padded vs alone (L2-normalised)", _padded_vs_alone(model, lengths, 50.0), 1e-4)
 
 
@@ -105,7 +105,7 @@ def test_espnet2_resnet_without_masks_is_not_padding_invariant() -> None:
         ours_padded, n_padded = model.encode(pn, torch.tensor([50]))
     assert n_alone.tolist() == n_padded.tolist() == [7] and ours_padded.shape[-1] == 10
     assert float((raw_alone - raw_padded).abs().max()) > 1e-3
-    # measured 0 (1 thread, batch order permuted)
+    # measured 0 (1 and 2 threads, batch order permuted)
     within("ResNet.encode padded vs alone", float((ours_alone - ours_padded[..., :7]).abs().max()), 1e-4)
     torch.testing.assert_close(ours_alone, raw_alone, rtol=1e-5, atol=1e-5)  # same network and layout unpadded
     enc = ResNetEncoder(20, num_blocks=(1, 1, 1, 1), m_channels=4)
@@ -143,7 +143,7 @@ def test_espnet2_encoder_without_masks_is_not_padding_invariant() -> None:
         ours_alone = model.encode(xn, torch.tensor([50]))
         ours_padded = model.encode(pn, torch.tensor([50]))[..., :50]
     assert float((raw_alone - raw_padded).abs().max()) > 1e-3
-    # measured 0 (1 thread, batch order permuted)
+    # measured 0 (1 and 2 threads, batch order permuted)
     within("EcapaTdnn.encode padded vs alone", float((ours_alone - ours_padded).abs().max()), 1e-4)
     torch.testing.assert_close(ours_alone, raw_alone, rtol=1e-4, atol=1e-4)  # same network when unpadded
     assert model(padded, torch.tensor([50])).shape == (1, 16)
