@@ -21,6 +21,7 @@ import yaml
 from helpers.audio import make_mixed_data, write_data_dir_by_prefix
 from helpers.models import make_spkflow_model_dir
 from helpers.paths import ROOT
+from helpers.spread import THREADS, permuted, within
 
 SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
 PY = Path(sys.executable)
@@ -32,7 +33,7 @@ def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PATH"] = f"{ROOT / 'utils'}:{PY.parent}:{e['PATH']}"
     e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))  # keeps a --target site
-    e["OMP_NUM_THREADS"] = "1"
+    e["OMP_NUM_THREADS"] = str(THREADS)
     e["LC_ALL"] = "C"
     return e
 
@@ -78,20 +79,21 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ------------------------------------------------------------------------------- API == stage 5
 
 
-def close_to(got: np.ndarray, want: np.ndarray) -> bool:
-    """Within 1e-5 after L2 normalisation and within 1e-5 x the norm before it."""
+def close_to(check: str, got: np.ndarray, want: np.ndarray) -> None:
+    """Within 2e-5 after L2 normalisation and within 2e-5 x the norm before it: padded batches and
+    thread counts sum in other orders (measured <= 8.6e-7 at 1 and 2 threads, batches permuted)."""
     rel = np.abs(got - want).max(axis=-1) / np.linalg.norm(want, axis=-1)
-    return float(np.abs(l2(got) - l2(want)).max()) <= 1e-5 and float(rel.max()) <= 1e-5
+    within(f"{check} (L2-normalised)", float(np.abs(l2(got) - l2(want)).max()), 2e-5)
+    within(f"{check} (of the norm)", float(rel.max()), 2e-5)
 
 
 def test_api_equals_stage5_on_files_waves_and_batches(model_dir, mixed, tmp_path):
     """embed_file, embed (native rate, float or int PCM) and embed_batch give stage 5's vectors:
-    within 5e-6 (after L2 normalisation) of stage 5 at batch size 1 when torch has one thread, as stage 5's jobs do
-    (--num-threads 1) -- bit for bit on the Intel VM where this was first measured, a few ulps
-    apart on an AMD EPYC one (max |diff| 7.7e-6 on values ~2 before normalisation: the CPU
-    kernels differ between stage 5's process and this one there); within 1e-5 (relative) of
-    batched stage 5 with any thread count (float summation order differs in padded batches and
-    across thread counts: measured <= 1e-6 after L2 normalisation)."""
+    within 2e-5 (after L2 normalisation) of stage 5 at batch size 1 when torch has one thread, as
+    stage 5's jobs do (--num-threads 1) -- bit for bit on the Intel VMs (measured 0), a few ulps
+    apart on an AMD EPYC one (max |diff| 7.7e-6 on values ~2 before normalisation, under 4e-6 of the norm:
+    the CPU kernels differ between stage 5's process and this one there); within 2e-5 (after L2
+    normalisation and of the norm) of batched stage 5 with any thread count (:func:`close_to`)."""
     import torch
 
     from spkflow import Embedder
@@ -112,14 +114,19 @@ def test_api_equals_stage5_on_files_waves_and_batches(model_dir, mixed, tmp_path
         pcm = np.stack([emb.embed(sf.read(wavs[u], dtype="int16")[0], r) for u, r in zip(utts, rates, strict=True)])
     finally:
         torch.set_num_threads(threads)
-    batch = emb.embed_batch(list(waves), list(rates), batch_size=3)
+    order = permuted(range(len(utts)))  # the batch order under test (helpers.spread)
+    batch = emb.embed_batch([waves[i] for i in order], [rates[i] for i in order], batch_size=3)[np.argsort(order)]
     want_alone = np.stack([alone[u] for u in utts])
     want_batched = np.stack([batched[u] for u in utts])
     for got in (files, pcm):
         assert got.shape == want_alone.shape and got.dtype == np.float32
-        np.testing.assert_allclose(l2(got), l2(want_alone), rtol=0, atol=5e-6)
-    for got in (files, pcm, batch):
-        assert close_to(got, want_batched)
+        within(
+            "API vs stage 5 at batch size 1, one thread (L2-normalised)",
+            float(np.abs(l2(got) - l2(want_alone)).max()),
+            2e-5,
+        )
+    for name, got in (("embed_file", files), ("embed int16", pcm), ("embed_batch", batch)):
+        close_to(f"{name} vs batched stage 5", got, want_batched)
     assert not np.allclose(l2(want_alone[0]), l2(want_alone[1]), atol=1e-2)  # distinct vectors: the check has teeth
 
 
@@ -139,7 +146,7 @@ def test_api_equals_stage5_on_real_speech(model_dir, tmp_path, corpus):
     emb = Embedder.from_pretrained(model_dir)
     got = {u: emb.embed_file(p) for u, p in entries.items()}
     assert sorted(got) == sorted(ref)
-    assert close_to(np.stack([got[u] for u in ref]), np.stack(list(ref.values())))
+    close_to("embed_file vs stage 5", np.stack([got[u] for u in ref]), np.stack(list(ref.values())))
 
 
 def test_mean_norm_frontend_comes_from_the_config(tmp_path, mixed):
@@ -379,7 +386,11 @@ def test_cuda_embeddings_equal_stage5_on_cuda(model_dir, mixed, tmp_path, accel)
     ref = dict(kaldiio.load_scp(str(tmp_path / "out" / "xvector.scp")))
     emb = Embedder.from_pretrained(model_dir, device=accel)
     wavs = wav_scp(mixed)
-    assert close_to(np.stack([emb.embed_file(wavs[u]) for u in ref]), np.stack(list(ref.values())))
+    close_to(
+        "CUDA embed_file vs CUDA stage 5",
+        np.stack([emb.embed_file(wavs[u]) for u in ref]),
+        np.stack(list(ref.values())),
+    )
 
 
 # ----------------------------------------------------------------------------- other toolkits (issue 33)
@@ -426,7 +437,7 @@ def test_other_toolkits_detected_and_equal_to_stage5(tmp_path):
         (0.2 * np.sin(np.arange(n) * 0.05) + 0.01 * rng.standard_normal(n)).astype(np.float32) for n in (9000, 20000)
     ]
     path = tmp_path / "a.wav"
-    sf.write(path, waves[1], 8000)
+    sf.write(path, waves[1], 8000, subtype="FLOAT")  # the samples themselves: no 16-bit rounding between the paths
     for toolkit, model in models.items():
         emb = Embedder.from_pretrained(model)
         assert emb.toolkit == toolkit and emb.dim == 16 and emb.sample_rate == 16000
@@ -434,8 +445,14 @@ def test_other_toolkits_detected_and_equal_to_stage5(tmp_path):
         b = emb._backend
         alone = [b.embed([b.prepare_wave(resample(w, 8000, 16000))])[0] for w in waves]
         got = emb.embed_batch(waves, 8000)
-        assert np.abs(l2(got) - l2(np.stack(alone))).max() <= 1e-4, toolkit
-        assert np.abs(l2(emb.embed_file(path)) - l2(alone[1])).max() <= 1e-4, toolkit
+        within(
+            f"{toolkit} embed_batch vs alone (L2-normalised)", float(np.abs(l2(got) - l2(np.stack(alone))).max()), 1e-4
+        )
+        within(
+            f"{toolkit} embed_file vs alone (L2-normalised)",
+            float(np.abs(l2(emb.embed_file(path)) - l2(alone[1])).max()),
+            1e-4,
+        )
         named = Embedder.from_pretrained(model, toolkit=toolkit)
         assert named.toolkit == toolkit
     with pytest.raises(ValueError, match="toolkit must be one of"):

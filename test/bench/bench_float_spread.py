@@ -1,7 +1,7 @@
 """Measure the float spreads the two-path comparisons of the tests are bounded against.
 
-    .venv/bin/python test/bench/bench_float_spread.py [--threads 1 2] [--permute 0 7] [--log out.jsonl] \\
-        [TEST_ID ...]
+    .venv/bin/python test/bench/bench_float_spread.py [TEST_ID ...] [--threads 1 2] [--permute 0 7] \\
+        [--log out.jsonl]
 
 Runs the given tests (default: every file that calls ``helpers.spread.within``) once per thread
 count (SPKFLOW_TEST_THREADS, also OMP_NUM_THREADS) and per batch order (SPKFLOW_TEST_PERMUTE; 0:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from helpers.audio import make_mixed_data, make_speakers
 from helpers.models import l2, make_spkflow_model_dir
+from helpers.spread import permuted, within
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.embed.base import plan_batches, split_by_frames
 from spkflow.embed.run import (
@@ -216,13 +217,14 @@ def test_spkflow_batched_equals_alone(embedder, tmp_path):
     """Mixed lengths (0.3 s to 6 s) in one batch: each embedding equals the one alone."""
     data = make_speakers(tmp_path, num_spk=2, num_utt=4, min_sec=0.3, max_sec=6.0, seed=5)
     prep = embedder.preparer(data)
-    utts = (data / "utt2spk").read_text().split()[::2]
+    utts = permuted((data / "utt2spk").read_text().split()[::2])
     xs = [prep(u) for u in utts]
     lens = [x.shape[0] for x in xs]
     assert len(set(lens)) >= len(xs) - 2 and max(lens) > 3 * min(lens)  # mixed lengths, lots of padding
     batched = embedder.embed(xs)
     alone = np.concatenate([embedder.embed([x]) for x in xs])
-    assert np.abs(l2(batched) - l2(alone)).max() <= 1e-4
+    # measured <= 5.8e-7 (1 and 2 threads, batch order permuted)
+    within("batched vs alone (L2-normalised)", float(np.abs(l2(batched) - l2(alone)).max()), 1e-4)
 
 
 def test_features_from_a_stage2_dump_equal_features_from_audio(model_dir, embedder, tmp_path):

@@ -17,6 +17,7 @@ from helpers.audio import make_speakers
 from helpers.models import l2, make_speechbrain_dir
 from helpers.paths import ROOT
 from helpers.recipes import SCRIPT, env
+from helpers.spread import within
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("speechbrain")
@@ -56,8 +57,9 @@ def test_batched_equals_encode_batch_alone_on_real_speech(sb_dirs, kind, libri, 
     assert emb.mask is not None and emb.dim == 16 and emb.sample_rate == 16000
     monkeypatch.setattr("spkflow.embed.speechbrain.equal_length_groups", lambda n: pytest.fail("not batched"))
     got = emb.embed(libri)
-    diff = np.abs(l2(got) - l2(alone(emb, libri))).max()
-    assert diff <= (1e-5 if kind == "ecapa" else 1e-4), diff
+    diff = float(np.abs(l2(got) - l2(alone(emb, libri))).max())
+    # ECAPA measured ~2e-7 (docs/toolkits.md); the corpus tests are not in bench_float_spread.py's runs here
+    within("batched vs encode_batch alone (L2-normalised)", diff, 1e-5 if kind == "ecapa" else 1e-4)
 
 
 @pytest.mark.corpus
@@ -75,7 +77,8 @@ def test_closer_than_speechbrains_own_batch(sb_dirs, libri):
     d_theirs = np.abs(l2(theirs) - ref).max(axis=1)
     d_ours = np.abs(l2(emb.embed(libri)) - ref).max(axis=1)
     longest = int(np.argmax(lens))
-    assert d_theirs[longest] < 1e-5 and np.delete(d_theirs, longest).max() > 1e-5, d_theirs
+    within("SpeechBrain's own padded batch vs alone, longest (L2-normalised)", float(d_theirs[longest]), 1e-5)
+    assert np.delete(d_theirs, longest).max() > 1e-5, d_theirs
     assert d_ours.max() < np.delete(d_theirs, longest).max() / 10, (d_ours, d_theirs)
     for mod in emb.model.modules():  # the same masked batch without the per-utterance reflection
         if type(mod).__name__ == "Conv1d" and hasattr(mod, "conv"):
@@ -185,7 +188,7 @@ def test_script_nj2_real_speech_equals_encode_batch(sb_dirs, tmp_path, corpus):
     reader = AudioReader(data, sample_rate=16000)
     ref = alone(emb, [reader.read(u) for u in utts])
     diff = max(float(np.abs(l2(xv[u]) - l2(ref[i])).max()) for i, u in enumerate(utts))
-    assert diff <= 1e-5, diff
+    within("stage 5 vs encode_batch alone (L2-normalised)", diff, 1e-5)  # ECAPA: ~2e-7 (docs/toolkits.md)
     assert (out / "jobs" / "model.stamp").read_text().strip() == emb.stamp
 
 

@@ -22,6 +22,7 @@ from helpers.models import l2, make_spkflow_model_dir
 from helpers.paths import ROOT
 from helpers.procs import process_alive, process_children, run_py, small_disk
 from helpers.recipes import PY, SCRIPT, env, template_recipe
+from helpers.spread import within
 
 ALIGN = ROOT / "scripts" / "spk" / "align_embed_scp.sh"
 
@@ -85,7 +86,8 @@ def test_stage5_nj2_batched_equals_batch1_on_mixed_rates(model_dir, tmp_path, mo
     assert list(xv) == utts  # one per utterance, data-dir (LC_ALL=C) order
     ref = alone_embeddings(model_dir, recipe / "data" / "test")
     diff = max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts)
-    assert diff <= 1e-4, diff
+    # measured <= 8.3e-7 (1 thread)
+    within("stage 5 vs alone (L2-normalised)", diff, 1e-4)
     # the jobs really were parallel and batched, with progress in their logs
     logs = sorted((out / "log").glob("extract_test.*.log"))
     assert len(logs) == 2
@@ -155,7 +157,8 @@ def test_resume_after_sigkill_computes_only_the_missing(model_dir, tmp_path):
     xv = kaldiio.load_scp(str(out / "xvector.scp"))
     assert list(xv) == utts
     ref = alone_embeddings(model_dir, data)
-    assert max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts) <= 1e-4
+    # measured <= 8.3e-7 (1 thread)
+    within("stage 5 vs alone (L2-normalised)", max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts), 1e-4)
 
 
 def test_bad_utterance_fails_naming_it_then_skip_bad(model_dir, tmp_path):
@@ -235,7 +238,8 @@ def test_real_heldout_audio_nj2_batched_equals_batch1(model_dir, tmp_path, corpu
     assert list(xv) == utts
     ref = alone_embeddings(model_dir, data)
     diff = max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts)
-    assert diff <= 1e-4, diff
+    # measured <= 8.3e-7 (1 thread)
+    within("stage 5 vs alone (L2-normalised)", diff, 1e-4)
     sp = kaldiio.load_scp(str(out / "spk_xvector.scp"))
     assert list(sp) == sorted(spk2utt, key=str.encode)
     for spk, members in spk2utt.items():
@@ -282,7 +286,8 @@ def test_two_extractions_into_one_dir_at_once(model_dir, other_model_dir, tmp_pa
     xv = kaldiio.load_scp(str(out / "xvector.scp"))
     ref = alone_embeddings(models[winner], data)
     assert list(xv) == list(ref)
-    assert max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in ref) <= 1e-4
+    # measured <= 8.3e-7 (1 thread)
+    within("stage 5 vs alone (L2-normalised)", max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in ref), 1e-4)
     assert not (out / ".spkflow.core.lock").exists()
 
 

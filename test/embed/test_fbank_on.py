@@ -15,6 +15,7 @@ import pytest
 from helpers.audio import make_mixed_data, make_speakers
 from helpers.models import l2, make_spkflow_model_dir
 from helpers.recipes import SCRIPT, env
+from helpers.spread import permuted, within
 from spkflow.core.errors import UtteranceError
 from spkflow.embed import open_embedder
 from spkflow.embed.native import SpkflowEmbedder
@@ -40,7 +41,7 @@ def test_device_frontend_gives_the_workers_embeddings(model_dir, tmp_path, mean_
     if mean_norm:
         model_dir = make_spkflow_model_dir(tmp_path / "spk_mn", seed=6, mean_norm=True)
     data = make_mixed_data(tmp_path, num_spk=3, num_utt=4)
-    utts = (data / "utt2spk").read_text().split()[::2]
+    utts = permuted((data / "utt2spk").read_text().split()[::2])
     workers = SpkflowEmbedder(model_dir, fbank_on="workers")
     device = SpkflowEmbedder(model_dir, fbank_on="device")
     assert (workers.fbank_on, device.fbank_on) == ("workers", "device")
@@ -50,7 +51,10 @@ def test_device_frontend_gives_the_workers_embeddings(model_dir, tmp_path, mean_
     run_job(device, data, utts, tmp_path / "device", **kw)
     a, b = vectors(tmp_path / "workers"), vectors(tmp_path / "device")
     assert sorted(a) == sorted(b) == sorted(utts)
-    assert max(float(np.abs(l2(a[u]) - l2(b[u])).max()) for u in utts) <= 1e-5
+    # torch's fbank vs numpy's (within 1e-5 on the log scale, test_torch_fbank.py) through the model:
+    # measured <= 1.4e-6 (with mean normalisation; 1 and 2 threads, batch order permuted)
+    worst = max(float(np.abs(l2(a[u]) - l2(b[u])).max()) for u in utts)
+    within("device vs workers (L2-normalised)", worst, 2e-5)
     assert workers.stamp == device.stamp  # the same model and numbers: one job dir may hold both
 
 
@@ -58,11 +62,12 @@ def test_device_frontend_batched_equals_alone(model_dir, tmp_path):
     data = make_speakers(tmp_path, num_spk=2, num_utt=4, min_sec=0.3, max_sec=6.0, seed=5)
     emb = SpkflowEmbedder(model_dir, fbank_on="device")
     prep = emb.preparer(data)
-    waves = [prep(u) for u in (data / "utt2spk").read_text().split()[::2]]
+    waves = [prep(u) for u in permuted((data / "utt2spk").read_text().split()[::2])]
     assert max(map(len, waves)) > 3 * min(map(len, waves))  # lots of padding
     batched = emb.embed(waves)
     alone = np.concatenate([emb.embed([w]) for w in waves])
-    assert np.abs(l2(batched) - l2(alone)).max() <= 1e-4
+    worst = float(np.abs(l2(batched) - l2(alone)).max())
+    within("device fbank batched vs alone (L2-normalised)", worst, 1e-4)  # measured <= 6.7e-7
     # frames() counts 10 ms frames of the fbank a waveform will give, as for features
     feats = SpkflowEmbedder(model_dir).preparer(data)
     utt = (data / "utt2spk").read_text().split()[0]
@@ -110,8 +115,8 @@ def test_script_fbank_on_device_equals_workers(model_dir, tmp_path):
         assert f"fbank {'on the device' if where == 'device' else 'in the loader workers'}" in log
         out[where] = dict(kaldiio.load_scp(str(tmp_path / where / "xvector.scp")))
     assert list(out["workers"]) == list(out["device"]) and len(out["device"]) == 6
-    for u, v in out["workers"].items():
-        assert np.abs(l2(v) - l2(out["device"][u])).max() <= 1e-5
+    worst = max(float(np.abs(l2(v) - l2(out["device"][u])).max()) for u, v in out["workers"].items())
+    within("extract_embeddings.sh --fbank-on device vs workers (L2-normalised)", worst, 2e-5)  # measured <= 5.5e-7
     bad = subprocess.run(
         ["bash", str(SCRIPT), "--fbank-on", "gpu", "--model-dir", str(model_dir), str(data), str(tmp_path / "x")],
         env=env(),

@@ -5,8 +5,9 @@ frame.  The toolkits' own encoders are tested in test_embed_espnet.py and test_e
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+
+from helpers.spread import within
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -56,7 +57,8 @@ def check_equal_alone(net: nn.Module, blocks: dict, xs: list, time_first: bool) 
         with torch.no_grad():
             alone = net(x[None] if time_first else x.T[None])
         assert int(valid[i]) == alone.shape[-1]
-        np.testing.assert_allclose(out[i, :, : alone.shape[-1]].numpy(), alone[0].numpy(), atol=1e-5)
+        # measured <= 1.2e-7 (1 and 2 threads, batch order permuted)
+        within("masked padded vs alone", float((out[i, :, : alone.shape[-1]] - alone[0]).abs().max()), 1e-5)
 
 
 def test_padded_batch_equals_alone_1d_and_2d():
@@ -95,6 +97,7 @@ def test_padding_garbage_never_reaches_valid_frames():
     with torch.no_grad():
         alone = [net(x[0:1, :, :9]), net(x[1:2, :, :6])]
     assert torch.isfinite(out).all()
-    np.testing.assert_allclose(out.numpy(), torch.cat(alone).numpy(), atol=1e-6)
+    # measured <= 3e-8 (1 and 2 threads, batch order permuted)
+    within("masked non-finite padding vs alone", float((out - torch.cat(alone)).abs().max()), 1e-6)
     with torch.no_grad():  # outside active() the hooks do nothing
         assert torch.isnan(net(x)[1]).all()

@@ -15,6 +15,7 @@ import torch
 
 from helpers.audio import synth_voice
 from helpers.corpora import real_speech_sets, speech_files
+from helpers.spread import permuted, within
 from spkflow.data.audio import resample
 from spkflow.features.fbank import FbankOptions, apply_frontend, compute_fbank, compute_vad, num_frames
 from spkflow.features.torch_fbank import BatchFrontend, fbank_batch, frame_counts, frontend_batch, vad_batch
@@ -118,13 +119,15 @@ def test_every_option_equals_numpy(waves, change):
 def test_batched_equals_alone_and_padding_is_ignored(waves, snip_edges):
     """A row's frames come from its own samples only: garbage in the padding changes nothing."""
     opts = FbankOptions(snip_edges=snip_edges)
+    waves = permuted(waves)  # the batch order under test (helpers.spread)
     x, lengths = _pad(waves)
     x += 0.5 * (torch.arange(x.shape[1]) >= lengths[:, None])  # poison the padding
     batched, frames = fbank_batch(x, lengths, opts)
     for i, w in enumerate(waves):
         alone, n = fbank_batch(torch.from_numpy(w)[None], torch.tensor([len(w)]), opts)
         assert int(n[0]) == int(frames[i]) == num_frames(len(w), opts)
-        assert torch.allclose(batched[i, : int(n[0])], alone[0], atol=1e-5, rtol=0)
+        # measured 0 (1 and 2 threads, batch order permuted)
+        within("fbank batched vs alone (log-mel)", float((batched[i, : int(n[0])] - alone[0]).abs().max()), 1e-5)
 
 
 def test_frame_counts_equal_num_frames():

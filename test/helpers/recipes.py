@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from helpers.paths import ROOT
+from helpers.spread import THREADS
 
 RECIPE = Path("egs") / "speechocean762" / "spk1"
 SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
@@ -51,5 +52,5 @@ def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PATH"] = f"{PY.parent}:{e['PATH']}"
     e["PYTHONPATH"] = str(ROOT)
-    e["OMP_NUM_THREADS"] = "1"
+    e["OMP_NUM_THREADS"] = str(THREADS)  # 1 unless measuring (helpers.spread)
     return e

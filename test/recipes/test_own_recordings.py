@@ -21,6 +21,7 @@ import pytest
 from helpers.audio import make_speakers
 from helpers.models import make_scored_model_dir, make_spkflow_model_dir
 from helpers.paths import ROOT, TEMPLATE
+from helpers.spread import THREADS, within
 
 PY = sys.executable
 SETUP = TEMPLATE / "setup.sh"
@@ -30,7 +31,7 @@ def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PATH"] = f"{Path(PY).parent}:{e['PATH']}"
     e["PYTHONPATH"] = str(ROOT)
-    e["OMP_NUM_THREADS"] = "1"
+    e["OMP_NUM_THREADS"] = str(THREADS)
     return e
 
 
@@ -53,6 +54,13 @@ def pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / "packed" / "spk_tiny.zip"
     sh([PY, "-m", "spkflow.bin.pack", "--model-dir", model, "--out", out], cwd=root)
     return out
+
+
+def score_spread(norm_score: np.ndarray, lines: list[list[str]]) -> float:
+    """Largest |API - stage 6| of ``norm_score`` over the range of stage 6's scores: AS-norm's
+    1 / cohort std multiplies the cosine's float rounding as it multiplies the scores."""
+    want = np.array([float(s) for _, _, s, _ in lines])
+    return float(np.abs(norm_score - want).max() / np.ptp(want))
 
 
 def yaml_label(model: Path) -> str:
@@ -137,7 +145,8 @@ def test_a_folder_of_recordings_scored_with_a_pack(pack, tmp_path):
     vec = read_embeddings(exp / "embed" / "test" / "xvector.scp")
     lines = [ln.split() for ln in (exp / "eval" / "test" / "scores").read_text().splitlines()]
     v = emb.score(np.stack([vec[a] for a, *_ in lines]), np.stack([vec[b] for _, b, *_ in lines]))
-    assert np.abs(v.norm_score - np.array([float(s) for _, _, s, _ in lines])).max() <= 1e-5
+    # measured <= 9.1e-8 (1 thread)
+    within("API vs stage 6 on the same embeddings: norm_score / its range", score_spread(v.norm_score, lines), 1e-5)
     # a second run reuses the unpacked model and the embeddings
     p = sh(["./run.sh", "--pretrained", pack, "--stage", "5", "--stop_stage", "5"], recipe)
     assert "resuming after 12 embeddings" in p.stdout + p.stderr or "0 to compute" in p.stdout + p.stderr
@@ -179,7 +188,8 @@ def test_stage6_calibrates_and_stage7_packs_the_scoring(tmp_path):
     v = Embedder.from_pretrained(packed).score(
         np.stack([vec[a] for a, *_ in lines]), np.stack([vec[b] for _, b, *_ in lines])
     )
-    assert np.abs(v.norm_score - np.array([float(s) for _, _, s, _ in lines])).max() <= 1e-5
+    # measured <= 9.1e-8 (1 thread)
+    within("API vs stage 6 on the same embeddings: norm_score / its range", score_spread(v.norm_score, lines), 1e-5)
     # stage 6 again with other options than those the pack's RESULTS.md was made with: packing refuses
     (exp / "RESULTS.md").write_text("| a | b | c | cosine | 1 |\n")
     p = sh(["./run.sh", "--stage", "7", "--stop_stage", "7", *opts], recipe, check=False)

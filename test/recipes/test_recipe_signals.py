@@ -26,6 +26,7 @@ from helpers.audio import make_speakers
 from helpers.models import l2, make_spkflow_model_dir
 from helpers.procs import as_from_a_terminal, processes_in, wait_until
 from helpers.recipes import env, mirror_recipe
+from helpers.spread import within
 from spkflow.core.lock import LOCK_NAME
 
 ARGS = ["--stage", "5", "--stop_stage", "5", "--test_sets", "test", "--score_backend", "cosine"]
@@ -94,4 +95,4 @@ def test_sigterm_to_run_sh_in_stage5_stops_everything_and_the_rerun_resumes(
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(src)
     worst = max(float(np.abs(l2(xv[u]) - l2(emb.embed([prep(u)])[0])).max()) for u, _ in wav)
-    assert worst <= 1e-4, worst
+    within("resumed stage 5 vs alone (L2-normalised)", worst, 1e-4)  # measured 5.7e-7 (1 thread)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from helpers.paths import ROOT
+from helpers.spread import within
 from spkflow.core.errors import InputError
 from spkflow.score.backend import fit_backend
 from spkflow.score.sid import (
@@ -289,7 +290,10 @@ def test_sid_recipe_stages_5_to_8_on_real_audio(tmp_path, corpus, monkeypatch):
     assert (reused / "model_dir").read_text().strip() == str(other)
     a = kaldiio.load_scp(str(recipe / "exp" / "spk_tiny" / "embed" / "test" / "xvector.scp"))
     b = kaldiio.load_scp(str(reused / "embed" / "test" / "xvector.scp"))
-    assert list(a) == list(b) and max(float(np.abs(a[k] - b[k]).max()) for k in a) <= 1e-5  # same weights
+    assert list(a) == list(b)
+    same = max(float(np.abs(a[k] - b[k]).max()) for k in a)
+    # the same weights through the same stage 5 (not in bench_float_spread.py's runs: needs the corpora)
+    within("stage 5 of a reused model dir vs its own (same weights)", same, 1e-5)
     m = json.loads((reused / "sid" / "test" / "metrics.json").read_text())
     assert (m["num_enrol"], m["backend"], m["open_backend"], m["n_test"]) == (3, "lda", "lda", 6)
 

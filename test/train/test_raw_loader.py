@@ -67,13 +67,17 @@ def test_unaugmented_raw_crops_equal_the_ark_crops_without_vad(corpus):
         corpus["feats"] / "feats.scp", corpus["batches"], seed=4, crop=(30, 60), use_vad=False, mean_norm="none"
     )
     raw = NxMWaveDataset(corpus["data"], corpus["batches"], fbank=FB, seed=4, crop=(30, 60), use_vad=False)
+    worst = 0.0
     for b in range(len(ark)):
         x, u = ark[b]
         y, v, speed, counts = raw[b]
         assert u == v and x.shape == y.shape
-        torch.testing.assert_close(y, x, atol=2e-4, rtol=0)  # same start frames, same fbank code
+        worst = max(worst, float((y - x).abs().max()))
         assert speed.shape == (len(u),) and not speed.any()  # num_utt=1: one "speaker" per crop
         assert counts == {"crops": len(u)}  # nothing applied without augment
+    # same start frames, same per-frame fbank code (the mel product over another number of frames):
+    # measured 0 (1 and 2 threads)
+    within("raw crops vs stage 2's ark crops (log-mel)", worst, 1e-5)
 
 
 def test_vad_crops_come_from_voiced_frames(corpus):
@@ -182,11 +186,13 @@ def test_fbank_on_device_gives_the_workers_batches(corpus, mean_norm):
     crop_fbank = CropFbank(FB.to_dict(), mean_norm)
     got = list(make_loader(device, num_workers=2, prefetch_factor=2))
     assert len(got) == len(workers)
+    worst = 0.0
     for b, (w, u, s, c) in enumerate(got):
         x, v, t, n = workers[b]
         assert w.shape == (6, samples_for_frames(workers.crop_length(b), FB))  # waveforms, not features
         assert u == v and torch.equal(s, t) and c == n
-        torch.testing.assert_close(crop_fbank(w), x, rtol=0, atol=1e-4)
+        worst = max(worst, float((crop_fbank(w) - x).abs().max()))
+    within("crops' fbank on the device vs in the workers (log-mel)", worst, 1e-4)  # measured <= 2.9e-6 (1, 2 threads)
     with pytest.raises(ValueError, match="fbank_on"):
         make("gpu")
 

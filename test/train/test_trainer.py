@@ -21,6 +21,7 @@ import torch
 import yaml
 
 from helpers.paths import ROOT
+from helpers.spread import permuted, within
 from helpers.train import TINY_MODEL, cli_args, make_train_setup
 
 
@@ -436,13 +437,16 @@ def test_resnet_trains_and_extracts_padding_invariant(tmp_path: Path) -> None:
     model, config = load_model_dir(tmp_path / "exp")
     assert config["model"]["name"] == "resnet" and model.embed_dim == 8 and model.input_dim == 20
     g = torch.Generator().manual_seed(0)
-    lengths = [45, 20, 33]
+    lengths = permuted([45, 20, 33])
     x = torch.randn(3, 45, 20, generator=g)
     with torch.no_grad():
         batch = torch.nn.functional.normalize(model(x, torch.tensor(lengths)), dim=-1)
+        worst = 0.0
         for i, n in enumerate(lengths):
             alone = torch.nn.functional.normalize(model(x[i : i + 1, :n], torch.tensor([n])), dim=-1)[0]
-            assert float((batch[i] - alone).abs().max()) <= 1e-4
+            worst = max(worst, float((batch[i] - alone).abs().max()))
+    # measured <= 1.2e-7 (1 thread)
+    within("trained ResNet padded vs alone (L2-normalised)", worst, 1e-4)
 
 
 def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any], tmp_path: Path) -> None:
