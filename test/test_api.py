@@ -21,28 +21,11 @@ import yaml
 from helpers.audio import make_mixed_data, write_data_dir_by_prefix
 from helpers.models import make_spkflow_model_dir
 from helpers.paths import ROOT
-from helpers.spread import THREADS, permuted, within
+from helpers.recipes import env, run, template_recipe
+from helpers.spread import permuted, within
 
 SCRIPT = ROOT / "scripts" / "spk" / "extract_embeddings.sh"
 PY = Path(sys.executable)
-
-
-def env() -> dict[str, str]:
-    import os
-
-    e = dict(os.environ)
-    e["PATH"] = f"{ROOT / 'utils'}:{PY.parent}:{e['PATH']}"
-    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))  # keeps a --target site
-    e["OMP_NUM_THREADS"] = str(THREADS)
-    e["LC_ALL"] = "C"
-    return e
-
-
-def run(args: list, check: bool = True) -> subprocess.CompletedProcess:
-    p = subprocess.run(list(map(str, args)), env=env(), capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
 
 
 def stage5(model: Path, data: Path, out: Path, batch_size: int = 4) -> dict[str, np.ndarray]:
@@ -345,13 +328,7 @@ def test_spk_sh_stage7_packs_the_experiment(model_dir, tmp_path):
     """spk.sh --stage 7 in a recipe dir: exp/spk_<tag>/packed/spk_<tag>.zip, usable as a model."""
     from spkflow import Embedder
 
-    recipe = tmp_path / "egs" / "demo" / "spk1"
-    recipe.mkdir(parents=True)
-    for name in ("spk.sh", "cmd.sh", "db.sh"):
-        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
-    for name in ("utils", "scripts"):
-        (recipe / name).symlink_to(ROOT / name)
-    (recipe / "path.sh").write_text(f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n")
+    recipe = template_recipe(tmp_path / "egs" / "demo" / "spk1")
     exp = recipe / "exp" / "spk_tiny"
     exp.mkdir(parents=True)
     for f in ("config.yaml", "model.pth"):
@@ -403,32 +380,13 @@ def test_other_toolkits_detected_and_equal_to_stage5(tmp_path):
     fbank + graph, in input order, from arrays, files and batches."""
     pytest.importorskip("speechbrain")
     pytest.importorskip("onnxruntime")
-    from helpers.models import make_speechbrain_dir, make_wespeaker_onnx, save_espnet_model
+    from helpers.models import ESPNET_CONFIGS, make_speechbrain_dir, make_wespeaker_onnx, save_espnet_model
     from spkflow import Embedder
     from spkflow.core.errors import InputError
     from spkflow.data.audio import resample
 
-    rawnet3 = dict(
-        frontend="asteroid_frontend",
-        frontend_conf=dict(sinc_stride=16, sinc_kernel_size=251, sinc_filters=32),
-        specaug=None,
-        specaug_conf={},
-        normalize=None,
-        normalize_conf={},
-        encoder="rawnet3",
-        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
-        pooling="chn_attn_stat",
-        pooling_conf={},
-        projector="rawnet3",
-        projector_conf=dict(output_size=16),
-        loss="aamsoftmax",
-        loss_conf=dict(margin=0.2, scale=30),
-        spk_num=5,
-        input_size=None,
-        init=None,
-    )
     models = {
-        "espnet": save_espnet_model(tmp_path / "espnet", rawnet3),
+        "espnet": save_espnet_model(tmp_path / "espnet", ESPNET_CONFIGS["rawnet3"]),
         "speechbrain": make_speechbrain_dir(tmp_path / "sb"),
         "wespeaker": make_wespeaker_onnx(tmp_path / "ws" / "resnet.onnx"),
     }

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import ROOT
-from helpers.procs import as_from_a_terminal, process_alive, process_tree, wait_until
+from helpers.procs import process_alive, process_tree, start_from_a_terminal, wait_until
 from spkflow.core.lock import LOCK_NAME, read_holder
 
 SUPERVISE_SH = ROOT / "utils" / "supervise.sh"
@@ -42,14 +42,7 @@ def script(tmp: Path, name: str, body: str) -> Path:
 
 
 def start(path: Path, *args: str, **extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(path), *args],
-        env=env(**extra),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=as_from_a_terminal,
-    )
+    return start_from_a_terminal([path, *args], env(**extra))
 
 
 def wait_file(path: Path, timeout: float = 30.0) -> str:

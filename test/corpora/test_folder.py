@@ -4,7 +4,6 @@ through the pinned ffmpeg), and the shipped LibriSpeech copy when db.sh finds it
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,20 +13,12 @@ import pytest
 import soundfile as sf
 
 from helpers.audio import synth_voice
-from helpers.paths import ROOT
+from helpers.recipes import run
 from spkflow.core.errors import InputError
 from spkflow.corpora.folder import collect_folder
 from spkflow.data.datadir import DataDir
 
 PY = sys.executable
-
-
-def run(args: list, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LC_ALL="C")
-    p = subprocess.run(list(map(str, args)), env=env, capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 def voice(seed: int, seconds: float = 1.0, rate: int = 16000) -> np.ndarray:

@@ -22,19 +22,10 @@ import yaml
 from helpers.audio import synth_voice
 from helpers.models import make_spkflow_model_dir, perturb_batchnorm
 from helpers.paths import ROOT
-from helpers.spread import THREADS, permuted, within
+from helpers.recipes import run
+from helpers.spread import permuted, within
 
 PY = Path(sys.executable)
-
-
-def run(args: list, check: bool = True) -> subprocess.CompletedProcess:
-    import os
-
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(THREADS))
-    p = subprocess.run(list(map(str, args)), env=env, capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
 
 
 def make_dvector_model_dir(path: Path, seed: int = 0, hidden: int = 32, embed_dim: int = 16, window: int = 40) -> Path:

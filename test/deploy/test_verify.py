@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import zipfile
@@ -20,27 +19,12 @@ import soundfile as sf
 from helpers.audio import make_speakers
 from helpers.models import make_spkflow_model_dir
 from helpers.paths import ROOT
+from helpers.recipes import run
 from helpers.spread import THREADS, permuted, within
 from spkflow.score.scoring import read_embeddings
 
 PY = sys.executable
 SCRIPTS = ROOT / "scripts" / "spk"
-
-
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PATH"] = f"{ROOT / 'utils'}:{Path(PY).parent}:{e['PATH']}"
-    e["PYTHONPATH"] = str(ROOT)
-    e["OMP_NUM_THREADS"] = str(THREADS)
-    e["LC_ALL"] = "C"
-    return e
-
-
-def run(args: list, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    p = subprocess.run(list(map(str, args)), env=env(), capture_output=True, text=True, timeout=600, cwd=cwd)
-    if check and p.returncode != 0:
-        raise AssertionError(f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
 
 
 def jsonl(text: str) -> list[dict]:

@@ -19,95 +19,15 @@ import pytest
 import yaml
 
 from helpers.audio import make_mixed_data
-from helpers.models import l2, save_espnet_model
+from helpers.models import ESPNET_CONFIGS, l2, save_espnet_model
 from helpers.paths import ROOT
-from helpers.recipes import SCRIPT, env
+from helpers.recipes import SCRIPT, env, extract
 from helpers.spread import permuted, within
 
 torch = pytest.importorskip("torch")
 SpeakerTask = pytest.importorskip("espnet2.tasks.spk").SpeakerTask
 
-BASE = dict(
-    specaug=None,
-    specaug_conf={},
-    normalize=None,
-    normalize_conf={},
-    pooling="chn_attn_stat",
-    pooling_conf={},
-    projector="rawnet3",
-    projector_conf=dict(output_size=16),
-    loss="aamsoftmax",
-    loss_conf=dict(margin=0.2, scale=30),
-    spk_num=5,
-    input_size=None,
-    init=None,
-)
-CONFIGS = {
-    # ESPnet's VoxCeleb ECAPA recipe shape: melspec_torch frontend with mean normalisation
-    "ecapa": dict(
-        BASE,
-        frontend="melspec_torch",
-        frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160, n_mels=24, normalize="mn"),
-        encoder="ecapa_tdnn",
-        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
-    ),
-    # STFT frontend + utterance MVN; the x-vector TDNN shortens the time axis
-    "xvector": dict(
-        BASE,
-        frontend="default",
-        frontend_conf=dict(n_fft=512, win_length=400, hop_length=160, n_mels=24),
-        normalize="utterance_mvn",
-        encoder="xvector",
-        encoder_conf=dict(ndim=32, output_size=40),
-        pooling="stats",
-        projector="xvector",
-    ),
-    # raw waveform; its AFMS blocks average over time with F.adaptive_avg_pool1d, MaxPool1d shortens
-    "rawnet3": dict(
-        BASE,
-        frontend="asteroid_frontend",
-        frontend_conf=dict(sinc_stride=16, sinc_kernel_size=251, sinc_filters=32),
-        encoder="rawnet3",
-        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
-    ),
-    # WeSpeaker's ResNet: Conv2d on [B, 1, F, T], strided three times
-    "resnet": dict(
-        BASE,
-        frontend="default",
-        frontend_conf=dict(n_fft=512, win_length=400, hop_length=160, n_mels=24),
-        normalize="utterance_mvn",
-        encoder="resnet",
-        encoder_conf=dict(m_channels=4),
-        pooling="stats",
-        projector="xvector",
-    ),
-    # MFA-Conformer as ESPnet's VoxCeleb recipe sets it (latest relative positions, macaron, conv module)
-    "conformer": dict(
-        BASE,
-        frontend="melspec_torch",
-        frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160, n_mels=24, normalize="mn"),
-        encoder="mfaconformer",
-        encoder_conf=dict(
-            output_size=16,
-            attention_heads=2,
-            linear_units=32,
-            num_blocks=2,
-            cnn_module_kernel=7,
-            macaron_style=True,
-            rel_pos_type="latest",
-            pos_enc_layer_type="rel_pos",
-            selfattention_layer_type="rel_selfattn",
-        ),
-    ),
-    # the encoder's defaults: ESPnet's legacy relative attention, which padding changes
-    "conformer_legacy": dict(
-        BASE,
-        frontend="melspec_torch",
-        frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160, n_mels=24, normalize="mn"),
-        encoder="mfaconformer",
-        encoder_conf=dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2, cnn_module_kernel=7),
-    ),
-}
+CONFIGS = ESPNET_CONFIGS
 MASKED = ["ecapa", "xvector", "rawnet3", "resnet", "conformer"]
 
 
@@ -237,31 +157,7 @@ def test_script_espnet_nj2_loads_in_espnet_dataset(models, tmp_path):
 
     data = make_mixed_data(tmp_path, num_spk=2, num_utt=3)  # 8 / 16 / 22.05 kHz -> 16 kHz
     out = tmp_path / "out"
-    p = subprocess.run(
-        [
-            "bash",
-            str(SCRIPT),
-            "--toolkit",
-            "espnet",
-            "--nj",
-            "2",
-            "--batch-size",
-            "3",
-            "--num-workers",
-            "0",
-            "--model-dir",
-            str(models["ecapa"]),
-            str(data),
-            str(out),
-        ],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, p.stderr
-    utts = (data / "utt2spk").read_text().split()[::2]
+    utts, _ = extract("espnet", models["ecapa"], data, out, "--batch-size", "3", "--num-workers", "0")
     spks = [ln.split()[0] for ln in (data / "spk2utt").read_text().splitlines()]
     ds = ESPnetDataset([(str(out / "xvector.scp"), "spembs", "kaldi_ark")])
     assert list(ds.loader_dict["spembs"].keys()) == utts

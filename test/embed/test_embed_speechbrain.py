@@ -16,7 +16,7 @@ import pytest
 from helpers.audio import make_speakers
 from helpers.models import l2, make_speechbrain_dir
 from helpers.paths import ROOT
-from helpers.recipes import SCRIPT, env
+from helpers.recipes import SCRIPT, env, extract
 from helpers.spread import within
 
 torch = pytest.importorskip("torch")
@@ -163,27 +163,13 @@ def test_script_nj2_real_speech_equals_encode_batch(sb_dirs, tmp_path, corpus):
     """Done-when: extract_embeddings.sh --toolkit speechbrain --nj 2 on real speech (LibriSpeech
     6-20 s, FSDD 8 kHz resampled by the reader), one vector per utterance in data-dir order,
     equal to encode_batch of each utterance alone within 1e-3 (we get 1e-5)."""
-    import kaldiio
-
     from helpers.corpora import real_speech_data_dir
     from spkflow.data.audio import AudioReader
 
     data = real_speech_data_dir(corpus, tmp_path / "data")
     out = tmp_path / "out"
     d = sb_dirs["ecapa"]
-    p = subprocess.run(
-        ["bash", str(SCRIPT), "--toolkit", "speechbrain", "--nj", "2", "--batch-size", "4", "--max-frames", "100000"]
-        + ["--model-dir", str(d), str(data), str(out)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, p.stderr
-    utts = (data / "utt2spk").read_text().split()[::2]
-    xv = kaldiio.load_scp(str(out / "xvector.scp"))
-    assert list(xv) == utts
+    utts, xv = extract("speechbrain", d, data, out, "--batch-size", "4", "--max-frames", "100000")
     emb = SpeechbrainEmbedder(d)
     reader = AudioReader(data, sample_rate=16000)
     ref = alone(emb, [reader.read(u) for u in utts])

@@ -18,8 +18,7 @@ import pytest
 import yaml
 
 from helpers.models import l2, make_wespeaker_onnx
-from helpers.paths import ROOT
-from helpers.recipes import PY, SCRIPT, env, template_recipe
+from helpers.recipes import PY, env, extract, template_recipe
 from helpers.spread import within
 
 pytest.importorskip("onnxruntime")
@@ -137,26 +136,12 @@ def test_script_nj2_real_speech_equals_runtime(ws_dir, runtime, tmp_path, corpus
     """Done-when: extract_embeddings.sh --toolkit wespeaker --nj 2 on real speech (LibriSpeech and
     FSDD 8 kHz, resampled) with the .onnx given as the model, equal to WeSpeaker's runtime within
     1e-4, keys in data-dir order; the stamp names the graph."""
-    import kaldiio
-
     from helpers.corpora import real_speech_data_dir
 
     data = real_speech_data_dir(corpus, tmp_path / "data")
     out = tmp_path / "out"
     onnx = ws_dir / "voxceleb_resnet_tiny.onnx"
-    p = subprocess.run(
-        ["bash", str(SCRIPT), "--toolkit", "wespeaker", "--nj", "2", "--batch-size", "4", "--num-threads", "1"]
-        + ["--model-dir", str(onnx), str(data), str(out)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, p.stderr
-    utts = (data / "utt2spk").read_text().split()[::2]
-    xv = kaldiio.load_scp(str(out / "xvector.scp"))
-    assert list(xv) == utts
+    utts, xv = extract("wespeaker", onnx, data, out, "--batch-size", "4", "--num-threads", "1")
     speaker = runtime(onnx)
     wav = dict(line.split(maxsplit=1) for line in (data / "wav.scp").read_text().splitlines())
     diff = max(float(np.abs(l2(xv[u]) - l2(speaker.extract_embedding(wav[u])[0])).max()) for u in utts)

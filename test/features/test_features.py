@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
-from helpers.audio import synth_voice
+from helpers.audio import FBANK_CHANGES, synth_voice
 from helpers.paths import TEMPLATE
 from spkflow.core.errors import InputError
 from spkflow.data.audio import resample
@@ -61,17 +61,7 @@ def test_parity_with_kaldi_16k(waves):
 
 @pytest.mark.parametrize(
     "change",
-    [
-        dict(snip_edges=False),
-        dict(num_mel_bins=40, low_freq=60.0, high_freq=-400.0),
-        dict(window_type="hamming", preemphasis_coefficient=0.0, remove_dc_offset=False),
-        dict(window_type="hanning", frame_length=20.0, frame_shift=8.0),
-        dict(window_type="blackman", round_to_power_of_two=False, frame_length=25.0),
-        dict(use_energy=True, energy_floor=1.0),
-        dict(use_energy=True, raw_energy=False, htk_compat=True),
-        dict(use_power=False),
-        dict(sample_frequency=8000.0, num_mel_bins=23),
-    ],
+    FBANK_CHANGES,
 )
 def test_parity_with_kaldi_options(waves, change):
     opts = dataclasses.replace(FbankOptions(), **change)

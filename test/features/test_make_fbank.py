@@ -18,7 +18,7 @@ import torchaudio.compliance.kaldi as kaldi
 
 from helpers.audio import synth_voice, write_data_dir_by_prefix
 from helpers.paths import ROOT
-from helpers.procs import env, process_children, run_py, small_disk
+from helpers.procs import env, process_tree, run_py, small_disk
 from spkflow.core.errors import UtteranceError
 from spkflow.data.audio import AudioReader
 from spkflow.data.datadir import DataDir
@@ -34,13 +34,7 @@ CONF = ROOT / "egs" / "TEMPLATE" / "spk1" / "conf"
 def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and all its descendants (run.pl puts each job in its own process group,
     so killing the group of make_fbank.sh is not enough)."""
-    children = process_children()
-    todo, tree = [pid], []
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo.extend(children.get(p, []))
-    for p in tree:
+    for p in process_tree(pid):
         try:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:

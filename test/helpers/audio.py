@@ -1,4 +1,5 @@
-"""Audio made here and the Kaldi data dirs that list it: synthetic voices, speakers, mixed rates."""
+"""Audio made here and the Kaldi data dirs that list it: synthetic voices, speakers, mixed rates;
+the fbank option changes the fbank implementations are compared on."""
 
 from __future__ import annotations
 
@@ -6,6 +7,20 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+
+#: Kaldi fbank options away from the defaults, one change each (``dataclasses.replace(FbankOptions(),
+#: **change)``): the options every fbank implementation of ours is compared on.
+FBANK_CHANGES = [
+    dict(snip_edges=False),
+    dict(num_mel_bins=40, low_freq=60.0, high_freq=-400.0),
+    dict(window_type="hamming", preemphasis_coefficient=0.0, remove_dc_offset=False),
+    dict(window_type="hanning", frame_length=20.0, frame_shift=8.0),
+    dict(window_type="blackman", round_to_power_of_two=False, frame_length=25.0),
+    dict(use_energy=True, energy_floor=1.0),
+    dict(use_energy=True, raw_energy=False, htk_compat=True),
+    dict(use_power=False),
+    dict(sample_frequency=8000.0, num_mel_bins=23),
+]
 
 
 def synth_voice(

@@ -113,6 +113,90 @@ def make_scored_model_dir(path: Path, audio_root: Path, seed: int = 0) -> Path:
 
 # ----------------------------------------------------------------------------- other toolkits' formats
 
+_ESPNET_BASE = dict(
+    specaug=None,
+    specaug_conf={},
+    normalize=None,
+    normalize_conf={},
+    pooling="chn_attn_stat",
+    pooling_conf={},
+    projector="rawnet3",
+    projector_conf=dict(output_size=16),
+    loss="aamsoftmax",
+    loss_conf=dict(margin=0.2, scale=30),
+    spk_num=5,
+    input_size=None,
+    init=None,
+)
+#: Tiny ESPnet speaker models of each encoder family (SpeakerTask.build_model configs), as
+#: ESPnet's recipes shape them.
+ESPNET_CONFIGS = {
+    # ESPnet's VoxCeleb ECAPA recipe shape: melspec_torch frontend with mean normalisation
+    "ecapa": dict(
+        _ESPNET_BASE,
+        frontend="melspec_torch",
+        frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160, n_mels=24, normalize="mn"),
+        encoder="ecapa_tdnn",
+        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
+    ),
+    # STFT frontend + utterance MVN; the x-vector TDNN shortens the time axis
+    "xvector": dict(
+        _ESPNET_BASE,
+        frontend="default",
+        frontend_conf=dict(n_fft=512, win_length=400, hop_length=160, n_mels=24),
+        normalize="utterance_mvn",
+        encoder="xvector",
+        encoder_conf=dict(ndim=32, output_size=40),
+        pooling="stats",
+        projector="xvector",
+    ),
+    # raw waveform; its AFMS blocks average over time with F.adaptive_avg_pool1d, MaxPool1d shortens
+    "rawnet3": dict(
+        _ESPNET_BASE,
+        frontend="asteroid_frontend",
+        frontend_conf=dict(sinc_stride=16, sinc_kernel_size=251, sinc_filters=32),
+        encoder="rawnet3",
+        encoder_conf=dict(model_scale=4, ndim=32, output_size=48),
+    ),
+    # WeSpeaker's ResNet: Conv2d on [B, 1, F, T], strided three times
+    "resnet": dict(
+        _ESPNET_BASE,
+        frontend="default",
+        frontend_conf=dict(n_fft=512, win_length=400, hop_length=160, n_mels=24),
+        normalize="utterance_mvn",
+        encoder="resnet",
+        encoder_conf=dict(m_channels=4),
+        pooling="stats",
+        projector="xvector",
+    ),
+    # MFA-Conformer as ESPnet's VoxCeleb recipe sets it (latest relative positions, macaron, conv module)
+    "conformer": dict(
+        _ESPNET_BASE,
+        frontend="melspec_torch",
+        frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160, n_mels=24, normalize="mn"),
+        encoder="mfaconformer",
+        encoder_conf=dict(
+            output_size=16,
+            attention_heads=2,
+            linear_units=32,
+            num_blocks=2,
+            cnn_module_kernel=7,
+            macaron_style=True,
+            rel_pos_type="latest",
+            pos_enc_layer_type="rel_pos",
+            selfattention_layer_type="rel_selfattn",
+        ),
+    ),
+    # the encoder's defaults: ESPnet's legacy relative attention, which padding changes
+    "conformer_legacy": dict(
+        _ESPNET_BASE,
+        frontend="melspec_torch",
+        frontend_conf=dict(preemp=True, n_fft=512, log=True, win_length=400, hop_length=160, n_mels=24, normalize="mn"),
+        encoder="mfaconformer",
+        encoder_conf=dict(output_size=16, attention_heads=2, linear_units=32, num_blocks=2, cnn_module_kernel=7),
+    ),
+}
+
 
 def save_espnet_model(path: Path, cfg: dict, seed: int = 0) -> Path:
     """An ESPnet speaker model dir (config.yaml + model.pth) built by ``SpeakerTask.build_model``

@@ -30,6 +30,22 @@ def as_from_a_terminal() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+def start_from_a_terminal(
+    cmd: list, env: dict[str, str], cwd: Path | None = None, stderr: int = subprocess.PIPE
+) -> subprocess.Popen:
+    """``cmd`` started as a shell at a terminal starts it (:func:`as_from_a_terminal`), its
+    standard output (and by default its standard error) piped as text."""
+    return subprocess.Popen(
+        list(map(str, cmd)),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        preexec_fn=as_from_a_terminal,
+    )
+
+
 def process_children() -> dict[int, list[int]]:
     """``ppid -> [pid]`` of every process now (from /proc)."""
     children: dict[int, list[int]] = {}

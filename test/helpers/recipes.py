@@ -4,6 +4,7 @@ data/ lands in a temporary folder), and the extraction script with its environme
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,24 +34,52 @@ def mirror_recipe(tmp: Path, recipe_rel: Path = RECIPE) -> Path:
     return recipe
 
 
-def template_recipe(recipe: Path) -> Path:
+def template_recipe(recipe: Path, template_path_sh: bool = False) -> Path:
     """A recipe dir of egs/TEMPLATE/spk1's scripts (spk.sh, cmd.sh, db.sh), the project's utils/
-    and scripts/, and a path.sh pointing at this checkout, one thread per process; returns it."""
+    and scripts/, and a path.sh pointing at this checkout, one thread per process (with
+    ``template_path_sh``: a link to TEMPLATE's own path.sh, which finds the checkout through the
+    link); returns it."""
     recipe.mkdir(parents=True)
-    for name in ("spk.sh", "cmd.sh", "db.sh"):
+    for name in ("spk.sh", "cmd.sh", "db.sh") + (("path.sh",) if template_path_sh else ()):
         (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
     for name in ("utils", "scripts"):
         (recipe / name).symlink_to(ROOT / name)
-    (recipe / "path.sh").write_text(
-        f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
-        "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
-    )
+    if not template_path_sh:
+        (recipe / "path.sh").write_text(
+            f"export PATH={ROOT}/utils:{PY.parent}:$PATH\nexport PYTHONPATH={ROOT}\n"
+            "export LC_ALL=C\nexport OMP_NUM_THREADS=1\n"
+        )
     return recipe
 
 
 def env() -> dict[str, str]:
+    """The environment the project's commands and scripts run with from a test: this checkout's
+    Python and utils/ first on PATH, the checkout on PYTHONPATH, one thread, the C locale."""
     e = dict(os.environ)
-    e["PATH"] = f"{PY.parent}:{e['PATH']}"
-    e["PYTHONPATH"] = str(ROOT)
+    e["PATH"] = f"{PY.parent}:{ROOT / 'utils'}:{e['PATH']}"
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))  # keeps a --target site
     e["OMP_NUM_THREADS"] = str(THREADS)  # 1 unless measuring (helpers.spread)
+    e["LC_ALL"] = "C"
     return e
+
+
+def run(args: list, check: bool = True, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    """``args`` (paths allowed) run with :func:`env`, output captured; ``check``: a failure raises
+    with the exit status and the output's tail."""
+    p = subprocess.run(list(map(str, args)), env=env(), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
+    return p
+
+
+def extract(toolkit: str, model: Path, data: Path, out: Path, *opts: str) -> tuple[list[str], dict]:
+    """scripts/spk/extract_embeddings.sh --toolkit ``toolkit`` --nj 2 ``opts`` (run from the
+    checkout) on ``data`` into ``out``; checks that it succeeded and that xvector.scp holds one
+    embedding per utterance in the data dir's order.  Returns the utterances and the embeddings."""
+    import kaldiio
+
+    run(["bash", SCRIPT, "--toolkit", toolkit, "--nj", "2", *opts, "--model-dir", model, data, out], cwd=ROOT)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    xv = kaldiio.load_scp(str(out / "xvector.scp"))
+    assert list(xv) == utts
+    return utts, xv

@@ -131,3 +131,19 @@ def train_sh_command(setup: dict[str, Any], out: Path, config_path: Path, *opts:
         str(setup["batches"]),
         str(out),
     ]
+
+
+def make_train_sh_setup(root: Path, epochs: int) -> dict[str, Any]:
+    """:func:`make_train_setup` as scripts/spk/train.sh reads it: 12 speakers x 4 utterances in
+    2 x 2 batches (12 batches per epoch, 6 per rank of 2), the dump dir a copy of the data dir (as
+    stage 2 writes it), the config in ``root``/train.yaml (``config_path``)."""
+    import shutil
+
+    import yaml
+
+    s = make_train_setup(root, num_spk=12, num_utt=4, N=2, M=2, epochs=epochs)
+    for f in ("utt2spk", "spk2utt", "wav.scp"):
+        shutil.copy(s["data"] / f, s["feats"] / f)
+    s["config_path"] = s["root"] / "train.yaml"
+    s["config_path"].write_text(yaml.safe_dump(s["config"]))
+    return s

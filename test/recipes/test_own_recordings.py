@@ -21,25 +21,15 @@ import pytest
 from helpers.audio import make_speakers
 from helpers.models import make_scored_model_dir, make_spkflow_model_dir
 from helpers.paths import ROOT, TEMPLATE
-from helpers.spread import THREADS, within
+from helpers.recipes import run
+from helpers.spread import within
 
 PY = sys.executable
 SETUP = TEMPLATE / "setup.sh"
 
 
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PATH"] = f"{Path(PY).parent}:{e['PATH']}"
-    e["PYTHONPATH"] = str(ROOT)
-    e["OMP_NUM_THREADS"] = str(THREADS)
-    return e
-
-
 def sh(args: list, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    p = subprocess.run(list(map(str, args)), cwd=cwd, env=env(), capture_output=True, text=True, timeout=900)
-    if check and p.returncode != 0:
-        raise AssertionError(f"exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
-    return p
+    return run(args, check, cwd)
 
 
 @pytest.fixture(scope="module")

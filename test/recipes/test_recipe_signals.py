@@ -24,7 +24,7 @@ import pytest
 
 from helpers.audio import make_speakers
 from helpers.models import l2, make_spkflow_model_dir
-from helpers.procs import as_from_a_terminal, processes_in, wait_until
+from helpers.procs import processes_in, start_from_a_terminal, wait_until
 from helpers.recipes import env, mirror_recipe
 from helpers.spread import within
 from spkflow.core.lock import LOCK_NAME
@@ -49,15 +49,7 @@ def test_sigterm_to_run_sh_in_stage5_stops_everything_and_the_rerun_resumes(
     model_dir = make_spkflow_model_dir(recipe / "exp" / "spk_train")
     out = model_dir / "embed" / "test"
 
-    p = subprocess.Popen(
-        ["./run.sh", *ARGS],
-        cwd=recipe,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=as_from_a_terminal,
-    )
+    p = start_from_a_terminal(["./run.sh", *ARGS], env(), cwd=recipe, stderr=subprocess.STDOUT)
     try:
         assert wait_until(lambda: committed(out) >= 3 or p.poll() is not None, 300), "extraction did not start"
         assert p.poll() is None, p.communicate()[0][-3000:]

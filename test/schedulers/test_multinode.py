@@ -27,13 +27,12 @@ from typing import Any
 
 import pytest
 import torch
-import yaml
 
 from helpers.paths import ROOT
+from helpers.recipes import template_recipe
 from helpers.schedulers import SlurmCluster
-from helpers.train import make_train_setup
+from helpers.train import make_train_sh_setup, train_sh_command
 
-TRAIN_SH = ROOT / "scripts" / "spk" / "train.sh"
 VENV_BIN = ROOT / ".venv" / "bin"
 
 # The recipe's conf/slurm.conf, but the K tasks share the test cluster's one node.
@@ -58,12 +57,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    # 12 speakers x 4 utterances, 2 x 2 batches: 12 batches per epoch, 6 per rank of 2
-    s = make_train_setup(tmp_path_factory.mktemp("multinode"), num_spk=12, num_utt=4, N=2, M=2, epochs=2)
-    for f in ("utt2spk", "spk2utt", "wav.scp"):  # stage 2's dump dir is a copy of the data dir
-        shutil.copy(s["data"] / f, s["feats"] / f)
-    s["config_path"] = s["root"] / "train.yaml"
-    s["config_path"].write_text(yaml.safe_dump(s["config"]))
+    s = make_train_sh_setup(tmp_path_factory.mktemp("multinode"), epochs=2)
     (s["root"] / "slurm.conf").write_text(ONE_NODE_CONF)
     return s
 
@@ -71,25 +65,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def train_sh(
     setup: dict[str, Any], out: Path, *opts: str, env: dict[str, str] | None = None, wait: bool = True
 ) -> subprocess.CompletedProcess | subprocess.Popen:
-    cmd = [
-        str(TRAIN_SH),
-        *opts,
-        "--train-config",
-        str(setup["config_path"]),
-        "--num-epochs",
-        str(setup["epochs"]),
-        "--num-threads",
-        "1",
-        "--fbank-conf",
-        str(setup["conf"] / "fbank.conf"),
-        "--vad-conf",
-        str(setup["conf"] / "vad.conf"),
-        "--train-opts",
-        "--no-progress --trace-batches",
-        str(setup["feats"]),
-        str(setup["batches"]),
-        str(out),
-    ]
+    cmd = train_sh_command(setup, out, setup["config_path"], *opts)
     kw: dict[str, Any] = dict(cwd=setup["root"], env=env or _env(), text=True)
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
@@ -250,12 +226,7 @@ def test_spk_sh_stage4_says_that_rerunning_resumes(setup: dict[str, Any], tmp_pa
     epoch 2 (a batch list naming an unknown utterance, standing for any mid-training failure)
     keeps the epoch-1 checkpoint, shows the error and says that once it is fixed re-running
     stage 4 resumes; it does."""
-    recipe = tmp_path / "recipe"
-    recipe.mkdir()
-    for name in ("spk.sh", "path.sh", "cmd.sh"):
-        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
-    for name in ("utils", "scripts"):
-        (recipe / name).symlink_to(ROOT / name)
+    recipe = template_recipe(tmp_path / "recipe", template_path_sh=True)
     shutil.copytree(setup["conf"], recipe / "conf")
     shutil.copy(setup["config_path"], recipe / "conf" / "train.yaml")
     shutil.copytree(setup["feats"], recipe / "dump" / "fbank" / "train", symlinks=True)

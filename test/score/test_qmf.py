@@ -11,6 +11,7 @@ measures must calibrate them better than the score alone.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -105,16 +106,17 @@ def test_qmf_learns_the_duration_effect_and_applies_to_a_test_set(tmp_path: Path
     # short sides pull target scores down: at a given score, a shorter trial is more likely a target
     assert w["score"] > 0 and w["duration_min"] < -0.1
     out = tmp_path / "eval"
-    m = evaluate_set(
+    score_test = functools.partial(
+        evaluate_set,
         str(test["dir"] / "trials"),
         str(test["scp"]),
         str(out),
         cohort_scp=str(train["spk"]),
         cohort_size=10,
         qmf_path=str(qmf_path),
-        utt2dur=str(test["dur"]),
         plots=False,
     )
+    m = score_test(utt2dur=str(test["dur"]))
     q = m["qmf"]
     # the score-only calibration fitted on the same training trials, for comparison on the test set
     trials = draw_trials({u: s for u, s in (x.split() for x in train["u2s"].read_text().splitlines())}, 2000, 2000)
@@ -131,28 +133,11 @@ def test_qmf_learns_the_duration_effect_and_applies_to_a_test_set(tmp_path: Path
     from spkflow.core.errors import InputError
 
     with pytest.raises(InputError, match="this QMF uses durations"):
-        evaluate_set(
-            str(test["dir"] / "trials"),
-            str(test["scp"]),
-            str(out),
-            cohort_scp=str(train["spk"]),
-            cohort_size=10,
-            qmf_path=str(qmf_path),
-            plots=False,
-        )
+        score_test()
     short = tmp_path / "short_utt2dur"
     short.write_text("".join(test["dur"].read_text().splitlines(keepends=True)[1:]))
     with pytest.raises(InputError, match=rf"{short}: no duration of"):
-        evaluate_set(
-            str(test["dir"] / "trials"),
-            str(test["scp"]),
-            str(out),
-            cohort_scp=str(train["spk"]),
-            cohort_size=10,
-            qmf_path=str(qmf_path),
-            utt2dur=str(short),
-            plots=False,
-        )
+        score_test(utt2dur=str(short))
 
 
 def test_calibration_trials_leave_their_own_speaker_out_of_the_cohort(tmp_path: Path) -> None:

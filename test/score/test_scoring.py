@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from helpers.paths import ROOT
+from helpers.recipes import env, template_recipe
 from helpers.vectors import all_trials, speaker_set, write_vectors
 from spkflow.core.errors import InputError
 from spkflow.score.backend import Backend, l2_rows
@@ -231,14 +232,6 @@ def test_asnorm_removes_a_nuisance_offset():
 
 
 # ---------------------------------------------------------------- command line and stage 6
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["PATH"] = str(Path(PY).parent) + os.pathsep + env["PATH"]
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def _png_ok(path: Path) -> None:
     import matplotlib.image as mpimg
 
@@ -273,7 +266,7 @@ def test_score_cli_writes_everything(tmp_path):
         "--results-md",
         str(exp),
     ]
-    subprocess.run(cmd, check=True, env=_env(), capture_output=True, text=True)
+    subprocess.run(cmd, check=True, env=env(), capture_output=True, text=True)
     scores = (out / "scores").read_text().splitlines()
     assert len(scores) == len(lines)
     for got, want in zip(scores, lines, strict=True):
@@ -295,7 +288,7 @@ def test_score_cli_writes_everything(tmp_path):
         cmd[:-4]
         + ["--outdir", str(out2), "--cohort-scp", str(cohort), "--cohort-size", "10", "--results-md", str(exp)],
         check=True,
-        env=_env(),
+        env=env(),
         capture_output=True,
     )
     m2 = json.loads((out2 / "metrics.json").read_text())
@@ -316,17 +309,17 @@ def test_score_cli_failure_removes_previous_outputs(tmp_path):
     exp = tmp_path / "exp"
     out = exp / "eval" / "test"
     base = [PY, "-m", "spkflow.bin.score", "--xvector-scp", str(scp), "--outdir", str(out)]
-    subprocess.run(base + ["--trials", str(trials), "--results-md", str(exp)], check=True, env=_env())
+    subprocess.run(base + ["--trials", str(trials), "--results-md", str(exp)], check=True, env=env())
     assert {"scores", "metrics.json", "det.png", "score_hist.png"} <= {p.name for p in out.iterdir()}
     assert "## test\n" in (exp / "RESULTS.md").read_text()
     bad = tmp_path / "trials.bad"
     bad.write_text(trials.read_text() + "spk000-u00 lost-u9 nontarget\n")
     n_lines = len(bad.read_text().splitlines())
-    proc = subprocess.run(base + ["--trials", str(bad)], env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(base + ["--trials", str(bad)], env=env(), capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"{bad}:{n_lines}: utterance 'lost-u9' has no embedding" in proc.stderr
     assert sorted(p.name for p in out.iterdir()) == []
-    ok = subprocess.run(base + ["--trials", str(bad), "--skip-missing"], env=_env(), capture_output=True, text=True)
+    ok = subprocess.run(base + ["--trials", str(bad), "--skip-missing"], env=env(), capture_output=True, text=True)
     assert ok.returncode == 0 and "1 skipped" in ok.stderr
     assert json.loads((out / "metrics.json").read_text())["n_skipped"] == 1
     # only targets: one clear line, no traceback; no scores without metrics.json, and the
@@ -334,7 +327,7 @@ def test_score_cli_failure_removes_previous_outputs(tmp_path):
     only = tmp_path / "trials.targets"
     only.write_text("".join(ln for ln in trials.read_text().splitlines(True) if ln.endswith(" target\n")))
     proc = subprocess.run(
-        base + ["--trials", str(only), "--results-md", str(exp)], env=_env(), capture_output=True, text=True
+        base + ["--trials", str(only), "--results-md", str(exp)], env=env(), capture_output=True, text=True
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"{only}: 9 target and 0 non-target trials: EER and minDCF need both" in proc.stderr
@@ -355,7 +348,7 @@ def test_results_md_with_a_damaged_metrics_json(tmp_path):
     cmd = [PY, "-m", "spkflow.bin.score", "--trials", str(trials), "--xvector-scp", str(scp), "--no-plots"]
     proc = subprocess.run(
         cmd + ["--outdir", str(exp / "eval" / "test"), "--results-md", str(exp)],
-        env=_env(),
+        env=env(),
         capture_output=True,
         text=True,
     )
@@ -365,7 +358,7 @@ def test_results_md_with_a_damaged_metrics_json(tmp_path):
     damaged.write_text('{"set": "old"}\n')
     proc = subprocess.run(
         cmd + ["--outdir", str(exp / "eval" / "test"), "--results-md", str(exp)],
-        env=_env(),
+        env=env(),
         capture_output=True,
         text=True,
     )
@@ -381,7 +374,7 @@ def test_score_cli_failure_while_writing_leaves_nothing(tmp_path):
     all_trials(sorted(emb), trials)
     out = tmp_path / "eval"
     cmd = [PY, "-m", "spkflow.bin.score", "--trials", str(trials), "--xvector-scp", str(scp), "--outdir", str(out)]
-    subprocess.run(cmd, check=True, env=_env())
+    subprocess.run(cmd, check=True, env=env())
     # matplotlib is made to fail the way a full disk makes it fail: OSError(ENOSPC) from savefig
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -391,31 +384,16 @@ def test_score_cli_failure_while_writing_leaves_nothing(tmp_path):
         "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
         "matplotlib.figure.Figure.savefig = _full\n"
     )
-    env = _env()
-    env["PYTHONPATH"] = f"{hook}{os.pathsep}{env['PYTHONPATH']}"
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    hooked = env()
+    hooked["PYTHONPATH"] = f"{hook}{os.pathsep}{hooked['PYTHONPATH']}"
+    proc = subprocess.run(cmd, env=hooked, capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "No space left on device" in proc.stderr
     assert sorted(p.name for p in out.iterdir()) == []
 
 
-def _recipe(tmp_path: Path) -> Path:
-    """A minimal recipe dir: TEMPLATE's spk.sh/cmd.sh, the repo's utils and scripts, and a
-    path.sh of its own (TEMPLATE's finds the repo relative to egs/<corpus>/spk1)."""
-    rec = tmp_path / "recipe"
-    rec.mkdir()
-    for name in ("spk.sh", "cmd.sh"):
-        (rec / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
-    for name in ("utils", "scripts"):
-        (rec / name).symlink_to(ROOT / name)
-    (rec / "path.sh").write_text(
-        f"export PATH={Path(PY).parent}:{ROOT}/utils:$PATH\nexport PYTHONPATH={ROOT}\nexport LC_ALL=C\n"
-    )
-    return rec
-
-
 def test_stage6_in_spk_sh(tmp_path):
-    rec = _recipe(tmp_path)
+    rec = template_recipe(tmp_path / "recipe")
     exp = rec / "exp" / "spk_demo"
     for name, seed in (("test", 10), ("dsp20", 11)):
         emb = speaker_set(seed, 5, 3, prefix=name)
@@ -425,14 +403,14 @@ def test_stage6_in_spk_sh(tmp_path):
     args = ["bash", "spk.sh", "--stage", "6", "--stop_stage", "6", "--tag", "demo", "--test_sets", "test dsp20"]
     norm = args + ["--score_norm", "true", "--cohort_size", "8", "--score_center", "true"]
     # the default calibration draws its trials from the training set: without it, a one-line error
-    proc = subprocess.run(norm, cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(norm, cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 1 and "data/train/utt2spk: no such file" in proc.stderr
     assert "the default calibration trials are drawn from data/train" in proc.stdout
     train = speaker_set(13, 30, 3, prefix="tr")
     write_vectors(exp / "embed" / "train" / "xvector", train)
     (rec / "data" / "train").mkdir(parents=True)
     (rec / "data" / "train" / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in sorted(train)))
-    proc = subprocess.run(norm, cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(norm, cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("test", "dsp20"):
         m = json.loads((exp / "eval" / name / "metrics.json").read_text())
@@ -445,11 +423,11 @@ def test_stage6_in_spk_sh(tmp_path):
     # a trials line naming an utterance without an embedding fails stage 6 loudly ...
     trials = rec / "data" / "test" / "trials"
     trials.write_text(trials.read_text() + "test000-u00 nobody-u00 nontarget\n")
-    proc = subprocess.run(args, cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(args, cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode != 0
     assert "'nobody-u00' has no embedding" in proc.stdout + proc.stderr
     # ... unless skipped on purpose
-    proc = subprocess.run(args + ["--score_skip_missing", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(args + ["--score_skip_missing", "true"], cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((exp / "eval" / "test" / "metrics.json").read_text())["n_skipped"] == 1
     # a WCCN backend fitted on the training set's utterance embeddings by stage 6 itself
@@ -466,7 +444,7 @@ def test_stage6_in_spk_sh(tmp_path):
         "--score_skip_missing",
         "true",
     ]
-    proc = subprocess.run(wccn + ["--score_center", "false"], cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(wccn + ["--score_center", "false"], cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     from spkflow.score.backend import Backend, fit_backend
 
@@ -488,7 +466,7 @@ def test_stage6_in_spk_sh(tmp_path):
     assert m["eer"] == pytest.approx(compute_eer(ref.scores, ref.labels)[0], abs=1e-6)
     assert "WCCN, AS-norm (top 8)" in (exp / "RESULTS.md").read_text()
     # --score_eval_mean true: the backend's training mean replaced by the set's own (its L2-normalised trial utterances)
-    proc = subprocess.run(wccn + ["--score_eval_mean", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(wccn + ["--score_eval_mean", "true"], cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     m = json.loads((exp / "eval" / "dsp20" / "metrics.json").read_text())
     assert m["eval_mean"] is True and m["mean_scp"] == "" and m["backend"] == "wccn"
@@ -503,16 +481,16 @@ def test_stage6_in_spk_sh(tmp_path):
     assert m["eer"] == pytest.approx(compute_eer(ref_own.scores, ref_own.labels)[0], abs=1e-6)
     assert "WCCN, AS-norm (top 8), centred on the set" in (exp / "RESULTS.md").read_text()
     # the backend centres on its own mean: asking for centring too is refused before anything runs
-    proc = subprocess.run(wccn + ["--score_center", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(wccn + ["--score_center", "true"], cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 2 and "set --score_center false" in proc.stdout
     both = args + ["--score_center", "true", "--score_eval_mean", "true"]
-    proc = subprocess.run(both, cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(both, cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 2 and "not both" in proc.stdout
-    proc = subprocess.run(args + ["--score_backend", "plda"], cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(args + ["--score_backend", "plda"], cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode == 2 and "--score_backend must be cosine, wccn or lda, got 'plda'" in proc.stdout
     # score_norm without training-set embeddings: a clear error
     (exp / "embed" / "train" / "spk_xvector.scp").unlink()
-    proc = subprocess.run(args + ["--score_norm", "true"], cwd=rec, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(args + ["--score_norm", "true"], cwd=rec, env=env(), capture_output=True, text=True)
     assert proc.returncode != 0 and "run stage 5 with the same options" in proc.stdout + proc.stderr
 
 
@@ -542,9 +520,9 @@ def test_eval_mean_removes_a_shift_the_training_mean_does_not_see(tmp_path):
 
 
 def test_score_sh_usage(tmp_path):
-    rec = _recipe(tmp_path)
+    rec = template_recipe(tmp_path / "recipe")
     proc = subprocess.run(
-        ["bash", "scripts/spk/score.sh", "only-one-arg"], cwd=rec, env=_env(), capture_output=True, text=True
+        ["bash", "scripts/spk/score.sh", "only-one-arg"], cwd=rec, env=env(), capture_output=True, text=True
     )
     assert proc.returncode == 1 and "Usage:" in proc.stderr
 
@@ -612,7 +590,7 @@ def test_two_score_sh_runs_into_one_dir(tmp_path):
     score = ROOT / "scripts" / "spk" / "score.sh"
     first = subprocess.Popen(
         ["bash", str(score), "--python", str(wrapper), str(trials), str(scp), str(out)],
-        env=_env(),
+        env=env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -625,7 +603,7 @@ def test_two_score_sh_runs_into_one_dir(tmp_path):
         assert started.exists(), first.communicate()
         (out / "scores").write_text("the first run's\n")  # stands for a file the first run is writing
         second = subprocess.run(
-            ["bash", str(score), str(trials), str(scp), str(out)], env=_env(), capture_output=True, text=True
+            ["bash", str(score), str(trials), str(scp), str(out)], env=env(), capture_output=True, text=True
         )
         assert second.returncode == 1
         assert f"{out} is in use by another run: pid {first.pid} on " in second.stderr, second.stderr
@@ -646,7 +624,7 @@ def test_score_sh_one_label_trials(tmp_path):
     trials.write_text("".join(ln for ln in all_trials(sorted(emb)) if ln.endswith(" nontarget\n")))
     score = ROOT / "scripts" / "spk" / "score.sh"
     proc = subprocess.run(
-        ["bash", str(score), str(trials), str(scp), str(tmp_path / "out")], env=_env(), capture_output=True, text=True
+        ["bash", str(score), str(trials), str(scp), str(tmp_path / "out")], env=env(), capture_output=True, text=True
     )
     assert proc.returncode == 1
     assert "0 target and 27 non-target trials: EER and minDCF need both" in proc.stderr

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.paths import ROOT, TEMPLATE
+from helpers.paths import ROOT
+from helpers.recipes import template_recipe
 from spkflow.train.batches import plan_epoch, read_batch_list
 
 
@@ -41,6 +42,18 @@ def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.
     )
 
 
+def plan_cli(
+    spk2utt: Path, out: Path, num_spk: int, num_utt: int, seed: int, epoch: int, *extra: str | int, env=None
+) -> subprocess.CompletedProcess:
+    """spkflow.bin.make_batches: the batch list of one epoch of ``spk2utt`` into ``out``."""
+    return run_cli(
+        *("--spk2utt", spk2utt, "--num-spk", num_spk, "--num-utt", num_utt, "--seed", seed, "--epoch", epoch),
+        *extra,
+        *("--out", out),
+        env=env,
+    )
+
+
 def test_four_ranks_from_the_command(tmp_path: Path) -> None:
     spk2utt = tmp_path / "spk2utt"
     mapping = make_spk2utt(spk2utt)
@@ -49,24 +62,7 @@ def test_four_ranks_from_the_command(tmp_path: Path) -> None:
     files = []
     for r in range(W):
         out = tmp_path / f"rank{r}.txt"
-        res = run_cli(
-            "--spk2utt",
-            spk2utt,
-            "--num-spk",
-            N,
-            "--num-utt",
-            M,
-            "--seed",
-            3,
-            "--epoch",
-            2,
-            "--world-size",
-            W,
-            "--rank",
-            r,
-            "--out",
-            out,
-        )
+        res = plan_cli(spk2utt, out, N, M, 3, 2, "--world-size", W, "--rank", r)
         assert res.returncode == 0, res.stderr
         assert re.search(rf"rank {r} of {W}; coverage \d+\.\d\d% ", res.stderr)
         assert "speakers with < 4 utterances dropped: " in res.stderr
@@ -94,23 +90,7 @@ def test_output_is_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     outs = []
     for hs in ("0", "12345"):
         out = tmp_path / f"out{hs}.txt"
-        res = run_cli(
-            "--spk2utt",
-            spk2utt,
-            "--num-spk",
-            5,
-            "--num-utt",
-            3,
-            "--seed",
-            9,
-            "--epoch",
-            1,
-            "--short-speakers",
-            "repeat",
-            "--out",
-            out,
-            env={"PYTHONHASHSEED": hs},
-        )
+        res = plan_cli(spk2utt, out, 5, 3, 9, 1, "--short-speakers", "repeat", env={"PYTHONHASHSEED": hs})
         assert res.returncode == 0, res.stderr
         assert "repeated: " in res.stderr
         outs.append(out.read_bytes())
@@ -132,7 +112,7 @@ def test_bad_input_fails_cleanly_and_leaves_output_alone(tmp_path: Path, text: s
     spk2utt.write_text(text)
     out = tmp_path / "out.txt"
     out.write_text("previous complete plan\n")
-    res = run_cli("--spk2utt", spk2utt, "--num-spk", 2, "--num-utt", 3, "--seed", 0, "--epoch", 1, "--out", out)
+    res = plan_cli(spk2utt, out, 2, 3, 0, 1)
     assert res.returncode == 1
     assert f"{spk2utt}{where}" in res.stderr
     assert out.read_text() == "previous complete plan\n"
@@ -158,21 +138,6 @@ def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
 
 
 # ------------------------------------------------------------------ stage 3 of spk.sh
-
-
-def make_recipe(tmp_path: Path) -> Path:
-    """A recipe dir like egs/<corpus>/spk1 (spk.sh, cmd.sh, utils and scripts from the repo) whose
-    path.sh points at this checkout."""
-    recipe = tmp_path / "recipe"
-    recipe.mkdir()
-    for name in ("spk.sh", "cmd.sh"):
-        (recipe / name).symlink_to(TEMPLATE / name)
-    for name in ("utils", "scripts"):
-        (recipe / name).symlink_to(ROOT / name)
-    (recipe / "path.sh").write_text(
-        f"export PATH={Path(sys.executable).parent}:{ROOT / 'utils'}:$PATH\nexport PYTHONPATH={ROOT}\nexport LC_ALL=C\n"
-    )
-    return recipe
 
 
 def run_stage3(recipe: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -206,7 +171,7 @@ def run_stage3(recipe: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_stage3_writes_one_file_per_epoch_and_reuses_them(tmp_path: Path) -> None:
-    recipe = make_recipe(tmp_path)
+    recipe = template_recipe(tmp_path / "recipe")
     data_spk2utt = recipe / "data" / "train" / "spk2utt"
     make_spk2utt(data_spk2utt, num_speakers=20, seed=2)
 
@@ -240,7 +205,7 @@ def test_stage3_writes_one_file_per_epoch_and_reuses_them(tmp_path: Path) -> Non
 
 
 def test_stage3_reports_bad_input(tmp_path: Path) -> None:
-    recipe = make_recipe(tmp_path)
+    recipe = template_recipe(tmp_path / "recipe")
     spk2utt = recipe / "data" / "train" / "spk2utt"
     spk2utt.parent.mkdir(parents=True)
     spk2utt.write_text("a a1 a2 a3\nb b1 b2 b3\nc\n")
@@ -251,7 +216,7 @@ def test_stage3_reports_bad_input(tmp_path: Path) -> None:
 
 
 def test_stage3_needs_a_spk2utt(tmp_path: Path) -> None:
-    recipe = make_recipe(tmp_path)
+    recipe = template_recipe(tmp_path / "recipe")
     res = run_stage3(recipe)
     assert res.returncode != 0
     assert "no spk2utt" in res.stdout + res.stderr

@@ -27,8 +27,9 @@ import torch
 import yaml
 
 from helpers.paths import ROOT
-from helpers.procs import as_from_a_terminal, process_alive, processes_in, wait_until
-from helpers.train import make_train_setup, train_sh_command
+from helpers.procs import process_alive, processes_in, start_from_a_terminal, wait_until
+from helpers.recipes import template_recipe
+from helpers.train import make_train_sh_setup, train_sh_command
 from spkflow.core.lock import LOCK_NAME
 
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -44,27 +45,13 @@ def env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    # 12 speakers x 4 utterances, 2 x 2 batches: 12 batches per epoch (6 per rank of 2), 4 epochs
-    s = make_train_setup(tmp_path_factory.mktemp("train_sh"), num_spk=12, num_utt=4, N=2, M=2, epochs=4)
-    for f in ("utt2spk", "spk2utt", "wav.scp"):  # stage 2's dump dir is a copy of the data dir
-        shutil.copy(s["data"] / f, s["feats"] / f)
-    s["config_path"] = s["root"] / "train.yaml"
-    s["config_path"].write_text(yaml.safe_dump(s["config"]))
-    return s
+    return make_train_sh_setup(tmp_path_factory.mktemp("train_sh"), epochs=4)
 
 
 def start(setup: dict[str, Any], out: Path, cwd: Path, *opts: str, config: Path | None = None) -> subprocess.Popen:
     cwd.mkdir(parents=True, exist_ok=True)
     cmd = train_sh_command(setup, out, config or setup["config_path"], *opts)
-    return subprocess.Popen(
-        cmd,
-        cwd=cwd,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=as_from_a_terminal,
-    )
+    return start_from_a_terminal(cmd, env(), cwd=cwd)
 
 
 def finish(p: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
@@ -217,12 +204,7 @@ def test_the_lock_holder_is_the_pid_a_user_signals(setup: dict[str, Any], tmp_pa
 def test_stage3_leaves_the_batch_lists_of_a_training_in_progress_alone(setup: dict[str, Any], tmp_path: Path) -> None:
     """spk.sh stage 3 of another run with other batch settings would remove the batch lists a
     training of the same tag is reading: it is refused while that training holds the tag's lock."""
-    recipe = tmp_path / "recipe"
-    recipe.mkdir()
-    for name in ("spk.sh", "path.sh", "cmd.sh"):
-        (recipe / name).symlink_to(ROOT / "egs" / "TEMPLATE" / "spk1" / name)
-    for name in ("utils", "scripts"):
-        (recipe / name).symlink_to(ROOT / name)
+    recipe = template_recipe(tmp_path / "recipe", template_path_sh=True)
     shutil.copytree(setup["feats"], recipe / "dump" / "fbank" / "train", symlinks=True)
     exp = recipe / "exp" / "spk_train"
     args = [
