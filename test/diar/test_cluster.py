@@ -98,3 +98,13 @@ def test_one_window_and_no_window():
         Turn("r", 0.0, 0.8, "spk1")
     ]
     assert diarize_recording([], np.zeros((0, 4)), [], Scoring(), DiarOptions()) == []
+
+
+def test_spectral_then_calibrated_merge_finds_one_speaker():
+    """Spectral clustering gives at least two clusters; the calibrated LLR between their speaker
+    models (cosine ~1 -> LLR 5 > 0) merges them back into the one speaker there is."""
+    x, _ = _speaker_runs(1)
+    cal = Scoring(calibration=LogisticCalibration((10.0,), -5.0))
+    assert set(cluster_recording(x, cal, DiarOptions()).tolist()) == {0}
+    x3, truth = _speaker_runs(3)
+    assert _agree(cluster_recording(x3, cal, DiarOptions()), truth)

@@ -109,7 +109,7 @@ elif [ "${pretrained_toolkit}" != spkflow ]; then
     exit 2
 else
     model=${pretrained:-${spk_model}}; toolkit=spkflow
-    if [ ! -e "${model}" ]; then
+    if [ ! -e "${model}" ] && [ "${stage}" -le 3 ] && [ "${stop_stage}" -ge 3 ]; then
         log "Error: the speaker model ${model} not found: train it first (cd ../spk1 && ./run.sh), or give --spk_model DIR|ZIP"
         exit 1
     fi
@@ -173,7 +173,9 @@ ${baseline} && _systems+=("baseline:--method spectral --backend false --centre f
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: clustering (${cluster_method}; num_speakers=${num_speakers:-estimated}, at most ${max_speakers}) -> ${diar_exp}/<set>.${wtag}/<system>/hyp.rttm"
     _scoring=()
-    if [ "${toolkit}" = spkflow ]; then
+    if [ "${toolkit}" = spkflow ] && [ ! -e "${model}" ]; then  # embeddings made elsewhere (a peer's, local/)
+        log "No model ${model}: clustering ${diar_exp}/embed with plain cosine scores"
+    elif [ "${toolkit}" = spkflow ]; then
         if [ -f "${model_dir}/scoring.yaml" ]; then
             _scoring=(--scoring-dir "${model_dir}")
         else
