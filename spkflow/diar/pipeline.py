@@ -6,8 +6,9 @@ Steps, each switchable in :class:`DiarOptions` (so that a baseline is the same c
 off):
 
 1. the space: the model's scoring space (:meth:`spkflow.score.verification.Scoring.space`: its
-   backend, e.g. WCCN) centred on the recording's *own* windows (``centre``: no labels used; the
-   scoring's training mean otherwise), L2-normalised; with ``backend`` off, plain L2-normalised
+   backend, e.g. WCCN, and its training-mean centring), L2-normalised; with ``centre``, centred on
+   the recording's *own* windows instead (no labels used; off by default: it did not help on the
+   recipe's sets, egs/speechocean762/diar1/RESULTS.md); with ``backend`` off, plain L2-normalised
    embeddings;
 2. clustering (:mod:`spkflow.diar.cluster`): ``spectral`` (speaker count estimated by the
    eigengap between 2 and the bound; then, with a calibrated scoring, clusters whose speaker
@@ -56,7 +57,7 @@ class DiarOptions:
     num_speakers: int | None = None
     max_speakers: int = 8
     backend: bool = True
-    centre: bool = True
+    centre: bool = False
     resegment: bool = True
 
     def __post_init__(self) -> None:

@@ -62,7 +62,7 @@ cluster_method=spectral  # spectral (auto-tuned, count estimated) | ahc (stopped
 num_speakers=         # empty: estimated; a number: that many; oracle: the reference's count per recording
 max_speakers=8        # bound on the estimated speaker count
 backend=true          # cluster in the model's scoring space (its backend, e.g. WCCN)
-centre=true           # centre on each recording's own windows
+centre=false          # centre on each recording's own windows (instead of the scoring's training mean)
 resegment=true        # reassign windows to the nearest speaker, similarities smoothed over neighbours
 baseline=true         # also run the plain baseline: L2-normalised embeddings + spectral clustering, nothing else
 
