@@ -150,9 +150,6 @@ fi
 
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "Stage 3: window embeddings with the ${toolkit} model ${model} -> ${diar_exp}/embed/<set>.${wtag}"
-    if [ "${toolkit}" = spkflow ] && [ -f "${model}" ]; then
-        python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
-    fi
     for dset in ${sets}; do
         _windows=${dumpdir}/${dset}.${wtag}/windows
         if [ ! -f "${_windows}/segments" ]; then
@@ -169,19 +166,24 @@ fi
 # system name -> options of spkflow.bin.diar_cluster
 _systems=("pipeline:--method ${cluster_method} --backend ${backend} --centre ${centre} --resegment ${resegment}")
 ${baseline} && _systems+=("baseline:--method spectral --backend false --centre false --resegment false")
+# the model's scoring (backend, cohort, calibration) when it has one; a pack is verified and
+# unpacked once (kept while it is the same pack)
+if [ "${toolkit}" = spkflow ] && [ -f "${model}" ] && [ "${stop_stage}" -ge 3 ]; then
+    python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
+fi
+_scoring=()
+if [ "${toolkit}" = spkflow ] && [ -e "${model}" ] && [ -f "${model_dir}/scoring.yaml" ]; then
+    _scoring=(--scoring-dir "${model_dir}")
+elif [ "${cluster_method}" = ahc ] && [ -z "${num_speakers}" ]; then
+    # AHC stops at the model's calibrated LLR: without a calibration, the count is estimated spectrally
+    log "No scoring of ours for ${model} (scoring.yaml): plain cosine, spectral clustering instead of ahc (or give --num_speakers)"
+    _systems[0]=${_systems[0]/--method ahc/--method spectral}
+else
+    log "No scoring of ours for ${model} (scoring.yaml): plain cosine scores"
+fi
 
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: clustering (${cluster_method}; num_speakers=${num_speakers:-estimated}, at most ${max_speakers}) -> ${diar_exp}/<set>.${wtag}/<system>/hyp.rttm"
-    _scoring=()
-    if [ "${toolkit}" = spkflow ] && [ ! -e "${model}" ]; then  # embeddings made elsewhere (a peer's, local/)
-        log "No model ${model}: clustering ${diar_exp}/embed with plain cosine scores"
-    elif [ "${toolkit}" = spkflow ]; then
-        if [ -f "${model_dir}/scoring.yaml" ]; then
-            _scoring=(--scoring-dir "${model_dir}")
-        else
-            log "${model_dir} holds no scoring (scoring.yaml): plain cosine; --cluster_method ahc then needs --num_speakers"
-        fi
-    fi
     for dset in ${sets}; do
         _dir=${diar_exp}/${dset}.${wtag}
         _count=()
