@@ -317,7 +317,7 @@ class Embedder:
         speech: str | Sequence[tuple[float, float]] = "energy",
         num_speakers: int | None = None,
         max_speakers: int = 8,
-        method: str = "spectral",
+        method: str | None = None,
         window: float = 1.5,
         shift: float = 0.75,
     ) -> list[Any]:
@@ -325,14 +325,16 @@ class Embedder:
         :class:`spkflow.diar.rttm.Turn` ``(recording, start, end, speaker)``, the recording id being
         the file's stem.  ``speech``: a detector (``energy``, ``silero``) or the speech regions
         ``[(start, end), ...]`` in seconds (oracle speech); windows of ``window`` s every ``shift``
-        s embedded by this model, clustered in its scoring's space centred on the recording
-        (``spectral``, or ``ahc`` stopped at the calibrated LLR), resegmented: the code of the
-        diarization recipe (:func:`spkflow.diar.steps.diarize_wave`)."""
+        s embedded by this model, clustered in its scoring's space (``ahc`` stopped at the calibrated
+        LLR, the default when the model has a calibration; else ``spectral``), resegmented: the code
+        of the diarization recipe (:func:`spkflow.diar.steps.diarize_wave`)."""
         from spkflow.diar.pipeline import DiarOptions
         from spkflow.diar.steps import diarize_wave
 
         spec = os.fspath(path)
         wave, rate = read_audio(spec, utt=spec)
+        if method is None:
+            method = "ahc" if self.scoring.calibration is not None else "spectral"
         opts = DiarOptions(method=method, num_speakers=num_speakers, max_speakers=max_speakers)
         return diarize_wave(
             wave,

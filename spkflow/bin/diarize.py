@@ -33,7 +33,12 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--speech", default="energy", help="energy | silero | an RTTM file | a folder of <stem>.rttm")
     p.add_argument("--num-speakers", type=int_at_least(1), default=None, help="the speaker count (default: estimated)")
     p.add_argument("--max-speakers", type=int_at_least(1), default=8, help="bound on the estimated count")
-    p.add_argument("--method", default="spectral", choices=("spectral", "ahc"), help="clustering")
+    p.add_argument(
+        "--method",
+        default=None,
+        choices=("spectral", "ahc"),
+        help="clustering (default: ahc stopped at the calibrated LLR when the model has a calibration, else spectral)",
+    )
     p.add_argument("--toolkit", default=None, help="spkflow | espnet | speechbrain | wespeaker (default: detected)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     p.add_argument("files", nargs="+", metavar="FILE", help="recordings (anything the project reads)")

@@ -8,11 +8,13 @@
   ``[min_speakers, max_speakers]`` (fixed when ``num_speakers`` is given).  Whether there is
   more than one speaker is decided by the library's BIC test on the affinities (1 vs 2 Gaussian
   components), which skips the two nearest diagonals since neighbouring windows overlap; more
-  than :data:`MAX_SPECTRAL` windows are first reduced by k-means (the library's own route), so
-  an hour of windows costs seconds, not an eigen-decomposition of a 4,800 x 4,800 matrix per tuning
-  step.  (turn-to-diarize's own configuration, graph-cut Laplacian and percentile binarisation,
-  is built for its speaker-turn constraints; without them it found 2 of 4 and 3 of 6 well-separated
-  speakers in ``test/diar/test_cluster.py``'s vectors, this one all.)
+  than :data:`MAX_SPECTRAL` windows are first averaged in groups of consecutive windows (neighbours
+  in time are mostly one speaker; resegmentation then refines the group boundaries), so an hour of
+  windows costs seconds, not an eigen-decomposition of a 4,800 x 4,800 matrix per tuning step (the
+  library's own reduction, k-means to ``max_spectral_size`` points, took 479 s on an hour of
+  windows on the loaded 2-core VM).  (turn-to-diarize's own configuration, graph-cut Laplacian and
+  percentile binarisation, is built for its speaker-turn constraints; without them it found 2 of 4
+  and 3 of 6 well-separated speakers in ``test/diar/test_cluster.py``'s vectors, this one all.)
 * :func:`ahc_labels`: average-linkage agglomerative clustering on the *calibrated* log-likelihood
   ratios of the model's own scoring (:class:`spkflow.score.verification.Scoring`: backend,
   centring, AS-norm, calibration), stopped when the best remaining average LLR falls below the
@@ -35,7 +37,7 @@ import numpy as np
 
 __all__ = ["MAX_SPECTRAL", "ahc_labels", "resegment", "spectral_labels"]
 
-#: windows above which spectral clustering pre-clusters by k-means (the library's max_spectral_size)
+#: windows above which spectral clustering averages groups of consecutive windows first
 MAX_SPECTRAL = 600
 
 
@@ -81,7 +83,6 @@ def _clusterer(min_k: int, max_k: int) -> Any:
         ),
         laplacian_type=None,
         custom_dist="cosine",
-        max_spectral_size=MAX_SPECTRAL,
     )
 
 
@@ -99,9 +100,15 @@ def spectral_labels(
     lo = max(1, min(lo, hi))
     if hi == 1:
         return np.zeros(n, dtype=np.int64)
+    g = -(-n // MAX_SPECTRAL)  # rows per group: consecutive windows averaged when there are too many
+    y = np.asarray(x, dtype=np.float64)
+    if g > 1:
+        pad = (-n) % g
+        y = np.vstack([y, np.repeat(y[-1:], pad, axis=0)]).reshape(-1, g, y.shape[1]).mean(axis=1)
+        y /= np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)
     with np.errstate(all="ignore"):
-        labels = _clusterer(lo, hi).predict(np.ascontiguousarray(x, dtype=np.float64))
-    return np.asarray(labels, dtype=np.int64)
+        labels = _clusterer(lo, min(hi, len(y))).predict(np.ascontiguousarray(y))
+    return np.repeat(np.asarray(labels, dtype=np.int64), g)[:n]
 
 
 def ahc_labels(

@@ -14,11 +14,14 @@ stored as JSON (:func:`save_statistics`), not the RTTMs they came from.
 
 A conversation (:func:`simulate_conversation`): ``K`` speakers drawn from the pool; turn after
 turn the next speaker is the same with the measured probability (else another, uniformly); each
-turn is one utterance of that speaker (drawn without replacement until the speaker's utterances
-run out, then again); it starts after a pause drawn from the same-speaker or the other-speaker
-histogram, or, at a change of speaker with the measured overlap probability, that much *before*
-the previous turn ends (at most half of the previous turn, so that turns do not swallow each
-other).  Each speaker gets a gain drawn in +-``gain_db``; the mix is scaled to a peak of 0.9.
+turn is a piece of one utterance of that speaker (utterances drawn without replacement until the
+speaker's run out, then again): consecutive speech regions of it from a random one on, as long as
+a turn length drawn from the measured histogram (read speech has no turns of its own: a whole
+LibriSpeech utterance would make every turn 6-20 s long); it starts after a pause drawn from the
+same-speaker or the other-speaker histogram, or, at a change of speaker with the measured overlap
+probability, that much *before* the previous turn ends (at most half of the previous turn, so that
+turns do not swallow each other), and never before the same speaker's previous turn ends.  Each
+speaker gets a gain drawn in +-``gain_db``; the mix is scaled to a peak of 0.9.
 The reference turns are the utterance's own speech regions (energy VAD, gaps under 0.5 s filled),
 so that silence inside and around an utterance is not counted as speech.
 
@@ -191,6 +194,23 @@ def load_statistics(path: str | os.PathLike[str]) -> TurnStatistics:
         raise InputError(path, None, f"not a turn-statistics file: {exc}") from None
 
 
+def _turn_piece(w: np.ndarray, sample_rate: int, stats: TurnStatistics, rng: np.random.Generator) -> np.ndarray:
+    """A turn cut from utterance ``w``: consecutive speech regions from a random one on, until
+    they span a length drawn from the turn-length histogram (the whole utterance at most), with
+    50 ms of context either side."""
+    regions = energy_speech(w, sample_rate, min_gap=0.3, min_len=0.1)
+    target = max(0.5, stats.turn_length.sample(rng))
+    if len(regions) <= 1:
+        return w
+    i = int(rng.integers(len(regions)))
+    j = i
+    while j + 1 < len(regions) and regions[j][1] - regions[i][0] < target:
+        j += 1
+    a = max(0, int((regions[i][0] - 0.05) * sample_rate))
+    b = min(len(w), int((regions[j][1] + 0.05) * sample_rate))
+    return w[a:b]
+
+
 @dataclass
 class Conversation:
     """A simulated recording: ``wave`` (float32 at ``sample_rate``), ``turns`` (the reference),
@@ -226,6 +246,7 @@ def simulate_conversation(
     gains = {s: 10 ** (rng.uniform(-gain_db, gain_db) / 20) for s in speakers}
     queues: dict[str, list[str]] = {s: [] for s in speakers}
     placed: list[tuple[int, np.ndarray, str, str]] = []  # (start sample, wave, speaker, utt)
+    spk_end: dict[str, int] = {}
     spk = speakers[int(rng.integers(num_speakers))]
     prev_start = prev_end = 0
     t_end = 0
@@ -234,7 +255,7 @@ def simulate_conversation(
         if not queues[spk]:
             queues[spk] = [pool[spk][i] for i in rng.permutation(len(pool[spk]))]
         utt = queues[spk].pop()
-        w = np.asarray(load(utt), dtype=np.float32) * gains[spk]
+        w = _turn_piece(np.asarray(load(utt), dtype=np.float32), sample_rate, stats, rng) * gains[spk]
         if first:
             start = int(rng.uniform(0.0, 0.5) * sample_rate)
             first = False
@@ -245,6 +266,8 @@ def simulate_conversation(
             start = max(prev_end - ov, prev_start + (prev_end - prev_start) // 2)
         else:
             start = prev_end + int(max(0.0, stats.pause_other.sample(rng)) * sample_rate)
+        start = max(start, spk_end.get(spk, 0))  # a speaker never overlaps themself
+        spk_end[spk] = start + len(w)
         placed.append((start, w, spk, utt))
         prev_start, prev_end = start, start + len(w)
         t_end = max(t_end, prev_end)

@@ -62,7 +62,7 @@ cluster_method=spectral  # spectral (auto-tuned, count estimated) | ahc (stopped
 num_speakers=         # empty: estimated; a number: that many; oracle: the reference's count per recording
 max_speakers=8        # bound on the estimated speaker count
 backend=true          # cluster in the model's scoring space (its backend, e.g. WCCN)
-centre=true           # centre on each recording's own windows
+centre=false          # centre on each recording's own windows (instead of the scoring's training mean)
 resegment=true        # reassign windows to the nearest speaker, similarities smoothed over neighbours
 baseline=true         # also run the plain baseline: L2-normalised embeddings + spectral clustering, nothing else
 
@@ -109,7 +109,7 @@ elif [ "${pretrained_toolkit}" != spkflow ]; then
     exit 2
 else
     model=${pretrained:-${spk_model}}; toolkit=spkflow
-    if [ ! -e "${model}" ]; then
+    if [ ! -e "${model}" ] && [ "${stage}" -le 3 ] && [ "${stop_stage}" -ge 3 ]; then
         log "Error: the speaker model ${model} not found: train it first (cd ../spk1 && ./run.sh), or give --spk_model DIR|ZIP"
         exit 1
     fi
@@ -150,9 +150,6 @@ fi
 
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "Stage 3: window embeddings with the ${toolkit} model ${model} -> ${diar_exp}/embed/<set>.${wtag}"
-    if [ "${toolkit}" = spkflow ] && [ -f "${model}" ]; then
-        python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
-    fi
     for dset in ${sets}; do
         _windows=${dumpdir}/${dset}.${wtag}/windows
         if [ ! -f "${_windows}/segments" ]; then
@@ -169,17 +166,24 @@ fi
 # system name -> options of spkflow.bin.diar_cluster
 _systems=("pipeline:--method ${cluster_method} --backend ${backend} --centre ${centre} --resegment ${resegment}")
 ${baseline} && _systems+=("baseline:--method spectral --backend false --centre false --resegment false")
+# the model's scoring (backend, cohort, calibration) when it has one; a pack is verified and
+# unpacked once (kept while it is the same pack)
+if [ "${toolkit}" = spkflow ] && [ -f "${model}" ] && [ "${stop_stage}" -ge 3 ]; then
+    python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
+fi
+_scoring=()
+if [ "${toolkit}" = spkflow ] && [ -e "${model}" ] && [ -f "${model_dir}/scoring.yaml" ]; then
+    _scoring=(--scoring-dir "${model_dir}")
+elif [ "${cluster_method}" = ahc ] && [ -z "${num_speakers}" ]; then
+    # AHC stops at the model's calibrated LLR: without a calibration, the count is estimated spectrally
+    log "No scoring of ours for ${model} (scoring.yaml): plain cosine, spectral clustering instead of ahc (or give --num_speakers)"
+    _systems[0]=${_systems[0]/--method ahc/--method spectral}
+else
+    log "No scoring of ours for ${model} (scoring.yaml): plain cosine scores"
+fi
 
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: clustering (${cluster_method}; num_speakers=${num_speakers:-estimated}, at most ${max_speakers}) -> ${diar_exp}/<set>.${wtag}/<system>/hyp.rttm"
-    _scoring=()
-    if [ "${toolkit}" = spkflow ]; then
-        if [ -f "${model_dir}/scoring.yaml" ]; then
-            _scoring=(--scoring-dir "${model_dir}")
-        else
-            log "${model_dir} holds no scoring (scoring.yaml): plain cosine; --cluster_method ahc then needs --num_speakers"
-        fi
-    fi
     for dset in ${sets}; do
         _dir=${diar_exp}/${dset}.${wtag}
         _count=()
