@@ -37,8 +37,8 @@ import numpy as np
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError
 from spkflow.data.jobs import file_sha256
-from spkflow.deploy.pack import read_packed
 from spkflow.embed.base import model_files, model_stamp
+from spkflow.embed.packed import read_packed
 
 __all__ = ["FORMAT", "Gallery", "embedder_stamp"]
 
