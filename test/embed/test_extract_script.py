@@ -86,7 +86,7 @@ def test_stage5_nj2_batched_equals_batch1_on_mixed_rates(model_dir, tmp_path, mo
     assert list(xv) == utts  # one per utterance, data-dir (LC_ALL=C) order
     ref = alone_embeddings(model_dir, recipe / "data" / "test")
     diff = max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts)
-    # measured <= 8.3e-7 (1 thread)
+    # measured <= 9.7e-7 (1 and 2 threads)
     within("stage 5 vs alone (L2-normalised)", diff, 1e-4)
     # the jobs really were parallel and batched, with progress in their logs
     logs = sorted((out / "log").glob("extract_test.*.log"))
@@ -157,7 +157,7 @@ def test_resume_after_sigkill_computes_only_the_missing(model_dir, tmp_path):
     xv = kaldiio.load_scp(str(out / "xvector.scp"))
     assert list(xv) == utts
     ref = alone_embeddings(model_dir, data)
-    # measured <= 8.3e-7 (1 thread)
+    # measured <= 9.7e-7 (1 and 2 threads)
     within("stage 5 vs alone (L2-normalised)", max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts), 1e-4)
 
 
@@ -238,7 +238,7 @@ def test_real_heldout_audio_nj2_batched_equals_batch1(model_dir, tmp_path, corpu
     assert list(xv) == utts
     ref = alone_embeddings(model_dir, data)
     diff = max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in utts)
-    # measured <= 8.3e-7 (1 thread)
+    # measured <= 9.7e-7 (1 and 2 threads)
     within("stage 5 vs alone (L2-normalised)", diff, 1e-4)
     sp = kaldiio.load_scp(str(out / "spk_xvector.scp"))
     assert list(sp) == sorted(spk2utt, key=str.encode)
@@ -286,7 +286,7 @@ def test_two_extractions_into_one_dir_at_once(model_dir, other_model_dir, tmp_pa
     xv = kaldiio.load_scp(str(out / "xvector.scp"))
     ref = alone_embeddings(models[winner], data)
     assert list(xv) == list(ref)
-    # measured <= 8.3e-7 (1 thread)
+    # measured <= 9.7e-7 (1 and 2 threads)
     within("stage 5 vs alone (L2-normalised)", max(float(np.abs(l2(xv[u]) - l2(ref[u])).max()) for u in ref), 1e-4)
     assert not (out / ".spkflow.core.lock").exists()
 
