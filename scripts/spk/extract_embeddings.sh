@@ -130,7 +130,7 @@ fi
 # The model: its toolkit and files (a pack: verified, and unpacked once into the cache), and whether the
 # jobs can run it with these options; refused here, naming it, before any job starts.
 model=${model_dir}
-info=$("${python}" -m spkflow.bin.model_info --jobs ${toolkit:+--toolkit "${toolkit}"} --dtype "${dtype}" \
+info=$("${python}" -m spkflow.bin.model_info --jobs true ${toolkit:+--toolkit "${toolkit}"} --dtype "${dtype}" \
     ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
     --fbank-on "${fbank_on}" "${model}") || exit 1
 model_toolkit=; model_ours=  # set by:

@@ -55,10 +55,11 @@ def get_parser() -> argparse.ArgumentParser:
     add_bool_option(
         p, "--skip-bad", default=False, help="decode every file and leave unreadable ones out (listed in bad_files)"
     )
-    p.add_argument(
+    add_bool_option(
+        p,
         "--overwrite",
-        action="store_true",
-        help="replace an existing DATA_DIR that this command did not write, and everything in it",
+        default=False,
+        help="replace an existing DATA_DIR that this command did not write, and all in it",
     )
     p.epilog = (
         "Symbolic links below AUDIO_DIR are followed; a folder reached a second time (a link loop, two links "

@@ -1,6 +1,6 @@
 """What a model path is, for the shell scripts: one ``name=value`` line each, quoted for ``eval``.
 
-    python -m spkflow.bin.model_info [--toolkit T] [--jobs] [--model-file F] [--feats-dir D]
+    python -m spkflow.bin.model_info [--toolkit T] [--jobs true] [--model-file F] [--feats-dir D]
         [--fbank-on W] [--dtype D] MODEL
 
 prints (:func:`spkflow.embed.inspect_model`; a pack is verified and unpacked once into the cache)::
@@ -24,6 +24,7 @@ import argparse
 import shlex
 import sys
 
+from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.errors import InputError
 from spkflow.embed import TOOLKITS, inspect_model
 from spkflow.embed.base import DTYPES
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.model_info", description=__doc__.splitlines()[0])
     p.add_argument("model", help="a model dir, our pack (.zip) or ONNX export, or another toolkit's dir or .onnx")
     p.add_argument("--toolkit", choices=TOOLKITS, default=None, help="the model's toolkit (default: from its files)")
-    p.add_argument("--jobs", action="store_true", help="for stage 5's jobs: refuse our ONNX export")
+    add_bool_option(p, "--jobs", default=False, help="for stage 5's jobs: refuse our ONNX export")
     p.add_argument("--model-file", default=None, help="checked: espnet / wespeaker only")
     p.add_argument("--feats-dir", default=None, help="checked: spkflow only")
     p.add_argument("--fbank-on", default="workers", help="checked: device is for spkflow only")

@@ -17,7 +17,7 @@ import logging
 import sys
 
 from spkflow.bin import setup_logging
-from spkflow.bin.argtypes import boolean
+from spkflow.bin.argtypes import add_bool_option, boolean
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.corpora import CORPORA, collect, spec
 from spkflow.corpora.base import CorpusSpec, summary, write_data_dir
@@ -58,8 +58,8 @@ def _add_corpus_parser(sub: argparse._SubParsersAction, s: CorpusSpec) -> None:
         help="clone the public release when CORPUS_DIR is missing",
     )
     p.add_argument("--download-timeout", type=float, default=30.0, help="seconds allowed to reach the host")
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace an existing OUT_DIR that spkflow did not write, and all in it"
+    add_bool_option(
+        p, "--overwrite", default=False, help="replace an existing OUT_DIR that spkflow did not write, and all in it"
     )
     p.set_defaults(spec=s)
 

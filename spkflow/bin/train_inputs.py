@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.checks import ConfigError
 from spkflow.train.config import load_train_config
 from spkflow.train.data import features_needed
@@ -25,7 +26,7 @@ from spkflow.train.data import features_needed
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.train_inputs", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="training config (YAML)")
-    p.add_argument("--shards", action="store_true", help="say what the training shards hold instead")
+    add_bool_option(p, "--shards", default=False, help="say what the training shards hold instead", bare=True)
     return p
 
 

@@ -109,7 +109,7 @@ def _refuse(out: Path, foreign: list[str]) -> InputError:
         out,
         None,
         f"exists and {why} ({shown}); nothing was changed: choose another DATA_DIR, remove this one, or pass "
-        "--overwrite to replace the folder and everything in it",
+        "--overwrite true to replace the folder and everything in it",
     )
 
 

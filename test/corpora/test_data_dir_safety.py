@@ -79,7 +79,7 @@ def test_a_folder_it_did_not_write_is_refused_and_its_own_is_replaced(tmp_path: 
     p = run([rec, fresh], check=False)
     assert p.returncode == 1 and "holds files spkflow did not write (notes.txt)" in p.stderr
     assert (fresh / "notes.txt").read_text() == "added later\n"
-    run([rec, out, "--overwrite"])  # asked for: replaced
+    run([rec, out, "--overwrite", "true"])  # asked for: replaced
     assert not (out / "notes.txt").exists() and DataDir(out).utt2spk()
     assert tree(rec) == tree(tmp_path / "rec")  # the recordings untouched
     assert not any(p.name == ".backup" for p in tmp_path.rglob("*")) and not siblings(out) and not siblings(fresh)
@@ -93,16 +93,16 @@ def test_recordings_inside_the_data_dir_or_the_reverse_are_refused(tmp_path: Pat
     run([recordings(tmp_path / "elsewhere", {"ann": 2}), p_dir])  # P: a data dir spkflow wrote
     rec = recordings(p_dir / ".backup" / "audio", {"ann": 2, "bob": 2})
     before = tree(p_dir)
-    for extra in ([], ["--overwrite"]):
+    for extra in ([], ["--overwrite", "true"]):
         p = run([rec, p_dir, *extra], check=False)
         assert p.returncode == 1 and "the recordings are inside the data dir" in p.stderr, p.stderr
         assert tree(p_dir) == before
     inner = recordings(tmp_path / "Q" / "audio", {"ann": 2})
-    p = run([inner, tmp_path / "Q", "--overwrite"], check=False)
+    p = run([inner, tmp_path / "Q", "--overwrite", "true"], check=False)
     assert p.returncode == 1 and "the recordings are inside the data dir" in p.stderr
     link = tmp_path / "link_to_Q"
     link.symlink_to(tmp_path / "Q")
-    p = run([link / "audio", tmp_path / "Q", "--overwrite"], check=False)
+    p = run([link / "audio", tmp_path / "Q", "--overwrite", "true"], check=False)
     assert p.returncode == 1 and "the recordings are inside the data dir" in p.stderr
     p = run([inner, link / "audio" / "data"], check=False)  # DATA_DIR inside the recordings, through the link
     assert p.returncode == 1 and "the data dir would be inside the recordings' folder" in p.stderr

@@ -80,7 +80,7 @@ def test_refusals_name_the_path_before_anything_is_built(models, tmp_path, monke
         inspect_model(tmp_path / "nope")
     assert not (tmp_path / "cache").exists()  # nothing was unpacked for a refusal
     env = _env(tmp_path / "cache")
-    p = _run([PY, "-m", "spkflow.bin.model_info", "--jobs", models["onnx"]], env, check=False)
+    p = _run([PY, "-m", "spkflow.bin.model_info", "--jobs", "true", models["onnx"]], env, check=False)
     assert p.returncode == 1 and str(models["onnx"]) in p.stderr and not p.stdout
 
 

@@ -80,7 +80,7 @@ fi
 if [ -n "${spk_model_dir}" ]; then
     # what the model is (spkflow.bin.model_info: its toolkit, where its files are; a pack is verified
     # and unpacked once into the cache); what stage 5 cannot run is refused here
-    _info=$(python -m spkflow.bin.model_info --jobs ${spk_toolkit:+--toolkit "${spk_toolkit}"} "${spk_model_dir}") || exit 1
+    _info=$(python -m spkflow.bin.model_info --jobs true ${spk_toolkit:+--toolkit "${spk_toolkit}"} "${spk_model_dir}") || exit 1
     model_toolkit=; model_name=  # set by:
     eval "${_info}"  # model_toolkit, model_dir, model_name, ...
     [ -z "${tag}" ] && tag=${model_name}

@@ -140,7 +140,7 @@ fi
 if [ -n "${pretrained}" ]; then
     # what the model is (spkflow.bin.model_info: its toolkit, whether it is ours, where its files are; a
     # pack is verified and unpacked once into the cache); what stage 5 cannot run is refused here
-    _info=$(python -m spkflow.bin.model_info --jobs ${pretrained_toolkit:+--toolkit "${pretrained_toolkit}"} "${pretrained}") || exit 1
+    _info=$(python -m spkflow.bin.model_info --jobs true ${pretrained_toolkit:+--toolkit "${pretrained_toolkit}"} "${pretrained}") || exit 1
     model_toolkit=; model_ours=; model_name=  # set by:
     eval "${_info}"  # model_toolkit, model_ours, model_dir, model_name, model_scoring
     [ -z "${tag}" ] && tag=pretrained_${model_name}
