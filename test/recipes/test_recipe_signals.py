@@ -87,4 +87,4 @@ def test_sigterm_to_run_sh_in_stage5_stops_everything_and_the_rerun_resumes(
     emb = SpkflowEmbedder(model_dir)
     prep = emb.preparer(src)
     worst = max(float(np.abs(l2(xv[u]) - l2(emb.embed([prep(u)])[0])).max()) for u, _ in wav)
-    within("resumed stage 5 vs alone (L2-normalised)", worst, 1e-4)  # measured 5.7e-7 (1 thread)
+    within("resumed stage 5 vs alone (L2-normalised)", worst, 1e-4)  # measured <= 7.3e-7 (1 and 2 threads)
