@@ -136,13 +136,8 @@ def epoch_dataset(
     ``wave_aug`` (``frontend.feats_type: raw``; ``fbank_on`` device: the crops themselves, their
     fbank computed in the training process), else crops of stage 2's arks, or, when ``feats`` is
     a :class:`ShardSet` (``train.shards``, :func:`train_features`), the same crops from its shards."""
-    if isinstance(feats, ShardSet) and wave_aug is not None:
-        log.info("epoch %d: audio read from the %d shards of %s, front to back", epoch, len(feats), feats.list_path)
-        return NxMWaveShardDataset(
-            feats,
-            train_data,
-            batches,
-            known_utts=utt2spk,
+    if wave_aug is not None:  # audio crops, from the data dir's files or from audio shards
+        wave = dict(
             fbank=frontend["fbank"],
             seed=seed,
             epoch=epoch,
@@ -155,6 +150,10 @@ def epoch_dataset(
             utt2spk=utt2spk,
             fbank_on=fbank_on,
         )
+        if isinstance(feats, ShardSet):
+            log.info("epoch %d: audio read from the %d shards of %s, front to back", epoch, len(feats), feats.list_path)
+            return NxMWaveShardDataset(feats, train_data, batches, known_utts=utt2spk, **wave)
+        return NxMWaveDataset(train_data, batches, **wave)
     if isinstance(feats, ShardSet):
         dataset = NxMShardDataset(
             feats,
@@ -176,22 +175,6 @@ def epoch_dataset(
             dataset.max_shards,
         )
         return dataset
-    if wave_aug is not None:
-        return NxMWaveDataset(
-            train_data,
-            batches,
-            fbank=frontend["fbank"],
-            seed=seed,
-            epoch=epoch,
-            crop=crop,
-            use_vad=bool(frontend["vad"]),
-            vad_scp=os.path.join(train_feats, "vad.scp"),
-            mean_norm="crop" if frontend["mean_norm"] else "none",
-            augment=wave_aug,
-            num_utt=num_utt,
-            utt2spk=utt2spk,
-            fbank_on=fbank_on,
-        )
     return NxMCropDataset(
         os.path.join(train_feats, "feats.scp"),
         batches,
