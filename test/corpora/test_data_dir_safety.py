@@ -79,6 +79,11 @@ def test_a_folder_it_did_not_write_is_refused_and_its_own_is_replaced(tmp_path: 
     p = run([rec, fresh], check=False)
     assert p.returncode == 1 and "holds files spkflow did not write (notes.txt)" in p.stderr
     assert (fresh / "notes.txt").read_text() == "added later\n"
+    # refused before the recordings are read: a damaged one is not what the error names
+    (Path(rec) / "ann" / "damaged.flac").write_bytes(b"fLaC" + bytes(200))
+    p = run([rec, out], check=False)
+    assert p.returncode == 1 and "was not written by spkflow" in p.stderr and "damaged" not in p.stderr
+    (Path(rec) / "ann" / "damaged.flac").unlink()
     run([rec, out, "--overwrite", "true"])  # asked for: replaced
     assert not (out / "notes.txt").exists() and DataDir(out).utt2spk()
     assert tree(rec) == tree(tmp_path / "rec")  # the recordings untouched
