@@ -26,11 +26,10 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
 from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError, OutputError, UtteranceError
-from spkflow.data.tables import read_keys
 from spkflow.embed import TOOLKITS, open_embedder
 from spkflow.embed.base import DTYPES, default_max_frames
 from spkflow.embed.native import FBANK_ON
-from spkflow.embed.run import data_dir_keys, run_job
+from spkflow.embed.run import job_utterances, run_job
 
 _positive = int_at_least(1)
 _non_negative = int_at_least(0)
@@ -103,15 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.num_threads)
     try:
-        utts, _ = data_dir_keys(args.data_dir)
-        if args.keys is not None:
-            wanted = read_keys(args.keys)
-            unknown = sorted(set(wanted) - set(utts))
-            if unknown:
-                raise InputError(
-                    args.keys, None, f"{len(unknown)} key(s) not in {args.data_dir}/utt2spk, e.g. {unknown[0]!r}"
-                )
-            utts = wanted
+        utts = job_utterances(args.data_dir, args.keys)
         try:
             embedder = open_embedder(
                 args.model_dir,

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError
+from spkflow.train.process import configure_logging, end_process, torch_threads
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -91,29 +91,12 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    # the console (train.log) gets rank 0's INFO and the other ranks' warnings; under DDP
-    # every rank also writes its full log to <out-dir>/log/train.rank<R>.log
-    console = logging.StreamHandler()
-    console.setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    handlers: list[logging.Handler] = [console]
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        os.makedirs(os.path.join(args.out_dir, "log"), exist_ok=True)
-        handlers.append(logging.FileHandler(os.path.join(args.out_dir, "log", f"train.rank{rank}.log")))
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s (%(module)s:%(lineno)d) [rank {rank}] %(levelname)s: %(message)s",
-        handlers=handlers,
-    )
+    configure_logging(args.out_dir)
     if args.num_epochs < 1:
         get_parser().error("--num-epochs must be >= 1")
     import torch
 
-    threads = args.num_threads
-    if threads <= 0:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        threads = max(1, cpus // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    torch.set_num_threads(threads)
+    torch.set_num_threads(torch_threads(args.num_threads))
     from spkflow.train.config import load_train_config
     from spkflow.train.trainer import Trainer, TrainingDiverged, TrainOptions
 
@@ -153,18 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{get_parser().prog}: error: {err}", file=sys.stderr)
         return 1
     finally:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-        if stopped:
-            # Stopped by a signal, the checkpoint written (fsynced): leave now.  The interpreter's
-            # teardown (garbage collection under torch) takes seconds on a busy machine, beyond the
-            # grace time a supervisor (utils/supervise.sh, Slurm) gives before SIGKILL.
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(stopped)
+        end_process(stopped)
     return 0
 
 

@@ -92,7 +92,7 @@ from spkflow.data.jobs import (
     writing,
 )
 from spkflow.data.jobs import committed_entries as _committed
-from spkflow.data.tables import check_sorted_unique, read_kv_lines
+from spkflow.data.tables import check_sorted_unique, read_keys, read_kv_lines
 from spkflow.embed.base import Embedder, plan_batches, split_by_frames
 
 __all__ = [
@@ -151,6 +151,20 @@ def data_dir_keys(data_dir: str | os.PathLike[str]) -> tuple[list[str], dict[str
             f"spk2utt and utt2spk list different utterances: {show_keys(only)} (run utils/fix_data_dir.sh)",
         )
     return list(utt2spk), spk2utt
+
+
+def job_utterances(data_dir: str | os.PathLike[str], keys: str | None = None) -> list[str]:
+    """One job's utterances: the first fields of ``keys`` (a split of ``utt2spk``, in its order), or
+    every utterance of ``data_dir`` when None; a key the data dir does not hold is an InputError
+    naming the keys file."""
+    utts, _ = data_dir_keys(data_dir)
+    if keys is None:
+        return utts
+    wanted = read_keys(keys)
+    unknown = sorted(set(wanted) - set(utts))
+    if unknown:
+        raise InputError(keys, None, f"{len(unknown)} key(s) not in {data_dir}/utt2spk, e.g. {unknown[0]!r}")
+    return wanted
 
 
 # =============================================================================== job outputs

@@ -8,7 +8,8 @@ to the global batch), ``state`` (RNG state, averaging, stop flag, progress, mode
 loss.pth), ``resume`` (a resume's config against the checkpoint's: refused, or a new schedule),
 ``monitor`` (step lines, gradient norms, TensorBoard events), ``validation`` (EER while
 training), ``build`` (the run's setup: device, DDP group, model, optimiser, resume or
-initialisation), ``trainer`` (the loop: epochs, steps, checkpoints).
+initialisation), ``trainer`` (the loop: epochs, steps, checkpoints), ``process`` (a rank's logs, threads
+and exit).
 
 May import: ``core``, ``data``, ``features``, ``augment``, ``nnet``, ``score``, ``embed``.
 """
