@@ -40,8 +40,32 @@ def _pack_cache(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Before hypothesis' own hook scans sys.modules (helpers.compat says why)."""
+    """Before hypothesis' own hook scans sys.modules (helpers.compat says why); then the order and
+    groups that let ``pytest -n N --dist loadgroup`` (tools/test.sh) share the work out.
+
+    A file is one unit of work, so its module fixtures (a trained model, a prepared recipe) are built
+    once, on one worker; the files that start the real Slurm / Grid Engine are one unit together
+    (one cluster per host: two workers would each start their own).  Files holding slow tests come
+    first, the most first, so that no worker is left with a long one at the end while the other idles.
+    """
     settle_speechbrain_redirects()
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    schedulers = {
+        path
+        for path, tests in by_file.items()
+        if any({"slurm_cluster", "sge_cluster"} & set(getattr(t, "fixturenames", ())) for t in tests)
+    }
+    for path, tests in by_file.items():
+        group = "schedulers" if path in schedulers else path
+        for item in tests:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+    def slow_first(path: str) -> tuple[bool, int]:
+        return path not in schedulers, -sum(1 for t in by_file[path] if t.get_closest_marker("slow"))
+
+    items[:] = [item for path in sorted(by_file, key=slow_first) for item in by_file[path]]
 
 
 @pytest.fixture(autouse=True)
