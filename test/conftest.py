@@ -38,34 +38,46 @@ def _pack_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["SPKFLOW_CACHE"] = old
 
 
+SCHEDULERS = "test/schedulers/"  # one unit of work: one real Slurm and one Grid Engine per host
+
+
+def unit_of_work(nodeid: str) -> str:
+    """What one worker runs together under ``pytest -n N``: a test file (its module fixtures, a
+    trained model or a prepared recipe, are built once, on one worker), and every file of
+    test/schedulers as one (the session's Slurm and Grid Engine are started once: two workers would
+    each start their own, and Grid Engine has one cell per host)."""
+    path = nodeid.split("::", 1)[0]
+    return SCHEDULERS if path.startswith(SCHEDULERS) else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``pytest -n N`` (tools/test.sh): units of :func:`unit_of_work`, handed out in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    if config.getvalue("dist") not in ("load", "loadscope", "loadfile"):
+        return None  # --dist each / worksteal / loadgroup: xdist's own
+    config.option.loadscopereorder = False
+    return UnitScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Before hypothesis' own hook scans sys.modules (helpers.compat says why); then the order and
-    groups that let ``pytest -n N --dist loadgroup`` (tools/test.sh) share the work out.
-
-    A file is one unit of work, so its module fixtures (a trained model, a prepared recipe) are built
-    once, on one worker; the files that start the real Slurm / Grid Engine are one unit together
-    (one cluster per host: two workers would each start their own).  Files holding slow tests come
-    first, the most first, so that no worker is left with a long one at the end while the other idles.
-    """
+    """Before hypothesis' own hook scans sys.modules (helpers.compat says why); then the order in
+    which ``pytest -n N`` hands the units of work out: test/schedulers first, then the files holding
+    the most slow tests, so that no worker is left with a long one at the end while the other idles."""
     settle_speechbrain_redirects()
-    by_file: dict[str, list[pytest.Item]] = {}
+    units: dict[str, list[pytest.Item]] = {}
     for item in items:
-        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    schedulers = {
-        path
-        for path, tests in by_file.items()
-        if any({"slurm_cluster", "sge_cluster"} & set(getattr(t, "fixturenames", ())) for t in tests)
-    }
-    for path, tests in by_file.items():
-        group = "schedulers" if path in schedulers else path
-        for item in tests:
-            item.add_marker(pytest.mark.xdist_group(group))
+        units.setdefault(unit_of_work(item.nodeid), []).append(item)
 
-    def slow_first(path: str) -> tuple[bool, int]:
-        return path not in schedulers, -sum(1 for t in by_file[path] if t.get_closest_marker("slow"))
+    def slow_first(unit: str) -> tuple[bool, int]:
+        return unit != SCHEDULERS, -sum(1 for t in units[unit] if t.get_closest_marker("slow"))
 
-    items[:] = [item for path in sorted(by_file, key=slow_first) for item in by_file[path]]
+    items[:] = [item for unit in sorted(units, key=slow_first) for item in units[unit]]
 
 
 @pytest.fixture(autouse=True)

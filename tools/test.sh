@@ -16,6 +16,6 @@ fi
 bash tools/lint.sh
 export PATH=${root}/utils:${PATH}
 export LC_ALL=C
-# one worker per CPU; a file is one unit of work, the files that start the schedulers one unit
-# together (test/conftest.py); `-n 0` in the arguments runs everything in this process
-exec .venv/bin/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder "$@" test
+# one worker per CPU; a file is one unit of work, test/schedulers one unit (test/conftest.py);
+# `-n 0` in the arguments runs everything in this process
+exec .venv/bin/python -m pytest -q -n auto "$@" test
