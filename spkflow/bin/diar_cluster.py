@@ -2,7 +2,7 @@
 
     python -m spkflow.bin.diar_cluster --work-dir DIR --xvector-scp SCP [--scoring-dir MODEL_DIR]
         [--method spectral|ahc] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
-        [--backend true] [--centre true] [--resegment true] --out RTTM
+        [--backend true] [--centre set|none|recording] [--resegment true] --out RTTM
 
 ``DIR`` holds ``speech/`` and ``windows/`` of ``spkflow.bin.diar_windows``; ``SCP`` the windows'
 embeddings (stage 5); ``MODEL_DIR`` the model's ``scoring.yaml`` (none: plain cosine, and
@@ -19,7 +19,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, int_at_least
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
-from spkflow.diar.pipeline import METHODS, DiarOptions
+from spkflow.diar.pipeline import CENTRES, METHODS, DiarOptions
 from spkflow.diar.steps import cluster_set
 from spkflow.score.verification import Scoring, has_scoring
 
@@ -34,7 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reco2num-spk", default=None, help="'recording count' per line (oracle speaker counts)")
     p.add_argument("--max-speakers", type=int_at_least(1), default=8)
     add_bool_option(p, "--backend", default=True, help="cluster in the scoring's space (its backend)")
-    add_bool_option(p, "--centre", default=True, help="centre on the recording's own windows")
+    p.add_argument(
+        "--centre",
+        default="set",
+        choices=CENTRES,
+        help="centre on every window of the set, on none (the scoring's training mean) or on the recording's own",
+    )
     add_bool_option(p, "--resegment", default=True, help="reassign windows to the nearest speaker, smoothed")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)

@@ -6,10 +6,12 @@ Steps, each switchable in :class:`DiarOptions` (so that a baseline is the same c
 off):
 
 1. the space: the model's scoring space (:meth:`spkflow.score.verification.Scoring.space`: its
-   backend, e.g. WCCN, and its training-mean centring), L2-normalised; with ``centre``, centred on
-   the recording's *own* windows instead (no labels used; off by default: it did not help on the
-   recipe's sets, egs/speechocean762/diar1/RESULTS.md); with ``backend`` off, plain L2-normalised
-   embeddings;
+   backend, e.g. WCCN, and a centring), L2-normalised.  ``centre``: ``none``, the scoring's
+   training mean; ``set``, the mean of every window of the recordings diarized together (no labels
+   used: what verification does for a batch of recordings, and what lets a calibration fitted on
+   other recordings carry over: the recipe's default, egs/speechocean762/diar1/RESULTS.md);
+   ``recording``, the recording's *own* windows (which, in a one-speaker recording, is that
+   speaker).  With ``backend`` off, plain L2-normalised embeddings;
 2. clustering (:mod:`spkflow.diar.cluster`): ``spectral`` (speaker count estimated by the
    eigengap between 2 and the bound; then, with a calibrated scoring, clusters whose speaker
    models are the same speaker by the calibrated LLR are merged, down to one speaker:
@@ -38,8 +40,10 @@ from spkflow.score.backend import l2_rows
 from spkflow.score.verification import Scoring
 
 __all__ = [
+    "CENTRES",
     "METHODS",
     "DiarOptions",
+    "centring",
     "cluster_recording",
     "diarize_recording",
     "embedding_space",
@@ -47,6 +51,7 @@ __all__ = [
 ]
 
 METHODS = ("spectral", "ahc")
+CENTRES = ("none", "set", "recording")
 
 
 @dataclass(frozen=True)
@@ -57,12 +62,14 @@ class DiarOptions:
     num_speakers: int | None = None
     max_speakers: int = 8
     backend: bool = True
-    centre: bool = False
+    centre: str = "none"
     resegment: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"clustering method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.centre not in CENTRES:
+            raise ValueError(f"centre must be one of {', '.join(CENTRES)}, got {self.centre!r}")
         if self.num_speakers is not None and self.num_speakers < 1:
             raise ValueError(f"num_speakers must be >= 1, got {self.num_speakers}")
         if self.max_speakers < 1:
@@ -71,7 +78,11 @@ class DiarOptions:
     def describe(self) -> str:
         parts = [
             "the model's scoring space" if self.backend else "plain L2-normalised embeddings",
-            "centred on the recording's windows" if self.centre else "not centred on the recording",
+            {
+                "none": "centred on the training mean",
+                "set": "centred on the set's windows",
+                "recording": "centred on the recording's windows",
+            }[self.centre],
             {"spectral": "spectral clustering (auto-tuned)", "ahc": "AHC stopped at the calibrated LLR threshold"}[
                 self.method
             ],
@@ -82,10 +93,23 @@ class DiarOptions:
         return ", ".join(parts) + f", {k}"
 
 
-def embedding_space(x: np.ndarray, scoring: Scoring, opts: DiarOptions) -> np.ndarray:
-    """Step 1: rows of ``x`` ``[N, D]`` (raw embeddings) in the clustering space."""
+def centring(x: np.ndarray, opts: DiarOptions, domain: np.ndarray | None) -> np.ndarray | None:
+    """The raw embeddings to centre on (None: the scoring's training mean): the recording's own
+    windows ``x`` (at least 2), or ``domain``, the windows of the set, for ``centre="set"``."""
+    if opts.centre == "recording":
+        return x if len(x) >= 2 else None
+    if opts.centre == "set":
+        if domain is None:
+            raise ValueError("centre='set' needs the set's windows (domain)")
+        return np.asarray(domain, dtype=np.float64)
+    return None
+
+
+def embedding_space(x: np.ndarray, scoring: Scoring, opts: DiarOptions, domain: np.ndarray | None = None) -> np.ndarray:
+    """Step 1: rows of ``x`` ``[N, D]`` (raw embeddings) in the clustering space; ``domain``: the
+    raw embeddings of the set's windows (``centre="set"``)."""
     x = np.asarray(x, dtype=np.float64)
-    domain = x if opts.centre and len(x) >= 2 else None
+    domain = centring(x, opts, domain)
     if opts.backend:
         return scoring.space(x, domain)
     if domain is not None:
@@ -93,25 +117,26 @@ def embedding_space(x: np.ndarray, scoring: Scoring, opts: DiarOptions) -> np.nd
     return l2_rows(x)
 
 
-def cluster_recording(x: np.ndarray, scoring: Scoring, opts: DiarOptions) -> np.ndarray:
+def cluster_recording(
+    x: np.ndarray, scoring: Scoring, opts: DiarOptions, domain: np.ndarray | None = None
+) -> np.ndarray:
     """Steps 1-3: labels ``[N]`` of the windows whose raw embeddings are the rows of ``x``
-    (in time order)."""
+    (in time order); ``domain``: the set's windows (``centre="set"``)."""
     x = np.asarray(x, dtype=np.float64)
     if len(x) == 0:
         return np.zeros(0, dtype=np.int64)
     if not np.all(np.isfinite(x)):
         raise ValueError("window embeddings contain NaN or infinite values")
-    y = embedding_space(x, scoring, opts)
+    y = embedding_space(x, scoring, opts, domain)
     if opts.method == "spectral" and not opts.backend:
         labels = spectral_labels(y, num_speakers=opts.num_speakers, max_speakers=opts.max_speakers)
     elif opts.method == "spectral":
         labels = spectral_labels(y, num_speakers=opts.num_speakers, min_speakers=2, max_speakers=opts.max_speakers)
         if not opts.num_speakers and scoring.calibration is not None:
-            labels = merge_same_speakers(x, labels, scoring)
+            labels = merge_same_speakers(x, labels, scoring, domain if opts.centre == "set" else None)
     else:
         space = scoring if opts.backend else Scoring(calibration=scoring.calibration, decision=scoring.decision)
-        domain = x if opts.centre and len(x) >= 2 else None
-        norm = space.score_models(x, y, domain)
+        norm = space.score_models(x, y, centring(x, opts, domain))
         llr = space.llr(norm)
         if llr is None and not opts.num_speakers:
             raise ValueError(
@@ -131,18 +156,21 @@ def cluster_recording(x: np.ndarray, scoring: Scoring, opts: DiarOptions) -> np.
     return labels
 
 
-def merge_same_speakers(x: np.ndarray, labels: np.ndarray, scoring: Scoring) -> np.ndarray:
+def merge_same_speakers(
+    x: np.ndarray, labels: np.ndarray, scoring: Scoring, domain: np.ndarray | None = None
+) -> np.ndarray:
     """Clusters merged, most alike first, while the calibrated LLR between their speaker models
     (the mean of their windows, scored as the model's scoring scores two recordings: its backend,
-    training-mean centring and AS-norm, *not* centred on this recording, whose own mean would be
-    the one speaker of a one-speaker recording) is above the scoring's threshold."""
+    training-mean centring, or the set's windows ``domain``, and AS-norm, *not* centred on this
+    recording, whose own mean would be the one speaker of a one-speaker recording) is above the
+    scoring's threshold."""
     lab = np.asarray(labels, dtype=np.int64).copy()
     while True:
         ks = np.unique(lab)
         if len(ks) < 2:
             return lab
-        models = scoring.enrol([x[lab == k] for k in ks])
-        llr = scoring.llr(scoring.score_models(models, models))
+        models = scoring.enrol([x[lab == k] for k in ks], domain)
+        llr = scoring.llr(scoring.score_models(models, models, domain))
         np.fill_diagonal(llr, -np.inf)
         i, j = np.unravel_index(int(np.argmax(llr)), llr.shape)
         if llr[i, j] <= scoring.decision.threshold:
@@ -156,14 +184,15 @@ def diarize_recording(
     regions: Sequence[tuple[float, float]],
     scoring: Scoring,
     opts: DiarOptions,
+    domain: np.ndarray | None = None,
 ) -> list[Turn]:
     """Turns of one recording from its windows (time order), their raw embeddings (rows of
-    ``x``) and its speech regions."""
+    ``x``) and its speech regions; ``domain``: the set's windows (``centre="set"``)."""
     if len(windows) != len(x):
         raise ValueError(f"{len(windows)} windows but {len(x)} embeddings")
     if not windows:
         return []
     order = sorted(range(len(windows)), key=lambda i: (windows[i].start, windows[i].end))
     ws = [windows[i] for i in order]
-    labels = cluster_recording(np.asarray(x)[order], scoring, opts)
+    labels = cluster_recording(np.asarray(x)[order], scoring, opts, domain)
     return windows_to_turns(ws, labels.tolist(), regions)

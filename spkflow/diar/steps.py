@@ -134,7 +134,8 @@ def cluster_set(
 ) -> dict[str, int]:
     """Cluster each recording of ``work_dir`` (``speech/`` and ``windows/`` of :func:`make_windows`)
     from the windows' embeddings in ``xvector_scp``; write all turns to ``out_rttm``.
-    ``num_speakers``: a per-recording count (``reco2num_spk``) overriding ``opts.num_speakers``."""
+    ``num_speakers``: a per-recording count (``reco2num_spk``) overriding ``opts.num_speakers``;
+    ``opts.centre == "set"`` centres every recording on the windows of all of them."""
     recs, regions = read_speech_dir(Path(work_dir) / "speech")
     wdir = Path(work_dir) / "windows"
     by_rec = read_window_dir(wdir) if (wdir / "segments").is_file() else {}
@@ -146,6 +147,9 @@ def cluster_set(
         emb = read_embeddings(xvector_scp, keys)
     turns: list[Turn] = []
     counts = {"recordings": len(recs), "speakers": 0}
+    domain = None
+    if opts.centre == "set" and emb:  # every window of the set: recordings like each one, no labels
+        domain = np.stack([np.asarray(v, dtype=np.float64).reshape(-1) for v in emb.values()])
     for rec in recs:
         ws = by_rec.get(rec, [])
         if not ws:
@@ -160,7 +164,7 @@ def cluster_set(
             if not ws:
                 continue
         x = np.stack([np.asarray(emb[w.id], dtype=np.float64).reshape(-1) for w in ws])
-        t = diarize_recording(ws, x, regions[rec], scoring, o)
+        t = diarize_recording(ws, x, regions[rec], scoring, o, domain)
         counts["speakers"] += len({u.speaker for u in t})
         turns += t
     write_rttm(out_rttm, turns)

@@ -48,12 +48,37 @@ def test_ahc_stops_at_the_llr_threshold():
     """Cosine 0.5 -> LLR 0: within-speaker windows (cosine ~0.9) merge, others (~0) do not."""
     x, truth = _speaker_runs(3)
     cal = Scoring(calibration=LogisticCalibration((10.0,), -5.0))
-    labels = cluster_recording(x, cal, DiarOptions(method="ahc", centre=False, resegment=False))
+    labels = cluster_recording(x, cal, DiarOptions(method="ahc", centre="none", resegment=False))
     assert _agree(labels, truth)
     # a threshold above every score: nothing merges; the count given: exactly that many
     llr = -3.0 - np.random.default_rng(0).random((4, 4))
     assert sorted(ahc_labels(llr, 0.0).tolist()) == [0, 1, 2, 3]
     assert len(set(ahc_labels(llr, 0.0, num_speakers=2).tolist())) == 2
+
+
+def test_centring_on_the_set_carries_the_threshold_over_a_shifted_domain():
+    """Recordings from a domain the calibration never saw: every window shares a large offset, so
+    on the training mean (none) all windows look alike and AHC at LLR 0 merges the two speakers; on
+    the windows of the set (other recordings of that domain, other speakers) the offset is gone and
+    the two are found; on the recording's own windows too here (two speakers), and ``set`` with the
+    recording as its set is exactly ``recording``."""
+    rng = np.random.default_rng(3)
+    x, truth = _speaker_runs(2, seed=1)
+    offset = 4.0 * np.linalg.norm(x, axis=1).mean() * rng.standard_normal(x.shape[1]) / np.sqrt(x.shape[1])
+    others, _ = _speaker_runs(4, seed=2)  # the set's other recordings: four other speakers
+    shifted, domain = x + offset, np.vstack([x, others]) + offset
+    cal = Scoring(calibration=LogisticCalibration((10.0,), -5.0))
+
+    def labels(centre: str, dom=None):
+        return cluster_recording(shifted, cal, DiarOptions(method="ahc", centre=centre, resegment=False), dom)
+
+    assert len(set(labels("none").tolist())) == 1
+    assert _agree(labels("set", domain), truth)
+    assert labels("set", shifted).tolist() == labels("recording").tolist()
+    with pytest.raises(ValueError, match="set's windows"):
+        labels("set")
+    with pytest.raises(ValueError, match="centre must be one of"):
+        DiarOptions(centre="true")
 
 
 def test_ahc_without_calibration_needs_the_count():

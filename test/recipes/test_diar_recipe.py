@@ -63,7 +63,10 @@ def test_diar_recipe_end_to_end(tmp_path, corpus):
         recs = {ln.split()[1] for ln in hyp}
         assert recs == {ln.split()[0] for ln in (recipe / "data" / "sim" / "wav.scp").read_text().splitlines()}
         total = json.loads((d / "scores.json").read_text())["total"]
-        assert total["recordings"] == 2 and 0 <= total["der_forgiving"] <= total["der_fair"] <= total["der_full"]
+        # no order between the conditions: skipping overlap (or the collars) takes away time that is
+        # less often wrong than the rest, or more; the full DER is its three parts
+        assert total["recordings"] == 2 and min(total["der_forgiving"], total["der_fair"]) >= 0
+        assert total["der_full"] == pytest.approx(total["miss"] + total["fa"] + total["conf"], abs=1e-6)
         assert total["miss"] >= 0 and total["fa"] == pytest.approx(0.0, abs=1e-6)  # oracle speech: no false alarm
         assert list(d.glob("plot_*.png"))
     # the windows were embedded by stage 5 of spk1: one vector per window of the segments file

@@ -62,7 +62,8 @@ cluster_method=spectral  # spectral (auto-tuned, count estimated) | ahc (stopped
 num_speakers=         # empty: estimated; a number: that many; oracle: the reference's count per recording
 max_speakers=8        # bound on the estimated speaker count
 backend=true          # cluster in the model's scoring space (its backend, e.g. WCCN)
-centre=false          # centre on each recording's own windows (instead of the scoring's training mean)
+centre="set"          # centre on: set (every window of the set's recordings, no labels), none (the scoring's
+                      # training mean) or recording (its own windows; in a one-speaker recording, that speaker)
 resegment=true        # reassign windows to the nearest speaker, similarities smoothed over neighbours
 baseline=true         # also run the plain baseline: L2-normalised embeddings + spectral clustering, nothing else
 
@@ -165,7 +166,7 @@ fi
 
 # system name -> options of spkflow.bin.diar_cluster
 _systems=("pipeline:--method ${cluster_method} --backend ${backend} --centre ${centre} --resegment ${resegment}")
-${baseline} && _systems+=("baseline:--method spectral --backend false --centre false --resegment false")
+${baseline} && _systems+=("baseline:--method spectral --backend false --centre none --resegment false")
 # the model's scoring (backend, cohort, calibration) when it has one; a pack is verified and
 # unpacked once (kept while it is the same pack)
 if [ "${toolkit}" = spkflow ] && [ -f "${model}" ] && [ "${stop_stage}" -ge 3 ]; then
