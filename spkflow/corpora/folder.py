@@ -366,4 +366,23 @@ def _utterances(rows: list[tuple[str, str, str, float, Path]]) -> list[Utterance
             raise InputError(path, None, f"utterance id {utt!r} also made for {seen[utt]}: rename one of them")
         seen[utt] = path
         out.append(Utterance(utt, spk, wav))
+    _check_speaker_order(out, seen)
     return out
+
+
+def _check_speaker_order(utts: list[Utterance], paths: dict[str, Path]) -> None:
+    """Kaldi wants utt2spk sorted by speaker as well as by utterance.  Speaker ``A`` beside ``A-1``
+    breaks it (``A-1-x`` sorts before ``A-u1``): refused before anything is written, naming both
+    speakers and a rename that works (characters up to ``-`` made ``_``, which sorts after it)."""
+    last: Utterance | None = None
+    for u in sorted(utts, key=lambda u: u.utt.encode()):
+        if last is not None and u.spk.encode() < last.spk.encode():
+            fixed = "".join("_" if c <= "-" else c for c in last.spk)
+            raise InputError(
+                paths[u.utt].parent,
+                None,
+                f"speaker {last.spk!r} sorts after speaker {u.spk!r} but its utterance ids ('<speaker>-<file>') "
+                f"sort before theirs, and a Kaldi data dir needs both orders to agree: rename the folder "
+                f"{last.spk!r} (e.g. to {fixed!r}) or give --speaker-regex",
+            )
+        last = u

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from helpers.audio import synth_voice
@@ -126,18 +127,38 @@ def test_symbolic_link_loops_end_and_each_folder_is_read_once(tmp_path: Path) ->
     assert "a folder reached a second time (a link loop" in run(["--help"]).stdout.replace("\n", " ")
 
 
-def test_a_new_data_dir_that_fails_its_checks_keeps_the_previous_one(tmp_path: Path) -> None:
-    """Speakers ``A`` and ``A-1``: utt2spk cannot be sorted for both; the valid dir stays."""
+def test_speakers_whose_ids_cannot_sort_are_named_and_the_previous_dir_stays(tmp_path: Path) -> None:
+    """Speakers ``A`` and ``A-1``: utt2spk cannot be sorted for both (``A-1-x`` before ``A-z``):
+    refused before anything is written, both named with a rename that works; the valid dir stays."""
     out = tmp_path / "data"
     run([recordings(tmp_path / "good", {"A": 2, "B": 2}), out])
     before = tree(out)
     bad = tmp_path / "bad"
     recordings(bad, {"A-1": 1})
     (bad / "A").mkdir()
-    sf.write(bad / "A" / "1-x.wav", voice(9), 16000)
     sf.write(bad / "A" / "z.wav", voice(10), 16000)
     p = run([bad, out], check=False)
-    assert p.returncode == 1 and "data/utt2spk:" in p.stderr and "nothing was changed" in p.stderr, p.stderr
+    assert p.returncode == 1 and "speaker 'A-1' sorts after speaker 'A'" in p.stderr, p.stderr
+    assert "rename the folder 'A-1' (e.g. to 'A_1')" in p.stderr
+    assert tree(out) == before and not siblings(out)
+    (bad / "A-1").rename(bad / "A_1")  # the rename it gives works
+    run([bad, out, "--overwrite", "true"])
+    assert sorted(set(DataDir(out).utt2spk().values())) == ["A", "A_1"]
+
+
+def test_a_data_dir_failing_its_checks_after_writing_keeps_the_previous_one(tmp_path: Path) -> None:
+    """The last net: whatever the block writing into the temporary folder raises (the checks of
+    what it wrote), the previous data dir stays as it was and no temporary folder is left."""
+    from spkflow.core.errors import InputError
+    from spkflow.corpora.destination import data_dir_destination
+
+    out = tmp_path / "data"
+    run([recordings(tmp_path / "good", {"A": 2, "B": 2}), out])
+    before = tree(out)
+    with pytest.raises(InputError, match="utt2spk:2"):
+        with data_dir_destination(out) as tmp:
+            (tmp / "utt2spk").write_text("b-1 b\na-1 a\n")
+            raise InputError(tmp / "utt2spk", 2, "not sorted")
     assert tree(out) == before and not siblings(out)
 
 
