@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.domain_mean == "auto" and s["recordings"] < MIN_DOMAIN and s["calibrated"] and emb.scoring.centres:
         logging.warning(
             "%d recordings are too few to centre on: the decisions hold for recordings like the %s's (on corpora "
-            "unlike it, measured: up to 2.3 x a batch's half total error); for yours give --domain-mean with >= %d "
+            "unlike it, measured: up to 2.6 x a batch's half total error); for yours give --domain-mean with >= %d "
             "recordings like them (a data dir, an embedding scp, or a gallery saved by identify --save)",
             s["recordings"],
             "calibration set" if "calibration" in s["centred_on"] else "training set",
