@@ -320,6 +320,7 @@ class Embedder:
         method: str | None = None,
         window: float = 1.5,
         shift: float = 0.75,
+        domain: Any = None,
     ) -> list[Any]:
         """Who spoke when in one recording (any ``wav.scp`` entry): a list of
         :class:`spkflow.diar.rttm.Turn` ``(recording, start, end, speaker)``, the recording id being
@@ -327,7 +328,11 @@ class Embedder:
         ``[(start, end), ...]`` in seconds (oracle speech); windows of ``window`` s every ``shift``
         s embedded by this model, clustered in its scoring's space (``ahc`` stopped at the calibrated
         LLR, the default when the model has a calibration; else ``spectral``), resegmented: the code
-        of the diarization recipe (:func:`spkflow.diar.steps.diarize_wave`)."""
+        of the diarization recipe (:func:`spkflow.diar.steps.diarize_wave`).  ``domain``: recordings
+        like this one to centre on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a
+        gallery saved by ``identify --save``), as the recipe centres on the windows of its set; None:
+        the training mean, which merges speakers of corpora unlike the training data's (measured in
+        egs/speechocean762/diar1/RESULTS.md)."""
         from spkflow.diar.pipeline import DiarOptions
         from spkflow.diar.steps import diarize_wave
 
@@ -335,7 +340,12 @@ class Embedder:
         wave, rate = read_audio(spec, utt=spec)
         if method is None:
             method = "ahc" if self.scoring.calibration is not None else "spectral"
-        opts = DiarOptions(method=method, num_speakers=num_speakers, max_speakers=max_speakers)
+        if isinstance(domain, (str, os.PathLike)):
+            from spkflow.deploy.verify import domain_embeddings
+
+            domain = domain_embeddings(self, os.fspath(domain), progress=False)
+        centre = "none" if domain is None else "set"
+        opts = DiarOptions(method=method, num_speakers=num_speakers, max_speakers=max_speakers, centre=centre)
         return diarize_wave(
             wave,
             rate,
@@ -346,6 +356,7 @@ class Embedder:
             speech=speech if isinstance(speech, str) else list(speech),
             window=window,
             shift=shift,
+            domain=None if domain is None else np.atleast_2d(np.asarray(domain, dtype=np.float64)),
         )
 
 

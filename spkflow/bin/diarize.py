@@ -1,7 +1,7 @@
 """Who spoke when: one RTTM per recording, with a speaker embedder and its scoring.
 
     python -m spkflow.bin.diarize --model MODEL --out OUT_DIR [--speech energy|silero|RTTM|DIR]
-        [--num-speakers K] [--max-speakers 8] [--method spectral|ahc] FILE...
+        [--num-speakers K] [--max-speakers 8] [--method spectral|ahc] [--domain-mean PATH] FILE...
 
 MODEL: anything :meth:`spkflow.Embedder.from_pretrained` loads (a model dir, a pack, another
 toolkit's model).  Writes ``OUT_DIR/<stem>.rttm`` per FILE (the recording id is the file's stem;
@@ -39,6 +39,13 @@ def get_parser() -> argparse.ArgumentParser:
         choices=("spectral", "ahc"),
         help="clustering (default: ahc stopped at the calibrated LLR when the model has a calibration, else spectral)",
     )
+    p.add_argument(
+        "--domain-mean",
+        default=None,
+        metavar="PATH",
+        help="recordings like these to centre on: a data dir, an embedding scp or a gallery (identify --save) "
+        "(default: the training mean, which merges speakers of corpora unlike the training data's)",
+    )
     p.add_argument("--toolkit", default=None, help="spkflow | espnet | speechbrain | wespeaker (default: detected)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     p.add_argument("files", nargs="+", metavar="FILE", help="recordings (anything the project reads)")
@@ -58,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             num_speakers=args.num_speakers,
             max_speakers=args.max_speakers,
             method=args.method,
+            domain=args.domain_mean,
         )
     except (InputError, UtteranceError, ValueError, OSError, RuntimeError) as err:
         logging.error("%s", err)

@@ -218,9 +218,11 @@ def diarize_wave(
     window: float = 1.5,
     shift: float = 0.75,
     min_window: float = 0.5,
+    domain: np.ndarray | None = None,
 ) -> list[Turn]:
     """Turns of one waveform: speech regions (a detector of :mod:`spkflow.diar.speech`, or given
-    regions), windows, ``embed(crops, sample_rate) -> [N, D]``, then the pipeline."""
+    regions), windows, ``embed(crops, sample_rate) -> [N, D]``, then the pipeline (``domain``: raw
+    embeddings to centre on, with ``opts.centre == "set"``)."""
     duration = len(wave) / sample_rate
     if isinstance(speech, str):
         regions = detect_speech(speech, wave, sample_rate, duration=duration)
@@ -231,7 +233,7 @@ def diarize_wave(
         return []
     crops = [wave[int(round(w.start * sample_rate)) : int(round(w.end * sample_rate))] for w in ws]
     x = np.asarray(embed(crops, sample_rate), dtype=np.float64)
-    return diarize_recording(ws, x, regions, scoring, opts)
+    return diarize_recording(ws, x, regions, scoring, opts, domain)
 
 
 def write_reco2num_spk(path: str | os.PathLike[str], rs: RecordingSet) -> None:

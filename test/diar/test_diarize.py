@@ -112,3 +112,45 @@ def test_simulator_needs_enough_speakers(tmp_path):
     with pytest.raises(ValueError, match="3 speakers asked, the pool has 2"):
         simulate_conversation("r", {"a": ["x"], "b": ["y"]}, lambda u: None, STATS, num_speakers=3, duration=5, seed=0)
     _ = json  # the statistics files are JSON (load_statistics)
+
+
+def test_a_domain_to_centre_on(model, convs, tmp_path, caplog):
+    """Single-file diarization centres on recordings like the scored ones when given (raw
+    embeddings, or a data dir / embedding scp / gallery, as verify's --domain-mean): a path with
+    fewer than 10 recordings is refused naming it; an scp of enough is taken, and centring on the
+    windows' own embeddings gives what the recipe's ``--centre recording`` gives."""
+    import kaldiio
+    import numpy as np
+
+    from spkflow.data.audio import read_audio
+    from spkflow.diar.pipeline import DiarOptions, diarize_recording
+    from spkflow.diar.windows import plan_windows
+
+    emb = Embedder.from_pretrained(model)
+    rs = load_recordings(convs, need_rttm=True)
+    path = rs.wav["conv1"]
+    speech = [(t.start, t.end) for t in rs.turns["conv1"]]
+    few = tmp_path / "few.scp"
+    rng = np.random.default_rng(0)
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'few.ark'},{few}") as w:
+        for i in range(3):
+            w(f"u{i}", rng.standard_normal(emb.dim).astype(np.float32))
+    with pytest.raises(Exception, match="few.scp: 3 recordings: the domain mean needs at least 10"):
+        emb.diarize(path, speech=speech, domain=few)
+    wave, rate = read_audio(path, utt="conv1")
+    regions = sorted(speech)
+    ws = plan_windows("conv1", regions, 1.5, 0.75, 0.5)
+    x = emb.embed_batch([wave[round(w.start * rate) : round(w.end * rate)] for w in ws], rate)
+    own = emb.diarize(path, speech=regions, method="ahc", domain=x)
+    ref = diarize_recording(ws, x, regions, emb.scoring, DiarOptions(method="ahc", centre="recording"))
+    assert [(t.start, t.end, t.speaker) for t in own] == [(t.start, t.end, t.speaker) for t in ref]
+    scp = tmp_path / "dom.scp"
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'dom.ark'},{scp}") as w:
+        for i, v in enumerate(x):
+            w(f"w{i:03d}", v)
+    out = tmp_path / "out"
+    args = ["--model", str(model), "--out", str(out), "--speech", str(convs / "rttm"), "--domain-mean", str(scp)]
+    assert diarize_cmd.main([*args, "--method", "ahc", path]) == 0
+    assert [(round(t.start, 3), round(t.end, 3), t.speaker) for t in read_rttm(out / "conv1.rttm").turns] == [
+        (round(t.start, 3), round(t.end, 3), t.speaker) for t in ref
+    ]
