@@ -17,5 +17,5 @@ bash tools/lint.sh
 export PATH=${root}/utils:${PATH}
 export LC_ALL=C
 # one worker per CPU; a file is one unit of work, test/schedulers one unit (test/conftest.py);
-# `-n 0` in the arguments runs everything in this process
-exec .venv/bin/python -m pytest -q -n auto "$@" test
+# `-n 0` in the arguments runs everything in this process; the 10 slowest tests are listed at the end
+exec .venv/bin/python -m pytest -q -n auto --durations=10 "$@" test
