@@ -34,6 +34,18 @@ def mirror_recipe(tmp: Path, recipe_rel: Path = RECIPE) -> Path:
     return recipe
 
 
+def linked_recipe(tmp: Path, name: str) -> Path:
+    """``tmp/egs/speechocean762/<name>``: links to the entries of that recipe of the project (its
+    outputs, README.md and RESULTS.md left out), so that its data/, dump/ and exp/ land under tmp."""
+    real = ROOT / "egs" / "speechocean762" / name
+    recipe = tmp / "egs" / "speechocean762" / name
+    recipe.mkdir(parents=True)
+    for entry in real.iterdir():
+        if entry.name not in ("data", "dump", "exp", "README.md", "RESULTS.md"):
+            (recipe / entry.name).symlink_to(entry.resolve() if entry.is_symlink() else entry)
+    return recipe
+
+
 def template_recipe(recipe: Path, template_path_sh: bool = False) -> Path:
     """A recipe dir of egs/TEMPLATE/spk1's scripts (spk.sh, cmd.sh, db.sh), the project's utils/
     and scripts/, and a path.sh pointing at this checkout, one thread per process (with

@@ -78,6 +78,29 @@ def make_train_setup(
     }
 
 
+def train_options(setup: dict[str, Any], out: Path, *, valid: bool = True, **kw: Any):
+    """``TrainOptions`` of a :func:`make_train_setup` run into ``out`` on the CPU without a progress
+    bar (validation on the training data unless ``valid`` is false); ``kw`` overrides."""
+    from spkflow.train.trainer import TrainOptions
+
+    base: dict[str, Any] = dict(
+        config=setup["config"],
+        train_data=str(setup["data"]),
+        train_feats=str(setup["feats"]),
+        batches_dir=str(setup["batches"]),
+        out_dir=str(out),
+        num_epochs=setup["epochs"],
+        fbank_conf=str(setup["conf"] / "fbank.conf"),
+        vad_conf=str(setup["conf"] / "vad.conf"),
+        device="cpu",
+        progress=False,
+    )
+    if valid:
+        base.update(valid_data=str(setup["data"]), valid_feats=str(setup["feats"]))
+    base.update(kw)
+    return TrainOptions(**base)
+
+
 def cli_args(setup: dict[str, Any], out: Path, config_path: Path) -> list[str]:
     return [
         "--config",

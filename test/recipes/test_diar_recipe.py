@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.paths import ROOT
-
-RECIPE = ROOT / "egs" / "speechocean762" / "diar1"
+from helpers.recipes import linked_recipe
 
 
 def sh(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -28,12 +26,7 @@ def sh(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedPr
 
 
 def _recipe(tmp_path: Path) -> Path:
-    recipe = tmp_path / "egs" / "speechocean762" / "diar1"
-    recipe.mkdir(parents=True)
-    for entry in RECIPE.iterdir():
-        if entry.name not in ("data", "dump", "exp", "README.md", "RESULTS.md"):
-            (recipe / entry.name).symlink_to(entry.resolve() if entry.is_symlink() else entry)
-    return recipe
+    return linked_recipe(tmp_path, "diar1")
 
 
 @pytest.mark.slow

@@ -135,19 +135,24 @@ def worker_pid(out: Path, rank: int) -> int | None:
     return None
 
 
+@pytest.fixture
+def on_slurm(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """The session's Slurm, its environment (SLURM_CONF, PATH) set for this test's commands."""
+    for k, v in slurm_cluster.env.items():
+        monkeypatch.setenv(k, v)
+    return slurm_cluster
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_two_slurm_tasks_train_the_same_model_as_two_local_processes(
-    slurm_cluster: SlurmCluster,
+    on_slurm: SlurmCluster,
     setup: dict[str, Any],
     reference: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for k, v in slurm_cluster.env.items():
-        monkeypatch.setenv(k, v)
     out = tmp_path / "exp"
-    r = train_sh(setup, out, *slurm_opts(slurm_cluster, setup))
+    r = train_sh(setup, out, *slurm_opts(on_slurm, setup))
     log = (out / "train.log").read_text()
     assert r.returncode == 0, r.stderr + log[-4000:]
     # one Slurm job of two tasks, each a torchrun agent of a two-node c10d rendezvous
@@ -170,16 +175,13 @@ def test_two_slurm_tasks_train_the_same_model_as_two_local_processes(
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_job_and_the_next_run_resumes(
-    slurm_cluster: SlurmCluster,
+    on_slurm: SlurmCluster,
     setup: dict[str, Any],
     reference: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for k, v in slurm_cluster.env.items():
-        monkeypatch.setenv(k, v)
     out = tmp_path / "exp"
-    proc = train_sh(setup, out, *slurm_opts(slurm_cluster, setup), wait=False)
+    proc = train_sh(setup, out, *slurm_opts(on_slurm, setup), wait=False)
     assert isinstance(proc, subprocess.Popen)
     trace = out / "batch_trace.rank1.txt"
     killed_at = None
@@ -212,7 +214,7 @@ def test_a_killed_rank_fails_the_job_and_the_next_run_resumes(
     assert not (out / "model.pth").exists()
     print(f"\njob failed {failed_in:.1f} s after rank 1 was killed")
 
-    r = train_sh(setup, out, *slurm_opts(slurm_cluster, setup))
+    r = train_sh(setup, out, *slurm_opts(on_slurm, setup))
     assert r.returncode == 0, r.stderr + (out / "train.log").read_text()[-4000:]
     assert "Resuming from" in r.stderr and (out / "train.log.1").exists()
     assert (out / "log" / "train.rank1.log.1").exists()

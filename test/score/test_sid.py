@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from helpers.paths import ROOT
+from helpers.recipes import linked_recipe
 from helpers.spread import within
 from spkflow.core.errors import InputError
 from spkflow.score.backend import fit_backend
@@ -30,7 +31,6 @@ from spkflow.score.sid import (
     write_split,
 )
 
-RECIPE = ROOT / "egs" / "speechocean762" / "sid1"
 PY = Path(sys.executable)
 
 
@@ -183,12 +183,7 @@ def run_py(args: list[str]) -> None:
 
 def make_recipe(tmp_path: Path) -> Path:
     """A copy of the speechocean762 sid1 recipe dir (links to its files), outputs in tmp_path."""
-    recipe = tmp_path / "egs" / "speechocean762" / "sid1"
-    recipe.mkdir(parents=True)
-    for entry in RECIPE.iterdir():
-        if entry.name not in ("data", "dump", "exp", "README.md", "RESULTS.md"):
-            (recipe / entry.name).symlink_to(entry.resolve() if entry.is_symlink() else entry)
-    return recipe
+    return linked_recipe(tmp_path, "sid1")
 
 
 SO_TEST, DSP = ("speechocean762", "test", 6, 4), ("dspspeech20", "dsp20", 4, 6)

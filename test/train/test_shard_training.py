@@ -12,32 +12,17 @@ from typing import Any
 import pytest
 import torch
 
-from helpers.train import make_train_setup
+from helpers.train import make_train_setup, train_options
 from spkflow.data.shard_jobs import merge, prepare, write_job
 from spkflow.train.batches import write_batch_list
 from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard
 
 
 def options(setup: dict[str, Any], out: Path, shards: bool, **kw: Any):
-    from spkflow.train.trainer import TrainOptions
-
     cfg = json.loads(json.dumps(setup["config"]))
     cfg["train"]["shards"] = shards
     cfg["train"]["num_workers"] = kw.pop("num_workers", 0)
-    base = dict(
-        config=cfg,
-        train_data=str(setup["data"]),
-        train_feats=str(setup["feats"]),
-        batches_dir=str(setup["batches"]),
-        out_dir=str(out),
-        num_epochs=setup["epochs"],
-        fbank_conf=str(setup["conf"] / "fbank.conf"),
-        vad_conf=str(setup["conf"] / "vad.conf"),
-        device="cpu",
-        progress=False,
-    )
-    base.update(kw)
-    return TrainOptions(**base)
+    return train_options(setup, out, valid=False, config=cfg, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -22,28 +22,7 @@ import yaml
 
 from helpers.paths import ROOT
 from helpers.spread import permuted, within
-from helpers.train import TINY_MODEL, cli_args, make_train_setup
-
-
-def options(setup: dict[str, Any], out: Path, **kw: Any):
-    from spkflow.train.trainer import TrainOptions
-
-    base = dict(
-        config=setup["config"],
-        train_data=str(setup["data"]),
-        train_feats=str(setup["feats"]),
-        batches_dir=str(setup["batches"]),
-        out_dir=str(out),
-        num_epochs=setup["epochs"],
-        valid_data=str(setup["data"]),
-        valid_feats=str(setup["feats"]),
-        fbank_conf=str(setup["conf"] / "fbank.conf"),
-        vad_conf=str(setup["conf"] / "vad.conf"),
-        device="cpu",
-        progress=False,
-    )
-    base.update(kw)
-    return TrainOptions(**base)
+from helpers.train import TINY_MODEL, cli_args, make_train_setup, train_options
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +40,7 @@ def test_full_run_outputs_and_weights_only(setup: dict[str, Any], tmp_path: Path
     from spkflow.train.trainer import Trainer, average_state_dicts
 
     out = tmp_path / "exp"
-    history = Trainer(options(setup, out)).run()
+    history = Trainer(train_options(setup, out)).run()
     assert [r["epoch"] for r in history] == [1, 2]
     for r in history:
         assert np.isfinite(r["train_loss"]) and 0.0 <= r["valid_eer"] <= 100.0
@@ -106,7 +85,7 @@ def test_valid_every_skips_validation_without_changing_the_weights(setup: dict[s
         cfg = json.loads(json.dumps(setup["config"]))
         cfg["train"]["valid_every"] = every
         out = tmp_path / f"every{every}"
-        history = Trainer(options(setup, out, config=cfg)).run()
+        history = Trainer(train_options(setup, out, config=cfg)).run()
         runs[every] = (history, torch.load(out / "model.pth", weights_only=True))
     assert all("valid_eer" in r for r in runs[1][0])
     for every in (2, 5):  # epoch 1 not validated; epoch 2 is (2 % 2 == 0, and it is the last)
@@ -131,16 +110,16 @@ def test_resume_mid_epoch_equals_uninterrupted(setup: dict[str, Any], tmp_path: 
         "band_per": "crop",
     }
     full = tmp_path / "full"
-    Trainer(options(setup, full)).run()
+    Trainer(train_options(setup, full)).run()
     part = tmp_path / "part"
-    Trainer(options(setup, part, max_steps=3)).run()  # 4 batches per epoch: stops inside epoch 1
+    Trainer(train_options(setup, part, max_steps=3)).run()  # 4 batches per epoch: stops inside epoch 1
     ck = torch.load(part / "checkpoint.pth", weights_only=True)
     assert (ck["epoch"], ck["batch"], ck["step"]) == (1, 3, 3)
     assert not (part / "model.pth").exists() and not (part / "epoch1.pth").exists()
-    Trainer(options(setup, part, max_steps=6)).run()  # resumes, crosses the epoch boundary, stops in epoch 2
+    Trainer(train_options(setup, part, max_steps=6)).run()  # resumes, crosses the epoch boundary, stops in epoch 2
     ck = torch.load(part / "checkpoint.pth", weights_only=True)
     assert (ck["epoch"], ck["batch"], ck["step"]) == (2, 2, 6)
-    Trainer(options(setup, part)).run()  # and finishes
+    Trainer(train_options(setup, part)).run()  # and finishes
     a = torch.load(full / "model.pth", weights_only=True)
     b = torch.load(part / "model.pth", weights_only=True)
     assert a.keys() == b.keys()
@@ -167,7 +146,7 @@ def test_input_stats_can_include_the_channel_curves(setup: dict[str, Any], tmp_p
     for flag in (False, True):
         cfg["train"]["input_stats_augmented"] = flag
         out = tmp_path / str(flag)
-        Trainer(options({**setup, "config": cfg}, out, max_steps=1)).run()
+        Trainer(train_options({**setup, "config": cfg}, out, max_steps=1)).run()
         states[flag] = torch.load(out / "checkpoint.pth", weights_only=True)["model"]
     fb = yaml.safe_load((tmp_path / "True" / "config.yaml").read_text())["frontend"][
         "fbank"
@@ -216,7 +195,7 @@ def test_nan_loss_stops_naming_batch_and_keeps_checkpoint(setup: dict[str, Any],
     from spkflow.train.trainer import Trainer, TrainingDiverged
 
     out = tmp_path / "exp"
-    Trainer(options(setup, out, num_epochs=1)).run()
+    Trainer(train_options(setup, out, num_epochs=1)).run()
     before = (out / "checkpoint.pth").read_bytes()
     # poison one utterance's features: every epoch uses every utterance, so epoch 2 hits it
     bad_feats = tmp_path / "bad_feats"
@@ -233,7 +212,7 @@ def test_nan_loss_stops_naming_batch_and_keeps_checkpoint(setup: dict[str, Any],
         (bad_feats / name).write_text((setup["feats"] / name).read_text())
     with pytest.raises(TrainingDiverged) as err:
         # a second epoch after a one-epoch run: a new schedule (spkflow.train.resume)
-        Trainer(options(setup, out, train_feats=str(bad_feats), num_epochs=2, resume_new_schedule=True)).run()
+        Trainer(train_options(setup, out, train_feats=str(bad_feats), num_epochs=2, resume_new_schedule=True)).run()
     msg = str(err.value)
     assert "non-finite loss" in msg and "epoch 2" in msg and "batch" in msg and "epoch2.txt" in msg
     line = int(msg.split("(line ")[1].split()[0])
@@ -257,11 +236,11 @@ def test_config_errors_name_the_key(setup: dict[str, Any], tmp_path: Path) -> No
     cfg = json.loads(json.dumps(setup["config"]))
     cfg["model"]["chanels"] = 8
     with pytest.raises(ConfigError, match="chanels"):
-        Trainer(options(setup, tmp_path / "x", config=cfg)).run()
+        Trainer(train_options(setup, tmp_path / "x", config=cfg)).run()
     cfg = json.loads(json.dumps(setup["config"]))
     cfg["loss"]["margn"] = 0.2
     with pytest.raises(ConfigError, match=r"^config: unknown key\(s\) loss\.margn"):
-        Trainer(options(setup, tmp_path / "y", config=cfg)).run()
+        Trainer(train_options(setup, tmp_path / "y", config=cfg)).run()
     # the command line reports it and exits 1
     cfg = json.loads(json.dumps(setup["config"]))
     cfg["optimizer"] = {"lr": 1}
@@ -392,11 +371,11 @@ def test_bad_batch_list_names_file_and_line(setup: dict[str, Any], tmp_path: Pat
     lines[1] = " ".join(toks)
     (batches / "epoch1.txt").write_text("\n".join(lines) + "\n")
     with pytest.raises(InputError, match=r"epoch1\.txt:2: .*speaker-major"):
-        Trainer(options(setup, tmp_path / "exp", batches_dir=str(batches), num_epochs=1)).run()
+        Trainer(train_options(setup, tmp_path / "exp", batches_dir=str(batches), num_epochs=1)).run()
     # a missing epoch is reported before any training
     (batches / "epoch1.txt").write_text((setup["batches"] / "epoch1.txt").read_text())
     with pytest.raises(InputError, match=r"epoch2\.txt: batch list of epoch 2 not found"):
-        Trainer(options(setup, tmp_path / "exp2", batches_dir=str(batches), num_epochs=2)).run()
+        Trainer(train_options(setup, tmp_path / "exp2", batches_dir=str(batches), num_epochs=2)).run()
     assert not (tmp_path / "exp2" / "checkpoint.pth").exists()
 
 
@@ -414,7 +393,7 @@ def test_aam_and_lstm_train(tmp_path: Path) -> None:
     )
     s["config"]["train"]["select"] = "last"
     s["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
-    history = Trainer(options(s, tmp_path / "exp")).run()
+    history = Trainer(train_options(s, tmp_path / "exp")).run()
     assert np.isfinite(history[0]["train_loss"]) and "acc" in history[0]
     ck = torch.load(tmp_path / "exp" / "checkpoint.pth", weights_only=True)
     assert ck["loss"]["inner.weight"].shape == (18, 8)  # one row per training speaker and speed
@@ -432,7 +411,7 @@ def test_resnet_trains_and_extracts_padding_invariant(tmp_path: Path) -> None:
     model_cfg["specaug"] = {"freq_width": 3, "time_width": 4}
     s = make_train_setup(tmp_path, epochs=1, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30}, model=model_cfg)
     s["config"]["train"]["select"] = "last"
-    history = Trainer(options(s, tmp_path / "exp")).run()
+    history = Trainer(train_options(s, tmp_path / "exp")).run()
     assert np.isfinite(history[0]["train_loss"])
     model, config = load_model_dir(tmp_path / "exp")
     assert config["model"]["name"] == "resnet" and model.embed_dim == 8 and model.input_dim == 20
@@ -458,7 +437,7 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
     from spkflow.train.trainer import Trainer
 
     full = tmp_path / "full"
-    Trainer(options(setup, full)).run()
+    Trainer(train_options(setup, full)).run()
     config_path = tmp_path / "train.yaml"
     config_path.write_text(yaml.safe_dump(setup["config"]))
     out = tmp_path / "exp"
@@ -561,13 +540,13 @@ def test_aam_margin_warmup_logged_and_resume_exact(tmp_path: Path) -> None:
 
     loss = {"name": "aamsoftmax", "margin": 0.2, "scale": 30, "margin_warmup": {"start_epoch": 1, "end_epoch": 3}}
     s = make_train_setup(tmp_path, epochs=3, loss=loss)
-    full = Trainer(options(s, tmp_path / "full")).run()
+    full = Trainer(train_options(s, tmp_path / "full")).run()
     spe = full[0]["steps"]
     expected = [0.2 * (spe - 1) / (2 * spe), 0.2 * (2 * spe - 1) / (2 * spe), 0.2]  # before each epoch's last step
     assert [round(r["margin"], 6) for r in full] == [round(m, 6) for m in expected]
     part = tmp_path / "part"
-    Trainer(options(s, part, max_steps=spe + 1)).run()  # stops inside epoch 2, mid warm-up
-    Trainer(options(s, part)).run()
+    Trainer(train_options(s, part, max_steps=spe + 1)).run()  # stops inside epoch 2, mid warm-up
+    Trainer(train_options(s, part)).run()
     hb = json.loads((part / "history.json").read_text())["history"]
     assert [round(r["margin"], 6) for r in hb] == [round(r["margin"], 6) for r in full]
     assert [round(r["train_loss"], 5) for r in hb] == [round(r["train_loss"], 5) for r in full]
@@ -589,13 +568,13 @@ def test_init_from_loads_trained_weights_and_names_a_mismatch(tmp_path: Path) ->
     s = make_train_setup(tmp_path, epochs=1, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30})
     s["config"]["train"]["select"] = "last"
     base = tmp_path / "base"
-    Trainer(options(s, base)).run()
+    Trainer(train_options(s, base)).run()
     trained = torch.load(base / "model.pth", weights_only=True)
     trained_loss = torch.load(base / "checkpoint.pth", weights_only=True)["loss"]
     s["config"]["train"]["init_from"] = str(base)
     s["config"]["loss"]["margin"] = 0.5
     s["config"]["optim"]["lr"] = 0.0  # one step with lr 0: the parameters stay those loaded at step 0
-    Trainer(options(s, tmp_path / "ft", max_steps=1)).run()
+    Trainer(train_options(s, tmp_path / "ft", max_steps=1)).run()
     ck = torch.load(tmp_path / "ft" / "checkpoint.pth", weights_only=True)
     assert ck["step"] == 1
     params = [k for k in trained if "running_" not in k and "num_batches" not in k]  # BN statistics move
@@ -605,14 +584,14 @@ def test_init_from_loads_trained_weights_and_names_a_mismatch(tmp_path: Path) ->
     # another architecture: the error names model.pth
     s["config"]["model"] = {**s["config"]["model"], "embed_dim": s["config"]["model"].get("embed_dim", 8) + 4}
     with pytest.raises(CheckpointError, match=r"base/model\.pth.*'model' does not fit"):
-        Trainer(options(s, tmp_path / "bad")).run()
+        Trainer(train_options(s, tmp_path / "bad")).run()
     # the same model, other speakers (speed perturbation triples the classes): names loss.pth
     s["config"]["model"] = dict(TINY_MODEL)
     s["config"]["train"]["speed_perturb"] = [0.9, 1.0, 1.1]
     with pytest.raises(CheckpointError, match=r"base/loss\.pth.*'loss' does not fit.*same training speakers"):
-        Trainer(options(s, tmp_path / "bad2")).run()
+        Trainer(train_options(s, tmp_path / "bad2")).run()
     s["config"]["train"]["init_from"] = str(base / "model.pth")  # the model only: the classifier starts afresh
-    Trainer(options(s, tmp_path / "ok", max_steps=1)).run()
+    Trainer(train_options(s, tmp_path / "ok", max_steps=1)).run()
 
 
 def test_loss_pth_holds_the_classifier_of_the_model_epochs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -623,7 +602,7 @@ def test_loss_pth_holds_the_classifier_of_the_model_epochs(tmp_path: Path, caplo
 
     s = make_train_setup(tmp_path, epochs=2, loss={"name": "aamsoftmax", "margin": 0.2, "scale": 30})
     base = tmp_path / "base"
-    Trainer(options(s, base)).run()  # select average, average_last 2
+    Trainer(train_options(s, base)).run()  # select average, average_last 2
     per_epoch = [torch.load(base / f"epoch{e}.loss.pth", weights_only=True) for e in (1, 2)]
     chosen = torch.load(base / "loss.pth", weights_only=True)
     last = torch.load(base / "checkpoint.pth", weights_only=True)["loss"]
@@ -632,7 +611,7 @@ def test_loss_pth_holds_the_classifier_of_the_model_epochs(tmp_path: Path, caplo
     s["config"]["train"]["init_from"] = str(base)
     s["config"]["optim"]["lr"] = 0.0
     with caplog.at_level("INFO"):
-        Trainer(options(s, tmp_path / "ft", max_steps=1, num_epochs=1)).run()
+        Trainer(train_options(s, tmp_path / "ft", max_steps=1, num_epochs=1)).run()
     ft = torch.load(tmp_path / "ft" / "checkpoint.pth", weights_only=True)["loss"]
     assert torch.equal(ft["inner.weight"], chosen["inner.weight"])
     assert f"+ the loss's weights of {base / 'loss.pth'} (the epochs of model.pth)" in caplog.text
@@ -651,7 +630,7 @@ def test_gradient_norms_and_tensorboard_events(tmp_path: Path) -> None:
     s = make_train_setup(tmp_path, epochs=2, loss=loss)
     s["config"]["train"]["grad_clip"] = 0.0  # not clipped: the logged norm is the one the step used
     out = tmp_path / "exp"
-    hist = Trainer(options(s, out)).run()
+    hist = Trainer(train_options(s, out)).run()
     steps = hist[-1]["steps"]
     for row in hist:
         assert 0 < row["grad_norm_p50"] <= row["grad_norm_p99"] <= row["grad_norm_max"]
