@@ -26,10 +26,10 @@ import numpy as np
 
 from spkflow.diar.regions import Regions, clip, merge_gaps, union
 from spkflow.diar.rttm import Turn
-from spkflow.features.fbank import FbankOptions, compute_fbank
+from spkflow.features.fbank import FbankOptions, compute_fbank, num_frames
 from spkflow.features.vad import VadOptions, compute_vad
 
-__all__ = ["DETECTORS", "detect_speech", "energy_speech", "oracle_speech", "silero_speech"]
+__all__ = ["DETECTORS", "detect_speech", "energy_speech", "fbank_in_blocks", "oracle_speech", "silero_speech"]
 
 DETECTORS = ("oracle", "energy", "silero")
 #: silero-vad's sample rate here (it also takes 8 kHz; 16 kHz is its better model)
@@ -55,12 +55,28 @@ def energy_speech(
     opts = FbankOptions(sample_frequency=float(sample_rate), num_mel_bins=40)
     if len(wave) < int(opts.frame_length * sample_rate / 1000):
         return []
-    feats = compute_fbank(wave, sample_rate, opts)
-    voiced = compute_vad(feats, vad or VadOptions()) > 0.5
+    voiced = compute_vad(fbank_in_blocks(wave, sample_rate, opts), vad or VadOptions()) > 0.5
     shift = opts.frame_shift / 1000.0
     edges = np.flatnonzero(np.diff(np.concatenate([[0], voiced.astype(np.int8), [0]])))
     regions = [(s * shift, e * shift) for s, e in zip(edges[::2], edges[1::2], strict=True)]
     return clip(merge_gaps(regions, min_gap, min_len), duration)
+
+
+def fbank_in_blocks(wave: np.ndarray, sample_rate: int, opts: FbankOptions, seconds: float = 60.0) -> np.ndarray:
+    """:func:`compute_fbank` of a long recording, ``seconds`` of frames at a time: the same frames
+    (each frame reads only its own samples: ``snip_edges``, no dither) to float32 rounding, without
+    the whole recording's frame matrix and spectra in memory at once (an hour's took 3-4 GB)."""
+    if opts.sample_frequency != sample_rate or not opts.snip_edges or opts.dither != 0.0:
+        return compute_fbank(wave, sample_rate, opts)
+    shift, size = opts.window_shift, opts.window_size
+    total = num_frames(len(wave), opts)
+    per = max(1, int(seconds * 1000 / opts.frame_shift))
+    return np.concatenate(
+        [
+            compute_fbank(wave[f * shift : (min(total, f + per) - 1) * shift + size], sample_rate, opts)
+            for f in range(0, total, per)
+        ]
+    )
 
 
 @functools.lru_cache(maxsize=1)
