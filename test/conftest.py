@@ -38,7 +38,7 @@ def _pack_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["SPKFLOW_CACHE"] = old
 
 
-SCHEDULERS = "test/schedulers/"  # one unit of work: one real Slurm and one Grid Engine per host
+SCHEDULERS = "schedulers"  # test/schedulers: one unit of work (one real Slurm and one Grid Engine per host)
 
 
 def unit_of_work(nodeid: str) -> str:
@@ -47,7 +47,7 @@ def unit_of_work(nodeid: str) -> str:
     test/schedulers as one (the session's Slurm and Grid Engine are started once: two workers would
     each start their own, and Grid Engine has one cell per host)."""
     path = nodeid.split("::", 1)[0]
-    return SCHEDULERS if path.startswith(SCHEDULERS) else path
+    return SCHEDULERS if SCHEDULERS in path.split("/")[:-1] else path  # from any rootdir
 
 
 def pytest_xdist_make_scheduler(config, log):
