@@ -5,13 +5,12 @@ the same features writes nothing."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
 
 from helpers.audio import make_speakers
-from helpers.recipes import env, template_recipe
+from helpers.recipes import run, template_recipe
 from helpers.train import TINY_MODEL
 from spkflow.data.shards import ShardSet
 from spkflow.features.fbank import FbankOptions, VadOptions
@@ -33,18 +32,10 @@ def test_stages_2_to_4_from_shards(tmp_path: Path) -> None:
     (recipe / "conf" / "train.yaml").write_text(yaml.safe_dump(cfg))
     args = ["--train_shards", "true", "--shard_utts", "6", "--shard_pool", "3", "--num_spk", "3", "--num_utt", "2"]
     args += ["--num_epochs", "2", "--test_sets", "train", "--nj", "2"]
-    run = subprocess.run(
-        ["bash", "spk.sh", "--stage", "2", "--stop_stage", "4", *args],
-        cwd=recipe,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    p = run(["bash", "spk.sh", "--stage", "2", "--stop_stage", "4", *args], cwd=recipe, timeout=600)
     shards = recipe / "dump" / "fbank" / "train" / "shards"
     assert len(ShardSet(shards / "shards.list")) == 6
-    assert "Succeeded writing 6 shards" in run.stdout + run.stderr
+    assert "Succeeded writing 6 shards" in p.stdout + p.stderr
     settings = (recipe / "exp" / "spk_train" / "batches" / "settings").read_text()
     assert f"shards={shards.relative_to(recipe)}" in settings and "pool=3" in settings
     summary = (recipe / "exp" / "spk_train" / "batches" / "log" / "summary.txt").read_text()
@@ -54,15 +45,8 @@ def test_stages_2_to_4_from_shards(tmp_path: Path) -> None:
     assert (recipe / "exp" / "spk_train" / "model.pth").is_file()
     # the shard step again on the same features: nothing is written anew
     before = {p.name: p.stat().st_mtime_ns for p in shards.glob("shard.*.tar")}
-    run = subprocess.run(
-        ["bash", "scripts/feats/make_shards.sh", "--shard-utts", "6", "dump/fbank/train", str(shards)],
-        cwd=recipe,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    make_shards = ["bash", "scripts/feats/make_shards.sh", "--shard-utts", "6", "dump/fbank/train", shards]
+    run(make_shards, cwd=recipe, timeout=600)
     assert {p.name: p.stat().st_mtime_ns for p in shards.glob("shard.*.tar")} == before
 
 
@@ -85,15 +69,7 @@ def test_raw_audio_training_from_audio_shards(tmp_path: Path) -> None:
     (recipe / "conf" / "train.yaml").write_text(yaml.safe_dump(cfg))
     args = ["--train_shards", "true", "--shard_utts", "8", "--shard_pool", "3", "--num_spk", "3", "--num_utt", "2"]
     args += ["--num_epochs", "1", "--test_sets", "", "--valid_set", "", "--nj", "1"]
-    run = subprocess.run(
-        ["bash", "spk.sh", "--stage", "2", "--stop_stage", "4", *args],
-        cwd=recipe,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run(["bash", "spk.sh", "--stage", "2", "--stop_stage", "4", *args], cwd=recipe, timeout=600)
     assert not (recipe / "dump" / "fbank" / "train" / "feats.scp").exists()
     shards = ShardSet(recipe / "data" / "train" / "shards" / "shards.list")
     assert len(shards) == 3
