@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Pack a training set's features into shards read front to back (training from slow storage).
 #
-#   scripts/feats/make_shards.sh [--cmd run.pl] [--nj 4] [--shard-utts 1000] [--run 8] [--audio false] FEATS_DIR SHARD_DIR
+#   scripts/feats/make_shards.sh [--cmd run.pl] [--nj 4] [--shard-utts 1000] [--run 8] [--audio false] \
+#       [--voiced true] FEATS_DIR SHARD_DIR
 #
 # FEATS_DIR is stage 2's output for the set (scripts/feats/make_fbank.sh: feats.scp, vad.scp,
 # cmvn_utt*.scp, utt2spk); with --audio true a data dir, whose audio files (wav.scp) the shards
 # hold as stored (a pipe's output as wav), for training on audio.  Writes SHARD_DIR/shard.<K>.tar
 # (per utterance: speaker, the feature record as stored in the ark, float or compressed, its VAD
-# and CMVN stats, or the audio file; spkflow/data/shards.py),
+# and CMVN stats; with --voiced true, the default, only the rows its VAD keeps, each as stored, and
+# the voiced frames' stats: the frames a training crop with the VAD can take; or the audio file;
+# spkflow/data/shards.py),
 # SHARD_DIR/utt2shard and, last, SHARD_DIR/shards.list.  Each shard is written atomically by one of
 # nj jobs; a rerun writes only the shards that are missing (a killed run resumes), and a changed
 # feature set or option removes the old shards first.  One run per SHARD_DIR (its lock).
@@ -27,6 +30,7 @@ shard_utts=1000     # utterances per shard (about: a speaker's run is not split)
 run=8               # utterances of one speaker kept together in a shard
 seed=0              # seed of the utterance order
 audio=false         # true: shards of the audio files (wav.scp) instead of the features
+voiced=true         # features: only the frames the VAD keeps (false: every frame, for frontend.vad false)
 python=             # python interpreter (default: utils/spkflow_python.sh)
 
 help_message=$(cat <<HELP
@@ -39,6 +43,7 @@ Options:
   --run N             utterances of one speaker kept together (default: ${run})
   --seed N            seed of the order (default: ${seed})
   --audio BOOL        shards of the audio files instead of the features (default: ${audio})
+  --voiced BOOL       features: only the frames the VAD keeps (default: ${voiced})
 HELP
 )
 
@@ -46,7 +51,9 @@ HELP
 [ $# -eq 2 ] || jobs_usage
 feats=$1
 out=$2
-case "${audio}" in true|false) ;; *) log "Error: --audio must be true or false, got '${audio}'"; exit 1 ;; esac
+for _b in audio voiced; do
+    case "${!_b}" in true|false) ;; *) log "Error: --${_b} must be true or false, got '${!_b}'"; exit 1 ;; esac
+done
 if ${audio}; then
     [ -s "${feats}/wav.scp" ] || { log "Error: ${feats}/wav.scp not found (a data dir)"; exit 1; }
 else
@@ -56,7 +63,7 @@ mkdir -p "${out}/log"
 jobs_lock "${out}"
 rm -f "${out}/shards.list"   # complete again only once the merge has checked every shard
 "${python}" -m spkflow.bin.make_shards prepare --shard-utts "${shard_utts}" --run "${run}" --seed "${seed}" \
-    --audio "${audio}" "${feats}" "${out}"
+    --audio "${audio}" --voiced "${voiced}" "${feats}" "${out}"
 num_shards=$(wc -l < "${out}/plan")
 [ "${nj}" -gt "${num_shards}" ] && nj=${num_shards}
 log "shards of ${feats} with ${nj} jobs -> ${out}"

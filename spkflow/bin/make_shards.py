@@ -1,12 +1,13 @@
 """Write a training set's shards (spkflow.data.shard_jobs): prepare, one job, or the merge.
 
     python -m spkflow.bin.make_shards prepare [--shard-utts 1000] [--run 8] [--seed 0] [--audio false] \\
-        FEATS_DIR SHARD_DIR
+        [--voiced true] FEATS_DIR SHARD_DIR
     python -m spkflow.bin.make_shards job [--audio false] FEATS_DIR SHARD_DIR JOB NJ
     python -m spkflow.bin.make_shards merge SHARD_DIR NJ
 
 FEATS_DIR is stage 2's output for the set (feats.scp, vad.scp, cmvn stats, utt2spk); with
-``--audio true`` a data dir whose audio files (wav.scp) the shards hold as stored.  ``prepare``
+``--audio true`` a data dir whose audio files (wav.scp) the shards hold as stored; ``--voiced
+true`` (features): only the frames the VAD keeps, for training with the VAD.  ``prepare``
 writes SHARD_DIR/plan (and removes the shards of an earlier, different plan); ``job`` writes the
 missing shards JOB, JOB + NJ, ... atomically; ``merge`` writes utt2shard and shards.list once
 every shard is there.  scripts/feats/make_shards.sh runs them through $train_cmd.
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     pp.add_argument("--run", type=int_at_least(1), default=8, help="utterances of one speaker kept together")
     pp.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the order")
     add_bool_option(pp, "--audio", default=False, help="shards of the audio files instead of the features")
+    add_bool_option(pp, "--voiced", default=True, help="features: only the frames the VAD keeps (ignored with --audio)")
     pp.add_argument("feats_dir")
     pp.add_argument("shard_dir")
     pj = sub.add_parser("job", help="write one job's shards")
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         if a.step == "prepare":
-            n = prepare(a.feats_dir, a.shard_dir, a.shard_utts, a.run, a.seed, a.audio)
+            n = prepare(a.feats_dir, a.shard_dir, a.shard_utts, a.run, a.seed, a.audio, a.voiced and not a.audio)
             print(f"make_shards: {n} shards planned in {a.shard_dir}/plan", file=sys.stderr)
         elif a.step == "job":
             n = write_job(a.feats_dir, a.shard_dir, a.job, a.nj, a.audio)

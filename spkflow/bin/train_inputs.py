@@ -1,14 +1,16 @@
 """Say what stage 4 reads of the training set under a training config: `features` or `audio`.
 
     python -m spkflow.bin.train_inputs --config conf/train.yaml     # prints: features | audio
-    python -m spkflow.bin.train_inputs --config conf/train.yaml --shards   # what its shards hold: features | audio
+    python -m spkflow.bin.train_inputs --config conf/train.yaml --shards   # what its shards hold:
+                                                                           # voiced features | features | audio
 
 ``audio``: the config trains on audio crops alone (``frontend.feats_type: raw``, no
 ``frontend.vad``, no ``model.input_norm: global``), so ``spk.sh`` makes no stage-2 features of
 the training set and stage 4 reads its data dir; ``features``: stage 4 needs stage 2's output
 for it (the reasons go to stderr).  The rule is :func:`spkflow.train.data.features_needed`.
 With ``--shards``: what ``spk.sh --train_shards true`` packs into the training shards, the audio
-files (``frontend.feats_type: raw``) or the features.
+files (``frontend.feats_type: raw``), the features, or with ``frontend.vad`` only their voiced
+frames (``make_shards.sh --voiced true``: the frames a crop can take).
 Exit status 1 with one error line naming the file for a bad config.
 """
 
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train_inputs: error: {err}", file=sys.stderr)
         return 1
     if args.shards:
-        print("audio" if cfg["frontend"]["feats_type"] == "raw" else "features")
+        fe = cfg["frontend"]
+        print("audio" if fe["feats_type"] == "raw" else "voiced features" if fe["vad"] else "features")
         return 0
     why = features_needed(cfg)
     print("features" if why else "audio")

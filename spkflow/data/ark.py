@@ -20,7 +20,7 @@ import numpy as np
 
 from spkflow.core.errors import InputError
 
-__all__ = ["KaldiArkReader", "parse_header"]
+__all__ = ["KaldiArkReader", "parse_header", "select_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,6 +373,31 @@ class KaldiArkReader:
             q = raw[h.cols * 8 :].reshape(h.cols, h.rows)[:, lo:hi].T
             return _cm_decode(q, pc)
         raise ValueError(f"{self.scp}: '{utt}' has unsupported type {h.kind}")
+
+
+def select_rows(record: bytes, rows: np.ndarray) -> bytes:
+    """A Kaldi binary matrix record (``\\0B`` header and data, as :meth:`KaldiArkReader.record_bytes`
+    gives it) holding only ``rows`` (increasing indices), in the same format: a compressed matrix
+    keeps its global and per-column headers and the chosen rows' codes, so every value decodes
+    exactly as in the whole matrix (no second quantisation; Kaldi's ``select-voiced-frames``
+    decompresses and writes floats).  Used for shards of the voiced frames."""
+    h = parse_header(record[:32], 0)
+    if h is None or h.cols == 0:
+        raise ValueError("not a Kaldi binary matrix record")
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) and (rows[0] < 0 or rows[-1] >= h.rows or (np.diff(rows) <= 0).any()):
+        raise ValueError(f"rows must be increasing indices below {h.rows}")
+    raw = np.frombuffer(record, dtype=np.uint8)
+    if h.kind == "CM":  # the column headers, then each column's bytes (column-major)
+        cols = raw[h.data + h.cols * 8 : h.data + h.cols * 8 + h.rows * h.cols].reshape(h.cols, h.rows)
+        body = raw[h.data : h.data + h.cols * 8].tobytes() + np.ascontiguousarray(cols[:, rows]).tobytes()
+    else:
+        size = _PLAIN[h.kind].itemsize if h.kind in _PLAIN else 2 if h.kind == "CM2" else 1
+        body = raw[h.data : h.data + h.rows * h.cols * size].reshape(h.rows, h.cols * size)[rows].tobytes()
+    head = bytearray(record[: h.data])
+    p = head.index(b" ", 2) + 1  # the row count: after a size byte (FM, DM) or after gmin, grange (CM*)
+    struct.pack_into("<i", head, p + (1 if h.kind in _PLAIN else 8), len(rows))
+    return bytes(head) + body
 
 
 def _cm_decode(q: np.ndarray, pc: np.ndarray) -> np.ndarray:

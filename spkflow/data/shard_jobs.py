@@ -32,7 +32,7 @@ import numpy as np
 
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.data.ark import KaldiArkReader
+from spkflow.data.ark import KaldiArkReader, select_rows
 from spkflow.data.jobs import MergeError, log_line
 from spkflow.data.shards import AUDIO_EXTS, FIELDS, shard_name, write_shard
 from spkflow.data.tables import c_key, read_kv
@@ -77,7 +77,7 @@ def shard_order(utt2spk: dict[str, str], shard_utts: int, run: int = 8, seed: in
     return [s for s in shards if s]
 
 
-def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int, audio: bool) -> str:
+def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int, audio: bool, voiced: bool) -> str:
     digest = hashlib.sha256()
     arks: set[str] = set()
     for name in ("utt2spk", "wav.scp") if audio else ("utt2spk", *SCPS.values()):
@@ -91,7 +91,8 @@ def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int, audio: bool
     for ark in sorted(arks):  # features written again under the same names and offsets
         st = os.stat(ark) if os.path.isfile(ark) else None
         digest.update(f"{ark} {st.st_size if st else -1} {st.st_mtime_ns if st else -1}".encode())
-    return f"features={feats_dir} sha256={digest.hexdigest()} shard_utts={shard_utts} run={run} seed={seed}\n"
+    frames = "" if audio else f" frames={'voiced' if voiced else 'all'}"
+    return f"features={feats_dir} sha256={digest.hexdigest()} shard_utts={shard_utts} run={run} seed={seed}{frames}\n"
 
 
 def prepare(
@@ -101,10 +102,12 @@ def prepare(
     run: int,
     seed: int,
     audio: bool = False,
+    voiced: bool = False,
 ) -> int:
     """Write ``plan`` and ``settings``; remove the shards of a different earlier plan.  Returns
     the number of shards.  ``audio``: shards of ``feats_dir``'s audio files (its ``wav.scp``: a
-    data dir) instead of its features."""
+    data dir) instead of its features; ``voiced``: of the voiced frames only (``feats_voiced``
+    members, needs ``vad.scp``; :mod:`spkflow.data.shards`)."""
     feats_dir, shard_dir = Path(feats_dir), Path(shard_dir)
     scp = feats_dir / ("wav.scp" if audio else "feats.scp")
     if not scp.is_file():
@@ -112,11 +115,13 @@ def prepare(
         raise InputError(scp, None, f"not found: {why}")
     if audio and (feats_dir / "segments").is_file():
         raise InputError(feats_dir / "segments", None, "audio shards hold whole files: cut segments first")
+    if voiced and not audio and not (feats_dir / "vad.scp").is_file():
+        raise InputError(feats_dir / "vad.scp", None, "not found: shards of the voiced frames need stage 2's VAD")
     have = set(read_kv(scp))
     utt2spk = {u: s for u, s in read_kv(feats_dir / "utt2spk").items() if u in have}
     if not utt2spk:
         raise InputError(feats_dir / "utt2spk", None, f"no utterance of it is in {scp}")
-    settings = _settings(feats_dir, shard_utts, run, seed, audio) + ("audio\n" if audio else "")
+    settings = _settings(feats_dir, shard_utts, run, seed, audio, voiced) + ("audio\n" if audio else "")
     shard_dir.mkdir(parents=True, exist_ok=True)
     old = shard_dir / "settings"
     if not old.is_file() or old.read_text(encoding="utf-8") != settings:
@@ -159,12 +164,26 @@ def _audio_member(utt: str, entry: str) -> tuple[str, bytes]:
         raise UtteranceError(utt, entry, f"cannot read: {e.strerror}") from None
 
 
+def _voiced_record(feats: KaldiArkReader, vad: KaldiArkReader, utt: str) -> bytes:
+    """``utt``'s feature record with the rows its VAD keeps (all when it keeps none or all,
+    as :class:`spkflow.train.loader.NxMCropDataset` then crops them all)."""
+    record, rows = feats.record_bytes(utt), feats.num_rows(utt)
+    v = vad.read(utt, cache_header=False)
+    if len(v) != rows:
+        raise UtteranceError(utt, vad.scp, f"{len(v)} VAD frames but {rows} feature frames")
+    keep = np.flatnonzero(v > 0.5)
+    return select_rows(record, keep) if 0 < len(keep) < rows else record
+
+
 def write_job(
     feats_dir: str | os.PathLike[str], shard_dir: str | os.PathLike[str], job: int, nj: int, audio: bool = False
 ) -> int:
-    """Write the missing shards ``job - 1, job - 1 + nj, ...`` (1-based ``job``); returns how many."""
+    """Write the missing shards ``job - 1, job - 1 + nj, ...`` (1-based ``job``); returns how many.
+    Which frames (all or voiced) comes from the ``settings`` that :func:`prepare` wrote."""
     feats_dir, shard_dir = Path(feats_dir), Path(shard_dir)
     readers = {f: KaldiArkReader(feats_dir / scp) for f, scp in SCPS.items() if (feats_dir / scp).is_file()}
+    settings = shard_dir / "settings"
+    voiced = settings.is_file() and " frames=voiced" in settings.read_text(encoding="utf-8")
     if audio:
         wav = read_kv(feats_dir / "wav.scp")
         readers = {}
@@ -181,6 +200,11 @@ def write_job(
             members.append((u, "spk", utt2spk[u].encode("utf-8", "surrogateescape")))
             if audio:
                 members.append((u, *_audio_member(u, wav[u])))
+            if voiced:
+                members.append((u, "feats_voiced", _voiced_record(readers["feats"], readers["vad"], u)))
+                if "cmvn_voiced" in readers:
+                    members.append((u, "cmvn_voiced", readers["cmvn_voiced"].record_bytes(u)))
+                continue
             for field in FIELDS:
                 if field in readers:
                     members.append((u, field, readers[field].record_bytes(u)))

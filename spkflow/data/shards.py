@@ -4,7 +4,12 @@ A shard is a tar file (POSIX pax) holding, for each of its utterances in a fixed
 members ``<utt>.spk`` (the speaker id), ``<utt>.feats`` (the feature matrix's Kaldi binary
 record, copied byte for byte from stage 2's ark: a compressed matrix stays compressed) and,
 where stage 2 wrote them, ``<utt>.vad``, ``<utt>.cmvn`` and ``<utt>.cmvn_voiced`` (the same
-records of ``vad.scp``, ``cmvn_utt.scp`` and ``cmvn_utt_voiced.scp``); or, for training on
+records of ``vad.scp``, ``cmvn_utt.scp`` and ``cmvn_utt_voiced.scp``); or, in place of
+``feats``, ``vad`` and ``cmvn``, ``<utt>.feats_voiced``: the same record holding only the rows
+the VAD keeps, each row's bytes as stored (:func:`spkflow.data.ark.select_rows`; all rows when
+the VAD keeps none or all, as the loader then crops them all), for training with the VAD (the
+default: the frames no crop can take are never read; Kaldi's ``prepare_feats_for_egs.sh``
+likewise drops them before its egs); or, for training on
 audio, ``<utt>.<type>`` (``flac``, ``wav``, ...: the file as stored, never re-encoded; a
 ``wav.scp`` pipe's output as ``wav``).  A shard set is a
 folder of ``shard.<K>.tar`` files with ``shards.list`` (``NAME NUM_UTTS BYTES`` per line),
@@ -45,7 +50,7 @@ from spkflow.core.errors import InputError
 __all__ = ["AUDIO_EXTS", "FIELDS", "Shard", "ShardSet", "load_shard", "write_shard", "shard_name"]
 
 #: members a feature shard may hold per utterance besides ``spk`` (the ark record fields)
-FIELDS = ("feats", "vad", "cmvn", "cmvn_voiced")
+FIELDS = ("feats", "feats_voiced", "vad", "cmvn", "cmvn_voiced")
 #: the member of an audio shard holding an utterance's file as stored (named by its type)
 AUDIO_EXTS = ("flac", "wav", "ogg", "opus", "mp3", "m4a", "aac", "sph")
 _READ_CHUNK = 8 << 20  # bytes per read() call: large requests, one after the other
@@ -241,8 +246,9 @@ class ShardSet:
 
     def load(self, i: int, known_utts: Mapping[str, str] | None = None) -> Shard:
         """Shard ``i`` in memory, checked against the list: its utterances must be those
-        ``utt2shard`` puts there, each with a ``feats`` member, and (``known_utts``: the data
-        dir's utt2spk) utterances of that data dir under the same speaker."""
+        ``utt2shard`` puts there, each with a ``feats``, ``feats_voiced`` or audio member, and
+        (``known_utts``: the data dir's utt2spk) utterances of that data dir under the same
+        speaker."""
         shard = load_shard(self.path(i), self.bytes[i])
         path = self.path(i)
         want = self.utts_of[i]
@@ -252,7 +258,7 @@ class ShardSet:
             raise InputError(
                 path, None, f"holds other utterances than utt2shard says (extra: {extra}, missing: {lost})"
             )
-        feats = shard.offsets.get("feats", {})
+        feats = shard.offsets.get("feats", {}).keys() | shard.offsets.get("feats_voiced", {}).keys()
         for u in shard.utts:
             if u not in feats and shard.audio_field(u) is None:
                 raise InputError(path, None, f"utterance '{u}' has neither a feats nor an audio member")

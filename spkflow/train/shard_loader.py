@@ -89,6 +89,7 @@ class ShardPool:
         self.shards, self.known = shards, known_utts
         paths = [shards.path(i) for i in range(len(shards))]
         self.arks = {f: _MemoryArks(f"{shards.list_path} ({f})", paths) for f in fields}
+        self.voiced: set[str] = set()  # utterances whose features are their voiced frames only
         self.loaded: dict[int, Shard] = {}
         self.where: dict[str, int] = {}  # utterance -> loaded shard
         self.pending: dict[int, concurrent.futures.Future[Shard]] = {}
@@ -112,14 +113,25 @@ class ShardPool:
             return
         self.prefetch(i)
         shard = self.pending.pop(i).result()
+        voiced = shard.offsets.get("feats_voiced", {})
+        if voiced and "feats" in self.arks and "vad" not in self.arks:
+            raise InputError(
+                self.shards.path(i),
+                None,
+                "holds the voiced frames only ('feats_voiced'): training without the VAD (frontend.vad: false) "
+                "needs shards of every frame (make_shards.sh --voiced false)",
+            )
         for field, ark in self.arks.items():
-            offsets = shard.offsets.get(field)
-            if offsets is None or len(offsets) != len(shard.utts):
+            offsets = shard.offsets.get(field, {})
+            if field == "feats":
+                offsets = {**offsets, **voiced}  # a voiced utterance's frames are all kept: no VAD
+            if len(offsets) != len(shard.utts) - (len(voiced) if field == "vad" else 0):
                 raise InputError(
                     self.shards.path(i), None, f"has no '{field}' member for every utterance (write the shards again)"
                 )
             ark.add(i, shard.data, offsets)
         self.loaded[i] = shard
+        self.voiced.update(voiced)
         self.where.update((u, i) for u in shard.utts)
         self.reads += 1
         self._count()
@@ -129,6 +141,7 @@ class ShardPool:
         if shard is not None:
             for u in shard.utts:
                 self.where.pop(u, None)
+                self.voiced.discard(u)
             for ark in self.arks.values():
                 ark.drop(i, shard.utts)
 
@@ -269,22 +282,27 @@ class NxMShardDataset(_ShardReads, NxMCropDataset):
         self.vad = pool.arks.get("vad")
         self.cmvn = pool.arks.get("cmvn_voiced" if self.use_vad else "cmvn")
 
+    def _frames_kept(self, utt: str, rows: int) -> np.ndarray | None:
+        if self.pool is not None and utt in self.pool.voiced:
+            return None  # the shard holds the frames the VAD keeps, and only those
+        return super()._frames_kept(utt, rows)
+
     def batch_numel(self) -> int:
-        """Elements of the largest batch (for the buffer pool): the dimension from the first
-        feature member's header, a few small reads, not the whole shard."""
+        """Elements of the largest batch (for the buffer pool): the dimension from the header of
+        the first feature member of the first batch's shard (every utterance has the same), a
+        few kilobytes at its front, not a scan of the shard (each read a round trip)."""
         if not self.batches:
             return 0
-        first = self.batches[0][0]
-        path = self.shard_set.path(self.shard_set.utt2shard[first])
+        path = self.shard_set.path(self.shard_set.utt2shard[self.batches[0][0]])
         try:
             with tarfile.open(path, mode="r:") as tar:
-                member = next(m for m in tar if m.name == f"{first}.feats")
+                member = next(m for m in tar if m.name.endswith((".feats", ".feats_voiced")))
                 f = tar.fileobj
                 assert f is not None
                 f.seek(member.offset_data)
                 h = parse_header(f.read(32), 0)
         except (OSError, tarfile.TarError, StopIteration) as e:
-            raise InputError(path, None, f"no readable '{first}.feats' member ({e or 'not found'})") from None
+            raise InputError(path, None, f"no readable feature member ({e or 'none found'})") from None
         return max(len(b) for b in self.batches) * self.crop_range[1] * (h.cols if h is not None else 1)
 
     def __getitem__(self, index: int | tuple[int, torch.Tensor | None]) -> tuple[torch.Tensor, list[str]]:

@@ -177,11 +177,21 @@ def run(cmd: list[str], **kw) -> None:
     subprocess.run(cmd, check=True, env=env, **kw)
 
 
-def prepare(store: Path, compress: str, shard_utts: int) -> Path:
+def prepare(store: Path, compress: str, shard_utts: int, voiced: bool) -> Path:
     """Data dir with the audio in ``store``, fbank and shards; returns the features dir."""
     feats = store / "fbank" / "train"
-    if (feats / "shards" / "shards.list").is_file():
-        return feats
+    if not (feats / "feats.scp").is_file():
+        make_features(store, feats, compress)
+        (store / "compress").write_text(compress)
+    made = (store / "compress").read_text().strip() if (store / "compress").is_file() else "?"
+    if made != compress:
+        raise SystemExit(f"{store} holds {made} features, not {compress}: pass another --work")
+    shards = ["--shard-utts", str(shard_utts), "--voiced", str(voiced).lower()]  # a rerun keeps what is there
+    run(["bash", f"{ROOT}/scripts/feats/make_shards.sh", "--nj", "2", *shards, str(feats), str(feats / "shards")])
+    return feats
+
+
+def make_features(store: Path, feats: Path, compress: str) -> None:
     corpus = subprocess.run(
         ["bash", "-c", f'. "{ROOT}/egs/TEMPLATE/spk1/db.sh"; printf %s "$SPEECHOCEAN762"'],
         check=True,
@@ -205,19 +215,6 @@ def prepare(store: Path, compress: str, shard_utts: int) -> Path:
         compress, ["--compress", "true", "--compression-method", "1"]
     )
     run(["bash", f"{ROOT}/scripts/feats/make_fbank.sh", "--nj", "2", *opts, str(data), str(feats)])
-    run(
-        [
-            "bash",
-            f"{ROOT}/scripts/feats/make_shards.sh",
-            "--nj",
-            "2",
-            "--shard-utts",
-            str(shard_utts),
-            str(feats),
-            str(feats / "shards"),
-        ]
-    )
-    return feats
 
 
 def view(feats: Path, store: Path, mnt: Path, out: Path) -> Path:
@@ -365,6 +362,9 @@ def main() -> int:
     ap.add_argument("--crop", type=int, default=200, help="frames per crop (200 = 2 s)")
     ap.add_argument("--compress", choices=("float", "cm2", "cm1"), default="cm2")
     ap.add_argument("--shard-utts", type=int, default=250)
+    ap.add_argument(
+        "--frames", choices=("voiced", "all"), default="voiced", help="what the shards hold (make_shards.sh --voiced)"
+    )
     ap.add_argument("--pool", type=int, default=3, help="shards per window of the shard plan")
     ap.add_argument("--epochs", type=int, default=2, help="epochs timed per row")
     ap.add_argument("--naive-batches", type=int, default=3)
@@ -375,7 +375,7 @@ def main() -> int:
     t_start = time.perf_counter()
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench_slow_"))
     store, mnt = (work / "store").resolve(), (work / "mnt").resolve()
-    feats = prepare(store, a.compress, a.shard_utts)
+    feats = prepare(store, a.compress, a.shard_utts, a.frames == "voiced")
     prep_s = time.perf_counter() - t_start
     spk2utt = feats / "spk2utt"
     u2s = read_utt2shard(feats / "shards" / "utt2shard")
@@ -391,6 +391,7 @@ def main() -> int:
         "workers": a.workers,
         "batch": f"{N} x {M}, {T} frames",
         "features": a.compress,
+        "shard_frames": a.frames,
         "utterances": len(u2s),
         "shards": len(shard_bytes),
         "shard_mb_max": round(max(shard_bytes) / 1e6, 1),

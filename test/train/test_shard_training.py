@@ -32,7 +32,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     feats = s["feats"]
     shutil.copy(s["data"] / "utt2spk", feats / "utt2spk")
     out = feats / "shards"
-    prepare(feats, out, shard_utts=6, run=2, seed=0)
+    prepare(feats, out, shard_utts=6, run=2, seed=0, voiced=True)  # as spk.sh writes them for frontend.vad
     write_job(feats, out, 1, 1)
     merge(out, 1)
     u2s = read_utt2shard(out / "utt2shard")

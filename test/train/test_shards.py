@@ -3,6 +3,7 @@ the loader (spkflow.train.shard_loader), on real fbank arks of synthesised speec
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -41,34 +42,63 @@ def _features(root: Path, compress: bool, num_spk: int = 8, num_utt: int = 6) ->
     return out
 
 
-def _shards(feats: Path, shard_utts: int = 10, nj: int = 2) -> Path:
+def _shards(feats: Path, shard_utts: int = 10, nj: int = 2, voiced: bool = False) -> Path:
     out = feats / "shards"
-    prepare(feats, out, shard_utts, run=4, seed=0)
+    prepare(feats, out, shard_utts, run=4, seed=0, voiced=voiced)
     for j in range(1, nj + 1):
         write_job(feats, out, j, nj)
     merge(out, nj)
     return out
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["float", "compressed"])
+@pytest.fixture(
+    scope="module",
+    params=[(False, False), (True, False), (False, True), (True, True)],
+    ids=["float", "compressed", "float-voiced", "compressed-voiced"],
+)
 def feats(request, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("shards")
-    f = _features(root, compress=request.param)
-    _shards(f)
+    compress, voiced = request.param
+    f = _features(root, compress=compress)
+    _shards(f, voiced=voiced)
     return f
 
 
+def _voiced(feats: Path) -> bool:
+    return " frames=voiced" in (feats / "shards" / "settings").read_text()
+
+
 def test_shards_hold_every_utterance_once_with_the_ark_bytes(feats):
+    """Every utterance once; a member is the ark's record byte for byte, or (voiced shards) the
+    record of the rows the VAD keeps, each row's bytes as stored, which kaldiio decodes to
+    exactly those rows of the whole matrix."""
+    import kaldiio
+
+    from spkflow.data.ark import KaldiArkReader
+
     s = ShardSet(feats / "shards" / "shards.list")
     assert sorted(s.utt2shard) == sorted(read_kv(feats / "feats.scp"))
     assert all(n <= 10 + 3 for n in s.num_utts) and sum(s.num_utts) == 48
-    from spkflow.data.ark import KaldiArkReader
-
-    arks = KaldiArkReader(feats / "feats.scp")
-    shard = s.load(0, read_kv(feats / "utt2spk"))
-    for u in shard.utts:
-        assert shard.payload(u, "feats") == arks.record_bytes(u)
-        assert shard.speaker(u) == u.split("-")[0]
+    arks, vad = KaldiArkReader(feats / "feats.scp"), KaldiArkReader(feats / "vad.scp")
+    cut = 0
+    for i in range(len(s)):
+        shard = s.load(i, read_kv(feats / "utt2spk"))
+        for u in shard.utts:
+            assert shard.speaker(u) == u.split("-")[0]
+            if not _voiced(feats):
+                assert shard.payload(u, "feats") == arks.record_bytes(u)
+                continue
+            assert "feats" not in shard.offsets and "vad" not in shard.offsets
+            rec = shard.payload(u, "feats_voiced")
+            fmt = rec[: rec.index(b" ") + 1]
+            assert arks.record_bytes(u).startswith(fmt)  # the same format, not decoded and written again
+            (_, got), *_ = kaldiio.load_ark(io.BytesIO(b"u " + rec))
+            (_, whole), *_ = kaldiio.load_ark(io.BytesIO(b"u " + arks.record_bytes(u)))
+            keep = np.flatnonzero(vad.read(u) > 0.5)
+            want = whole[keep] if 0 < len(keep) < len(whole) else whole
+            assert np.array_equal(got, want)
+            cut += len(want) < len(whole)
+    assert cut >= 10 or not _voiced(feats)  # the VAD of these utterances drops frames of most
     # a shard holds several speakers, and every speaker is in several shards
     per_spk: dict[str, set[int]] = {}
     for u, i in s.utt2shard.items():
@@ -90,6 +120,15 @@ def test_shard_loader_equals_random_access_loader(feats):
         xb, ub = got[b]
         assert ua == ub and torch.equal(xa, xb)
     assert got.pool is not None and got.pool.peak <= 2 * got.max_shards
+    assert bool(got.pool.voiced) == _voiced(feats)
+    # without the VAD: every frame, which shards of the voiced frames cannot give (said, naming one)
+    kw_all = {**kw, "use_vad": False, "mean_norm": "none"}
+    every = NxMShardDataset(feats / "shards" / "shards.list", plan.batches, **kw_all)
+    if _voiced(feats):
+        with pytest.raises(InputError, match=r"shard\.\d+\.tar.*voiced frames only.*--voiced false"):
+            every[0]
+    else:
+        assert torch.equal(every[0][0], NxMCropDataset(feats / "feats.scp", plan.batches, **kw_all)[0][0])
     # through DataLoader workers, resumed at batch 1: the batches of an uninterrupted run
     full = [x for x, _ in make_loader(got, num_workers=0)]
     resumed = [x.clone() for x, _ in make_loader(got, start_batch=1, num_workers=2)]
@@ -250,9 +289,10 @@ def test_train_inputs_says_what_the_shards_hold(tmp_path, capsys):
 
     from spkflow.bin.train_inputs import main
 
-    for feats_type, want in (("ark", "features"), ("raw", "audio")):
+    for feats_type, vad, want in (("ark", True, "voiced features"), ("ark", False, "features"), ("raw", True, "audio")):
         cfg = tmp_path / f"{feats_type}.yaml"
-        doc = {"frontend": {"feats_type": feats_type}, "model": {"name": "ecapa_tdnn"}, "loss": {"name": "ge2e"}}
+        fe = {"feats_type": feats_type, "vad": vad}
+        doc = {"frontend": fe, "model": {"name": "ecapa_tdnn"}, "loss": {"name": "ge2e"}}
         cfg.write_text(yaml.safe_dump(doc))
         assert main(["--config", str(cfg), "--shards"]) == 0
         assert capsys.readouterr().out.strip() == want

@@ -238,12 +238,14 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     if ${train_shards}; then
         # spkflow/data/shard_jobs.py: runs of a speaker's utterances spread over the shards, each shard
         # written atomically by one of nj jobs; a rerun writes only the missing ones. They hold the
-        # features, or for frontend.feats_type raw the audio files as stored.
+        # features (with frontend.vad their voiced frames only), or for frontend.feats_type raw the
+        # audio files as stored.
         _holds=$(python -m spkflow.bin.train_inputs --config "${train_config}" --shards) || exit 1
         log "Shards of ${train_set}'s ${_holds} (${shard_utts} utterances each) -> ${shard_dir}"
         _audio=false; [ "${_holds}" = audio ] && _audio=true
+        _voiced=false; [ "${_holds}" = "voiced features" ] && _voiced=true
         scripts/feats/make_shards.sh --cmd "${train_cmd}" --nj "${nj}" --shard-utts "${shard_utts}" \
-            --audio "${_audio}" "$(dirname "${shard_dir}")" "${shard_dir}"
+            --audio "${_audio}" --voiced "${_voiced}" "$(dirname "${shard_dir}")" "${shard_dir}"
     fi
 fi
 
