@@ -1,7 +1,8 @@
 """Benchmark: N x M batches from slow storage: shards read front to back against random access.
 
     OMP_NUM_THREADS=1 .venv/bin/python test/bench/bench_slow_storage.py --json OUT.json \\
-        [--latency-ms 5] [--bandwidth-mb-s 150] [--workers 2] [--compress cm2|float|cm1] [--work DIR]
+        [--latency-ms 5] [--bandwidth-mb-s 150] [--workers 2] [--compress cm2|float|cm1] \\
+        [--frames voiced|all] [--work DIR]
 
 The storage: a FUSE mount (mfusepy over libfuse3, bench only; needs /dev/fuse, root and the
 ``fuse3`` system package) of a local folder that adds ``--latency-ms`` to every read request (a
@@ -15,7 +16,8 @@ the mount and on the folder under it), so every run reads from the simulated dev
 The data: speechocean762's training set (1,500 utterances, 125 speakers, found through db.sh),
 stage 2's fbank + VAD computed here with ``scripts/feats/make_fbank.sh`` (``--compress``: float,
 Kaldi two-byte ``cm2`` as ``--fbank_compress true`` writes, or one-byte ``cm1``) and shards
-written with ``scripts/feats/make_shards.sh`` (``--shard-utts``), all on the mount.
+written with ``scripts/feats/make_shards.sh`` (``--shard-utts``; ``--frames voiced``, the
+default, as ``spk.sh`` writes them for a config with the VAD, or ``all``), all on the mount.
 
 Rows, each with the same batch shape and crops (``--num-spk`` 64 x ``--num-utt`` 2 batches of
 ``--crop`` 200 frames = 2 s crops of voiced frames, as the demo's frontend, ``--workers`` 2
