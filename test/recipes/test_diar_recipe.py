@@ -83,6 +83,18 @@ def test_diar_recipe_end_to_end(tmp_path, corpus):
         "--tag", "wespeaker"], recipe)  # fmt: skip
     assert (recipe / "exp" / "diar_wespeaker" / "sim.oracle_w1.5s0.75" / "pipeline" / "scores.json").is_file()
 
+    # what bounds the figures (local/limits.py): perfect clustering of these windows is near 0 % DER
+    # forgiving, far below the random-weights model's; its window EER is a rate, over real pairs
+    for embed, scoring in (("diar_spk_model", model), ("diar_wespeaker", "none")):
+        limits = f"python local/limits.py --sets sim --embed exp/{embed}/embed --scoring-dir {scoring}"
+        p = sh(["-c", f". ./path.sh && {limits}"], recipe)
+        row = next(ln for ln in p.stdout.splitlines() if ln.startswith("| sim |")).split("|")
+        floor = [float(v) for v in row[3].split("/")]
+        eer, pairs = float(row[4]), int(row[5])
+        assert floor[0] < 2.0 and floor[0] <= floor[2] and 0.0 <= eer <= 100.0 and pairs > 0
+    pipeline = json.loads((exp / "sim.oracle_w1.5s0.75" / "pipeline" / "scores.json").read_text())["total"]
+    assert floor[0] < pipeline["der_forgiving"]
+
     # bad input: a reference naming a recording that is not in wav.scp: one line, file and line named
     rttm = recipe / "data" / "sim" / "rttm"
     rttm.write_text(rttm.read_text() + "SPEAKER nowhere 1 0.0 1.0 <NA> <NA> x <NA> <NA>\n")
