@@ -321,6 +321,7 @@ class Embedder:
         window: float = 1.5,
         shift: float = 0.75,
         domain: Any = None,
+        threshold: float | None = None,
     ) -> list[Any]:
         """Who spoke when in one recording (any ``wav.scp`` entry): a list of
         :class:`spkflow.diar.rttm.Turn` ``(recording, start, end, speaker)``, the recording id being
@@ -332,7 +333,8 @@ class Embedder:
         like this one to centre on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a
         gallery saved by ``identify --save``), as the recipe centres on the windows of its set; None:
         the training mean, which merges speakers of corpora unlike the training data's (measured in
-        egs/speechocean762/diar1/RESULTS.md)."""
+        egs/speechocean762/diar1/RESULTS.md).  ``threshold``: where ``ahc`` stops (an LLR; a score
+        without calibration), tuned on held-out recordings; None: the calibrated decision."""
         from spkflow.diar.pipeline import DiarOptions
         from spkflow.diar.steps import diarize_wave
 
@@ -345,7 +347,9 @@ class Embedder:
 
             domain = domain_embeddings(self, os.fspath(domain), progress=False)
         centre = "none" if domain is None else "set"
-        opts = DiarOptions(method=method, num_speakers=num_speakers, max_speakers=max_speakers, centre=centre)
+        opts = DiarOptions(
+            method=method, num_speakers=num_speakers, max_speakers=max_speakers, centre=centre, threshold=threshold
+        )
         return diarize_wave(
             wave,
             rate,

@@ -9,6 +9,7 @@ Exception: ``spkflow.bin.datadir`` keeps the flags of the Kaldi scripts it imple
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 __all__ = ["add_bool_option", "boolean", "float_at_least", "int_at_least", "str2bool"]
@@ -83,6 +84,17 @@ def float_at_least(lo: float) -> Callable[[str], float]:
         return v
 
     return parse
+
+
+def finite_float(text: str) -> float:
+    """Any finite number (refuses NaN and infinities)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return v
 
 
 def probability(text: str) -> float:

@@ -2,11 +2,11 @@
 
     python -m spkflow.bin.diar_cluster --work-dir DIR --xvector-scp SCP [--scoring-dir MODEL_DIR]
         [--method spectral|ahc] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
-        [--backend true] [--centre set|none|recording] [--resegment true] --out RTTM
+        [--backend true] [--centre set|none|recording] [--resegment true] [--threshold LLR] --out RTTM
 
 ``DIR`` holds ``speech/`` and ``windows/`` of ``spkflow.bin.diar_windows``; ``SCP`` the windows'
 embeddings (stage 5); ``MODEL_DIR`` the model's ``scoring.yaml`` (none: plain cosine, and
-``ahc`` then needs the speaker count).  :func:`spkflow.diar.steps.cluster_set`.
+``ahc`` then needs the speaker count or a ``--threshold``).  :func:`spkflow.diar.steps.cluster_set`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import sys
 
 from spkflow.bin import setup_logging
-from spkflow.bin.argtypes import add_bool_option, int_at_least
+from spkflow.bin.argtypes import add_bool_option, finite_float, int_at_least
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
 from spkflow.diar.pipeline import CENTRES, METHODS, DiarOptions
@@ -41,12 +41,21 @@ def main(argv: list[str] | None = None) -> int:
         help="centre on every window of the set, on none (the scoring's training mean) or on the recording's own",
     )
     add_bool_option(p, "--resegment", default=True, help="reassign windows to the nearest speaker, smoothed")
+    p.add_argument(
+        "--threshold",
+        type=finite_float,
+        default=None,
+        help="stop AHC (and the LLR merge) here: an LLR, or a score without calibration "
+        "(default: the model's calibrated decision threshold)",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     setup_logging()
     try:
         scoring = Scoring.load(args.scoring_dir) if args.scoring_dir and has_scoring(args.scoring_dir) else Scoring()
-        opts = DiarOptions(args.method, args.num_speakers, args.max_speakers, args.backend, args.centre, args.resegment)
+        opts = DiarOptions(
+            args.method, args.num_speakers, args.max_speakers, args.backend, args.centre, args.resegment, args.threshold
+        )
         counts = None
         if args.reco2num_spk:
             counts = {k: int(v) for k, v in read_kv(args.reco2num_spk, num_fields=2).items()}

@@ -1,7 +1,7 @@
 """Who spoke when: one RTTM per recording, with a speaker embedder and its scoring.
 
     python -m spkflow.bin.diarize --model MODEL --out OUT_DIR [--speech energy|silero|RTTM|DIR]
-        [--num-speakers K] [--max-speakers 8] [--method spectral|ahc] [--domain-mean PATH] FILE...
+        [--num-speakers K] [--max-speakers 8] [--method spectral|ahc] [--threshold LLR] [--domain-mean PATH] FILE...
 
 MODEL: anything :meth:`spkflow.Embedder.from_pretrained` loads (a model dir, a pack, another
 toolkit's model).  Writes ``OUT_DIR/<stem>.rttm`` per FILE (the recording id is the file's stem;
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from spkflow.api import Embedder
 from spkflow.bin import setup_logging
-from spkflow.bin.argtypes import int_at_least
+from spkflow.bin.argtypes import finite_float, int_at_least
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.diar.files import diarize_files
 
@@ -38,6 +38,13 @@ def get_parser() -> argparse.ArgumentParser:
         default=None,
         choices=("spectral", "ahc"),
         help="clustering (default: ahc stopped at the calibrated LLR when the model has a calibration, else spectral)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=finite_float,
+        default=None,
+        help="where ahc stops: an LLR (a score without calibration) tuned on held-out recordings "
+        "(default: the model's calibrated decision)",
     )
     p.add_argument(
         "--domain-mean",
@@ -65,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             num_speakers=args.num_speakers,
             max_speakers=args.max_speakers,
             method=args.method,
+            threshold=args.threshold,
             domain=args.domain_mean,
         )
     except (InputError, UtteranceError, ValueError, OSError, RuntimeError) as err:

@@ -17,7 +17,9 @@ off):
    models are the same speaker by the calibrated LLR are merged, down to one speaker:
    :func:`merge_same_speakers`; the library's own one-speaker test, a BIC fit of the affinities,
    took 4- to 6-speaker recordings for one speaker in 6 of 10 simulated ones) or ``ahc`` (average
-   linkage on the scoring's calibrated LLRs, stopped at its Bayes threshold);
+   linkage on the scoring's calibrated LLRs, stopped at its Bayes threshold, or at ``threshold``
+   when given: an LLR, or for a model without calibration a score of its space, tuned on held-out
+   recordings as Kaldi's ``callhome_diarization`` tunes its PLDA threshold);
 3. resegmentation (``resegment``): windows reassigned to the nearest speaker centroid with
    similarities smoothed over neighbouring windows;
 4. turns: :func:`spkflow.diar.windows.windows_to_turns` (midpoint rule, one speaker per instant).
@@ -64,6 +66,7 @@ class DiarOptions:
     backend: bool = True
     centre: str = "none"
     resegment: bool = True
+    threshold: float | None = None  # where AHC and the LLR merge stop (None: the scoring's decision threshold)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -89,6 +92,8 @@ class DiarOptions:
         ]
         if self.resegment:
             parts.append("resegmented")
+        if self.threshold is not None and not self.num_speakers:
+            parts.append(f"stopped at {self.threshold:g}")
         k = f"{self.num_speakers} speakers" if self.num_speakers else f"at most {self.max_speakers} speakers"
         return ", ".join(parts) + f", {k}"
 
@@ -133,19 +138,21 @@ def cluster_recording(
     elif opts.method == "spectral":
         labels = spectral_labels(y, num_speakers=opts.num_speakers, min_speakers=2, max_speakers=opts.max_speakers)
         if not opts.num_speakers and scoring.calibration is not None:
-            labels = merge_same_speakers(x, labels, scoring, domain if opts.centre == "set" else None)
+            labels = merge_same_speakers(
+                x, labels, scoring, domain if opts.centre == "set" else None, threshold=opts.threshold
+            )
     else:
         space = scoring if opts.backend else Scoring(calibration=scoring.calibration, decision=scoring.decision)
         norm = space.score_models(x, y, centring(x, opts, domain))
         llr = space.llr(norm)
-        if llr is None and not opts.num_speakers:
+        if llr is None and not opts.num_speakers and opts.threshold is None:
             raise ValueError(
                 "clustering 'ahc' stops at the calibrated LLR threshold, but the model has no calibration "
-                "(scoring.yaml): give the number of speakers, or use 'spectral'"
+                "(scoring.yaml): give the number of speakers or a threshold, or use 'spectral'"
             )
         labels = ahc_labels(
             norm if llr is None else llr,
-            space.decision.threshold,
+            space.decision.threshold if opts.threshold is None else opts.threshold,
             num_speakers=opts.num_speakers,
             max_speakers=opts.max_speakers,
         )
@@ -157,13 +164,18 @@ def cluster_recording(
 
 
 def merge_same_speakers(
-    x: np.ndarray, labels: np.ndarray, scoring: Scoring, domain: np.ndarray | None = None
+    x: np.ndarray,
+    labels: np.ndarray,
+    scoring: Scoring,
+    domain: np.ndarray | None = None,
+    threshold: float | None = None,
 ) -> np.ndarray:
     """Clusters merged, most alike first, while the calibrated LLR between their speaker models
     (the mean of their windows, scored as the model's scoring scores two recordings: its backend,
     training-mean centring, or the set's windows ``domain``, and AS-norm, *not* centred on this
     recording, whose own mean would be the one speaker of a one-speaker recording) is above the
-    scoring's threshold."""
+    scoring's threshold (or ``threshold``)."""
+    stop = scoring.decision.threshold if threshold is None else threshold
     lab = np.asarray(labels, dtype=np.int64).copy()
     while True:
         ks = np.unique(lab)
@@ -173,7 +185,7 @@ def merge_same_speakers(
         llr = scoring.llr(scoring.score_models(models, models, domain))
         np.fill_diagonal(llr, -np.inf)
         i, j = np.unravel_index(int(np.argmax(llr)), llr.shape)
-        if llr[i, j] <= scoring.decision.threshold:
+        if llr[i, j] <= stop:
             return lab
         lab[lab == ks[j]] = ks[i]
 

@@ -81,11 +81,32 @@ def test_centring_on_the_set_carries_the_threshold_over_a_shifted_domain():
         DiarOptions(centre="true")
 
 
-def test_ahc_without_calibration_needs_the_count():
-    x, _ = _speaker_runs(2)
+def test_ahc_without_calibration_needs_the_count_or_a_threshold():
+    x, truth = _speaker_runs(2)
     with pytest.raises(ValueError, match="no calibration"):
         cluster_recording(x, Scoring(), DiarOptions(method="ahc"))
     assert len(set(cluster_recording(x, Scoring(), DiarOptions(method="ahc", num_speakers=2)).tolist())) == 2
+    # a threshold on the cosine (within a speaker ~0.9, across ~0): the two speakers, no calibration
+    opts = DiarOptions(method="ahc", centre="none", resegment=False, threshold=0.5)
+    assert _agree(cluster_recording(x, Scoring(), opts), truth)
+
+
+def test_a_threshold_moves_where_ahc_stops():
+    """Against the calibrated LLR (cosine 0.5 -> 0): a threshold above every within-speaker LLR
+    splits every window, one below every across-speaker LLR merges all; the LLR merge after
+    spectral clustering stops at it too."""
+    x, truth = _speaker_runs(3)
+    cal = Scoring(calibration=LogisticCalibration((10.0,), -5.0))
+
+    def count(method: str, threshold: float | None) -> int:
+        opts = DiarOptions(method=method, centre="none", resegment=False, threshold=threshold)
+        return len(set(cluster_recording(x, cal, opts).tolist()))
+
+    assert count("ahc", None) == count("ahc", 0.0) == 3
+    assert count("ahc", 6.0) == 8  # every window apart, up to max_speakers
+    assert count("ahc", -16.0) == 1  # LLRs lie in [-15, 5]
+    assert count("spectral", None) == 3 and count("spectral", -16.0) == 1
+    assert "stopped at -16" in DiarOptions(method="ahc", threshold=-16.0).describe()
 
 
 def test_resegment_fixes_isolated_errors():
@@ -147,3 +168,12 @@ def test_spectral_on_more_windows_than_it_decomposes():
     y = x / np.linalg.norm(x, axis=1, keepdims=True)
     labels = resegment(y, spectral_labels(y, num_speakers=3))
     assert len(labels) == len(truth) > MAX_SPECTRAL and _agree(labels, truth)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "x"])
+def test_a_threshold_is_a_finite_number(bad, capsys):
+    from spkflow.bin.diar_cluster import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--work-dir", "w", "--out", "o.rttm", "--threshold", bad])
+    assert e.value.code == 2 and "--threshold" in capsys.readouterr().err

@@ -65,6 +65,8 @@ backend=true          # cluster in the model's scoring space (its backend, e.g. 
 centre="set"          # centre on: set (every window of the set's recordings, no labels), none (the scoring's
                       # training mean) or recording (its own windows; in a one-speaker recording, that speaker)
 resegment=true        # reassign windows to the nearest speaker, similarities smoothed over neighbours
+threshold=            # where AHC stops: empty, the model's calibrated decision (LLR 0 at its prior); or a
+                      # number tuned on held-out recordings (an LLR; a cosine without a scoring of ours)
 baseline=true         # also run the plain baseline: L2-normalised embeddings + spectral clustering, nothing else
 
 # Scoring options (stage 5).
@@ -166,6 +168,7 @@ fi
 
 # system name -> options of spkflow.bin.diar_cluster
 _systems=("pipeline:--method ${cluster_method} --backend ${backend} --centre ${centre} --resegment ${resegment}")
+[ -n "${threshold}" ] && _systems[0]+=" --threshold ${threshold}"
 ${baseline} && _systems+=("baseline:--method spectral --backend false --centre none --resegment false")
 # the model's scoring (backend, cohort, calibration) when it has one; a pack is verified and
 # unpacked once (kept while it is the same pack)
@@ -175,7 +178,7 @@ fi
 _scoring=()
 if [ "${toolkit}" = spkflow ] && [ -e "${model}" ] && [ -f "${model_dir}/scoring.yaml" ]; then
     _scoring=(--scoring-dir "${model_dir}")
-elif [ "${cluster_method}" = ahc ] && [ -z "${num_speakers}" ]; then
+elif [ "${cluster_method}" = ahc ] && [ -z "${num_speakers}" ] && [ -z "${threshold}" ]; then
     # AHC stops at the model's calibrated LLR: without a calibration, the count is estimated spectrally
     log "No scoring of ours for ${model} (scoring.yaml): plain cosine, spectral clustering instead of ahc (or give --num_speakers)"
     _systems[0]=${_systems[0]/--method ahc/--method spectral}
