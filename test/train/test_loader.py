@@ -240,6 +240,34 @@ def test_reader_matches_kaldiio(tmp_path, method, access):
     assert np.array_equal(KaldiArkReader(tmp_path / "v.scp").read("v"), np.arange(7, dtype=np.float32))
 
 
+@pytest.mark.parametrize("method", [None, 2, 3, 5])
+def test_select_rows_keeps_each_rows_bytes(tmp_path, method):
+    """A record cut to some rows (the voiced-frame shards) is the same format, and kaldiio decodes
+    it to exactly those rows of the whole matrix: float, double, and Kaldi's one-byte-per-column
+    (kSpeechFeature), two-byte and one-byte codes, no second quantisation."""
+    import io
+
+    from spkflow.data.ark import select_rows
+
+    rng = np.random.default_rng(2)
+    m = (rng.standard_normal((57, 24)) * 3 + 5).astype(np.float32)
+    mats = {"f": m} if method else {"f": m, "d": m.astype(np.float64)}
+    keep = np.flatnonzero(rng.random(57) < 0.6)
+    for k, v in mats.items():
+        kaldiio.save_ark(str(tmp_path / f"{k}.ark"), {k: v}, scp=str(tmp_path / f"{k}.scp"), compression_method=method)
+        rec = KaldiArkReader(tmp_path / f"{k}.scp").record_bytes(k)
+        (_, whole), *_ = kaldiio.load_ark(io.BytesIO(b"u " + rec))
+        cut = select_rows(rec, keep)
+        (_, got), *_ = kaldiio.load_ark(io.BytesIO(b"u " + cut))
+        assert cut[: cut.index(b" ") + 1] == rec[: rec.index(b" ") + 1] and len(cut) < len(rec)
+        assert got.dtype == whole.dtype and np.array_equal(got, whole[keep])
+        assert select_rows(rec, np.arange(57)) == rec  # every row: the record itself
+    with pytest.raises(ValueError, match="increasing"):
+        select_rows(rec, np.array([3, 1]))
+    with pytest.raises(ValueError, match="matrix record"):
+        select_rows(b"not a record", keep)
+
+
 def test_compressed_features_through_make_fbank_jobs(tmp_path):
     """--compress true arks (Kaldi CM2 two-byte by default, CM with method 1) feed the loader;
     values within the compression error."""

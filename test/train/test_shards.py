@@ -225,6 +225,29 @@ def test_bad_shards_are_named(tmp_path):
     assert name.read_bytes() == data
 
 
+def test_voiced_shards_name_a_vad_of_another_length(tmp_path):
+    """Voiced shards cut each feature matrix by its VAD: a VAD entry of another length is one error
+    naming the utterance and vad.scp, and the shard that would hold it is not written."""
+    import kaldiio
+
+    from spkflow.core.errors import UtteranceError
+
+    feats = _features(tmp_path, compress=True, num_spk=3, num_utt=4)
+    vad = kaldiio.load_scp(str(feats / "vad.scp"))
+    bad = sorted(vad)[5]
+    kaldiio.save_ark(
+        str(feats / "vad_cut.ark"),
+        {k: (v[:-3] if k == bad else v) for k, v in vad.items()},
+        scp=str(feats / "vad.scp"),
+    )
+    out = feats / "shards"
+    prepare(feats, out, 4, run=4, seed=0, voiced=True)
+    with pytest.raises(UtteranceError, match=rf"'{bad}' \(.*vad\.scp\): \d+ VAD frames but \d+ feature frames"):
+        write_job(feats, out, 1, 1)
+    holder = next(name for name, utts in read_plan(out) if bad in utts)
+    assert not (out / holder).exists()
+
+
 def test_a_list_planned_for_random_access_is_refused(feats):
     plan = plan_epoch(feats / "spk2utt", 8, 2, seed=0, epoch=1)
     with pytest.raises(InputError, match="plan the batch lists for shards"):
