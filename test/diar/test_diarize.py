@@ -144,6 +144,10 @@ def test_a_domain_to_centre_on(model, convs, tmp_path, caplog):
     own = emb.diarize(path, speech=regions, method="ahc", domain=x)
     ref = diarize_recording(ws, x, regions, emb.scoring, DiarOptions(method="ahc", centre="recording"))
     assert [(t.start, t.end, t.speaker) for t in own] == [(t.start, t.end, t.speaker) for t in ref]
+    # and the domain is used: on the training mean (no domain) this recording is diarized otherwise,
+    # so an Embedder.diarize that dropped its domain would fail the equality above
+    plain = emb.diarize(path, speech=regions, method="ahc")
+    assert [(t.start, t.end, t.speaker) for t in plain] != [(t.start, t.end, t.speaker) for t in own]
     scp = tmp_path / "dom.scp"
     with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'dom.ark'},{scp}") as w:
         for i, v in enumerate(x):
