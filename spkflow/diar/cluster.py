@@ -123,11 +123,14 @@ def ahc_labels(
     n = len(llr)
     if n <= 1:
         return np.zeros(n, dtype=np.int64)
-    s = 0.5 * (llr + llr.T)
-    top = float(np.max(s)) + 1.0
-    dist = top - s  # >= 1 > 0 off the diagonal; average linkage of (top - llr) is top - average llr
+    dist = llr + llr.T  # made symmetric, then turned into distances in place (one [N, N] array)
+    dist *= 0.5
+    top = float(np.max(dist)) + 1.0
+    np.subtract(top, dist, out=dist)  # >= 1 > 0 off the diagonal; average linkage of top - llr is top - average llr
     np.fill_diagonal(dist, 0.0)
-    z = linkage(squareform(dist, checks=False), method="average")
+    condensed = squareform(dist, checks=False)
+    del dist
+    z = linkage(condensed, method="average")
     if num_speakers:
         labels = fcluster(z, t=min(num_speakers, n), criterion="maxclust")
     else:

@@ -143,15 +143,18 @@ def cluster_recording(
             )
     else:
         space = scoring if opts.backend else Scoring(calibration=scoring.calibration, decision=scoring.decision)
-        norm = space.score_models(x, y, centring(x, opts, domain))
-        llr = space.llr(norm)
-        if llr is None and not opts.num_speakers and opts.threshold is None:
+        scores = space.score_models(x, y, centring(x, opts, domain))
+        llr = space.llr(scores)
+        if llr is not None:
+            scores = llr  # clustered on the LLRs; one [N, N] array kept, not two (an hour: 4,800 windows)
+        elif not opts.num_speakers and opts.threshold is None:
             raise ValueError(
                 "clustering 'ahc' stops at the calibrated LLR threshold, but the model has no calibration "
                 "(scoring.yaml): give the number of speakers or a threshold, or use 'spectral'"
             )
+        del llr
         labels = ahc_labels(
-            norm if llr is None else llr,
+            scores,
             space.decision.threshold if opts.threshold is None else opts.threshold,
             num_speakers=opts.num_speakers,
             max_speakers=opts.max_speakers,

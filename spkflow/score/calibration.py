@@ -142,7 +142,9 @@ class LogisticCalibration:
         x = _features(features, "features")
         if x.shape[1] != len(self.weights):
             raise ValueError(f"calibration takes {len(self.weights)} feature(s) {self.names}, got {x.shape[1]}")
-        return x @ np.asarray(self.weights) + self.bias
+        out = x @ np.asarray(self.weights)
+        out += self.bias
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
