@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # speechocean762 diarization demo: the spk1 demo model (trained on speechocean762's 125 training
-# speakers) diarizes conversations simulated from LibriSpeech mini speakers it never saw, with the
-# turn-taking of AMI meetings, and the real AMI excerpts; oracle speech, 1.5 s windows every 0.75 s.
+# speakers) diarizes conversations simulated from speakers it never saw, speechocean762's 125 test
+# speakers (sim_so762) and the 8 LibriSpeech mini speakers (sim), with the turn-taking of AMI
+# meetings, and the real AMI excerpts; oracle speech, 1.5 s windows every 0.75 s.
 #   ./run.sh                                                 # ../spk1/exp/spk_train (train it first)
 #   ./run.sh --spk_model ../spk1/exp/spk_train/packed/spk_train.zip
 #   ./run.sh --speech energy                                 # the energy VAD instead of oracle speech
@@ -12,7 +13,7 @@ if [ ! -e ./diar.sh ]; then  # relative links and paths: the recipe runs from it
 fi
 . utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
-sets="sim ami"
+sets="sim_so762 sim ami"
 spk_model=../spk1/exp/spk_train
 speech=oracle
 # The pipeline: the model's scoring (WCCN, AS-norm, calibration), average-linkage clustering stopped

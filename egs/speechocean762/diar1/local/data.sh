@@ -2,7 +2,8 @@
 # Data preparation of the diarization demo (stage 1 of diar.sh), recording dirs (wav.scp, rttm, uem, reco2dur):
 #   data/sim   conversations simulated from LibriSpeech mini (8 speakers the demo model never saw),
 #              2-6 speakers each, with the turn-taking of AMI meetings (conf/turn_stats_ami.json)
-#   data/sim_so762  the same from speechocean762's 125 test speakers (also unseen in training)
+#   data/sim_so762  the same from speechocean762's 125 test speakers (unseen in training: the demo
+#              model trains on the train speakers and averages its last epochs, no selection on test)
 #   data/ami   the 14 AMI excerpts of 30 s (real meetings; reference RTTM and UEM as shipped)
 # Corpus locations come from db.sh (LIBRISPEECH, SPEECHOCEAN762, AMI_EXCERPTS); nothing is copied
 # into the repository: wav.scp names the corpus files (AMI) or the simulated audio under data/<set>/audio.
@@ -19,9 +20,9 @@ sim_min_speakers=2       # speakers per conversation: cycling from min to max
 sim_max_speakers=6
 sim_seed=0               # seed of the simulation (same seed, same audio and RTTM)
 stats=conf/turn_stats_ami.json   # turn-taking statistics (python -m spkflow.bin.turn_statistics)
-so762=false              # also simulate data/sim_so762 from speechocean762's test speakers
+so762=true               # also simulate data/sim_so762 from speechocean762's test speakers
 
-help_message="Usage: $0 [--sim_recordings 10] [--sim_duration 60] [--sim_seed 0] [--so762 false]"
+help_message="Usage: $0 [--sim_recordings 10] [--sim_duration 60] [--sim_seed 0] [--so762 true]"
 
 . utils/parse_options.sh
 if [ $# -ne 0 ]; then
