@@ -35,12 +35,15 @@ def test_diar_recipe_end_to_end(tmp_path, corpus):
     from helpers.models import make_scored_model_dir, make_wespeaker_onnx
 
     corpus("LIBRISPEECH")
+    corpus("SPEECHOCEAN762")  # data/sim_so762: conversations of its test speakers
     corpus("AMI_EXCERPTS")
     recipe = _recipe(tmp_path)
     model = make_scored_model_dir(tmp_path / "spk_model", tmp_path / "model_audio")
     data_opts = ["--local_data_opts", "--sim_recordings 2 --sim_duration 20"]
     p = sh(["run.sh", "--spk_model", model, *data_opts, "--sets", "sim"], recipe)
     assert "data/sim: 2 recordings" in p.stdout
+    so762 = (recipe / "data" / "sim_so762" / "rttm").read_text().split("\n")
+    assert len({ln.split()[1] for ln in so762 if ln}) == 2  # prepared beside it, scored when in --sets
     ami = recipe / "data" / "ami"  # prepared from AMI_EXCERPTS (db.sh), never copied: wav.scp names the corpus files
     assert (
         len((ami / "wav.scp").read_text().splitlines()) == 14 and (ami / "rttm").is_file() and (ami / "uem").is_file()
