@@ -2,7 +2,7 @@
 """What bounds a diarization figure: the pipeline's own floor, and how well the embedder tells
 the speakers of a recording apart.  Run from the recipe's folder after stage 3 (`. ./path.sh`):
 
-    python local/limits.py [--sets "sim ami"] [--windows oracle_w1.5s0.75] \\
+    python local/limits.py [--sets "sim_so762 sim ami"] [--windows oracle_w1.5s0.75] \\
         [--embed exp/diar_spk_train/embed] [--scoring-dir ../spk1/exp/spk_train]
 
 Per set, two figures that no clustering option changes:
@@ -85,7 +85,7 @@ def limits(data: Path, work: Path, scp: Path, scoring: Scoring, backend: bool) -
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default="sim ami")
+    p.add_argument("--sets", default="sim_so762 sim ami")
     p.add_argument("--windows", default="oracle_w1.5s0.75", help="the windows' tag: <speech>_w<window>s<shift>")
     p.add_argument("--dumpdir", default="dump")
     p.add_argument("--embed", default="exp/diar_spk_train/embed", help="stage 3's embeddings: <embed>/<set>.<windows>")
