@@ -36,6 +36,11 @@ class _Header:
 _PLAIN = {"FM": np.dtype("<f4"), "FV": np.dtype("<f4"), "DM": np.dtype("<f8"), "DV": np.dtype("<f8")}
 
 
+def _item_size(kind: str) -> int:
+    """Bytes per element of a row-major record: float or double, or CM2's / CM3's 16 / 8-bit codes."""
+    return _PLAIN[kind].itemsize if kind in _PLAIN else 2 if kind == "CM2" else 1
+
+
 def parse_header(head: bytes, off: int) -> _Header | None:
     """Parse the binary header at ark offset ``off`` from its first (up to 32) bytes."""
     if head[:2] != b"\0B":
@@ -209,12 +214,10 @@ class KaldiArkReader:
         h = self.header(utt)
         if h is None:
             raise InputError(self.scp, None, f"'{utt}' is not a binary ark entry (a pipe, slice or text ark)")
-        if h.kind in _PLAIN:
-            size = h.rows * max(h.cols, 1) * _PLAIN[h.kind].itemsize
-        elif h.kind == "CM":
+        if h.kind == "CM":
             size = h.cols * 8 + h.rows * h.cols
         else:
-            size = h.rows * h.cols * (2 if h.kind == "CM2" else 1)
+            size = h.rows * max(h.cols, 1) * _item_size(h.kind)
         return h.data + size - self._locate(utt)[1]
 
     def record_bytes(self, utt: str) -> bytes:
@@ -306,7 +309,7 @@ class KaldiArkReader:
                 raise ValueError(f"'{utt}' has dimension {h.cols}, expected {out.shape[1]} ({self.scp})")
             if not 0 <= lo <= hi <= h.rows:
                 raise IndexError(f"rows {lo}:{hi} of '{utt}' ({h.rows} rows)")
-            size = 4 if h.kind == "FM" else 2 if h.kind == "CM2" else 1
+            size = _item_size(h.kind)
             row, i = size * h.cols, self._index[utt][0]
             if h.kind == "FM":
                 dst = out.view(np.uint8).reshape(len(frames), row)
@@ -392,7 +395,7 @@ def select_rows(record: bytes, rows: np.ndarray) -> bytes:
         cols = raw[h.data + h.cols * 8 : h.data + h.cols * 8 + h.rows * h.cols].reshape(h.cols, h.rows)
         body = raw[h.data : h.data + h.cols * 8].tobytes() + np.ascontiguousarray(cols[:, rows]).tobytes()
     else:
-        size = _PLAIN[h.kind].itemsize if h.kind in _PLAIN else 2 if h.kind == "CM2" else 1
+        size = _item_size(h.kind)
         body = raw[h.data : h.data + h.rows * h.cols * size].reshape(h.rows, h.cols * size)[rows].tobytes()
     head = bytearray(record[: h.data])
     p = head.index(b" ", 2) + 1  # the row count: after a size byte (FM, DM) or after gmin, grange (CM*)
