@@ -37,11 +37,12 @@ from spkflow.data.jobs import MergeError, log_line
 from spkflow.data.shards import AUDIO_EXTS, FIELDS, shard_name, write_shard
 from spkflow.data.tables import c_key, read_kv
 
-__all__ = ["shard_order", "prepare", "read_plan", "write_job", "merge", "SCPS"]
+__all__ = ["shard_order", "prepare", "read_plan", "voiced_shards", "write_job", "merge", "SCPS"]
 
 #: the scp of each shard field, in the features dir of stage 2
 SCPS = {"feats": "feats.scp", "vad": "vad.scp", "cmvn": "cmvn_utt.scp", "cmvn_voiced": "cmvn_utt_voiced.scp"}
 _ORDER_PURPOSE = 0x73686F72  # "shor": the stream of the shard order, apart from every other
+_VOICED = " frames=voiced"  # in ``settings``: shards of the voiced frames (:func:`voiced_shards`)
 
 
 def _permutation(n: int, *words: int) -> np.ndarray:
@@ -91,7 +92,7 @@ def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int, audio: bool
     for ark in sorted(arks):  # features written again under the same names and offsets
         st = os.stat(ark) if os.path.isfile(ark) else None
         digest.update(f"{ark} {st.st_size if st else -1} {st.st_mtime_ns if st else -1}".encode())
-    frames = "" if audio else f" frames={'voiced' if voiced else 'all'}"
+    frames = "" if audio else _VOICED if voiced else " frames=all"
     return f"features={feats_dir} sha256={digest.hexdigest()} shard_utts={shard_utts} run={run} seed={seed}{frames}\n"
 
 
@@ -132,6 +133,12 @@ def prepare(
     write_text_atomic(shard_dir / "plan", text)
     write_text_atomic(old, settings)
     return len(shards)
+
+
+def voiced_shards(shard_dir: str | os.PathLike[str]) -> bool:
+    """Whether :func:`prepare` planned ``shard_dir``'s shards of the voiced frames only."""
+    settings = Path(shard_dir) / "settings"
+    return settings.is_file() and _VOICED in settings.read_text(encoding="utf-8")
 
 
 def read_plan(shard_dir: str | os.PathLike[str]) -> list[tuple[str, list[str]]]:
@@ -182,8 +189,7 @@ def write_job(
     Which frames (all or voiced) comes from the ``settings`` that :func:`prepare` wrote."""
     feats_dir, shard_dir = Path(feats_dir), Path(shard_dir)
     readers = {f: KaldiArkReader(feats_dir / scp) for f, scp in SCPS.items() if (feats_dir / scp).is_file()}
-    settings = shard_dir / "settings"
-    voiced = settings.is_file() and " frames=voiced" in settings.read_text(encoding="utf-8")
+    voiced = voiced_shards(shard_dir)
     if audio:
         wav = read_kv(feats_dir / "wav.scp")
         readers = {}

@@ -17,7 +17,7 @@ import torch
 from helpers.audio import make_speakers
 from spkflow.core.errors import InputError
 from spkflow.data.jobs import MergeError
-from spkflow.data.shard_jobs import merge, prepare, read_plan, shard_order, write_job
+from spkflow.data.shard_jobs import merge, prepare, read_plan, shard_order, voiced_shards, write_job
 from spkflow.data.shards import ShardSet, load_shard
 from spkflow.data.tables import read_kv
 from spkflow.features.fbank import FbankOptions, VadOptions
@@ -57,15 +57,17 @@ def _shards(feats: Path, shard_utts: int = 10, nj: int = 2, voiced: bool = False
     ids=["float", "compressed", "float-voiced", "compressed-voiced"],
 )
 def feats(request, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("shards")
     compress, voiced = request.param
+    root = tmp_path_factory.mktemp("shards_voiced" if voiced else "shards_all")
     f = _features(root, compress=compress)
     _shards(f, voiced=voiced)
+    assert voiced_shards(f / "shards") == voiced
     return f
 
 
 def _voiced(feats: Path) -> bool:
-    return " frames=voiced" in (feats / "shards" / "settings").read_text()
+    """Whether the fixture asked for shards of the voiced frames (known from its folder's name)."""
+    return "shards_voiced" in str(feats)
 
 
 def test_shards_hold_every_utterance_once_with_the_ark_bytes(feats):
