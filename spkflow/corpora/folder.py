@@ -55,7 +55,8 @@ from spkflow.core.errors import InputError, UtteranceError
 from spkflow.corpora.base import CorpusData, Utterance
 from spkflow.data.audio import spec_duration
 from spkflow.data.ffmpeg import FFMPEG_EXTENSIONS, ffmpeg_pipe, probe_ffmpeg
-from spkflow.data.tables import WHITESPACE
+from spkflow.data.steps import is_sorted_k2
+from spkflow.data.tables import WHITESPACE, c_key
 
 __all__ = [
     "FFMPEG_EXTENSIONS",
@@ -374,15 +375,15 @@ def _check_speaker_order(utts: list[Utterance], paths: dict[str, Path]) -> None:
     """Kaldi wants utt2spk sorted by speaker as well as by utterance.  Speaker ``A`` beside ``A-1``
     breaks it (``A-1-x`` sorts before ``A-u1``): refused before anything is written, naming both
     speakers and a rename that works (characters up to ``-`` made ``_``, which sorts after it)."""
-    last: Utterance | None = None
-    for u in sorted(utts, key=lambda u: u.utt.encode()):
-        if last is not None and u.spk.encode() < last.spk.encode():
-            fixed = "".join("_" if c <= "-" else c for c in last.spk)
-            raise InputError(
-                paths[u.utt].parent,
-                None,
-                f"speaker {last.spk!r} sorts after speaker {u.spk!r} but its utterance ids ('<speaker>-<file>') "
-                f"sort before theirs, and a Kaldi data dir needs both orders to agree: rename the folder "
-                f"{last.spk!r} (e.g. to {fixed!r}) or give --speaker-regex",
-            )
-        last = u
+    ordered = sorted(utts, key=lambda u: c_key(u.utt))
+    i = is_sorted_k2([f"{u.utt} {u.spk}\n" for u in ordered])  # the rule the data dir's validation applies
+    if i is not None:
+        last, u = ordered[i - 1], ordered[i]
+        fixed = "".join("_" if c <= "-" else c for c in last.spk)
+        raise InputError(
+            paths[u.utt].parent,
+            None,
+            f"speaker {last.spk!r} sorts after speaker {u.spk!r} but its utterance ids ('<speaker>-<file>') "
+            f"sort before theirs, and a Kaldi data dir needs both orders to agree: rename the folder "
+            f"{last.spk!r} (e.g. to {fixed!r}) or give --speaker-regex",
+        )

@@ -152,7 +152,6 @@ def cluster_recording(
                 "clustering 'ahc' stops at the calibrated LLR threshold, but the model has no calibration "
                 "(scoring.yaml): give the number of speakers or a threshold, or use 'spectral'"
             )
-        del llr
         labels = ahc_labels(
             scores,
             space.decision.threshold if opts.threshold is None else opts.threshold,
