@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "Holder", "LockError", "acquire", "release", "read_holder", "hold", "is_stale"]
+__all__ = ["LOCK_NAME", "Holder", "LockError", "acquire", "release", "read_holder", "hold", "is_stale", "is_lock_file"]
 
 LOCK_NAME = ".spkflow.core.lock"
 _BREAK_AGE = 30.0  # seconds after which a break file left by a killed run is ignored
@@ -94,6 +94,15 @@ def _command(pid: int) -> str:
     except OSError:
         return " ".join(sys.argv)
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def is_lock_file(name: str) -> bool:
+    """Whether a file name in a locked directory belongs to this module: the lock, its break
+    file, or the temporary a contender writes for an instant before linking it (``_create``;
+    also what a contender killed in that instant leaves behind)."""
+    if name in (LOCK_NAME, LOCK_NAME + ".break"):
+        return True
+    return name.startswith(LOCK_NAME + ".") and name.endswith(".tmp")
 
 
 def lock_path(directory: str | os.PathLike[str]) -> Path:

@@ -36,6 +36,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 #: the file that says "spkflow wrote this data dir", with the names of the files it wrote
 MARKER = ".spkflow-data-dir"
 _HEADER = "# written by spkflow (spkflow.corpora.destination); the files it wrote:\n"
-_OWN = {MARKER, lock.LOCK_NAME, lock.LOCK_NAME + ".break"}
 
 
 def read_marker(directory: Path) -> set[str] | None:
@@ -93,7 +93,7 @@ def check_apart(out: Path, sources: Iterable[str | os.PathLike[str]], files: Ite
 
 def _foreign(out: Path) -> list[str]:
     """What in ``out`` this code did not write (empty: ``out`` may be replaced)."""
-    names = sorted(n for n in os.listdir(out) if n not in _OWN)
+    names = sorted(n for n in os.listdir(out) if n != MARKER and not lock.is_lock_file(n))
     if not names:
         return []
     written = read_marker(out)
@@ -240,7 +240,7 @@ def _swap(tmp: Path, out: Path) -> None:
     second run always finds it locked."""
     lock.acquire(tmp)
     if _exchange(tmp, out):
-        shutil.rmtree(tmp)  # now the previous contents, with the previous lock file
+        _remove_previous(tmp)  # now the previous contents, with the previous lock file
         return
     old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
     os.replace(out, old)  # onto the empty placeholder
@@ -255,4 +255,21 @@ def _swap(tmp: Path, out: Path) -> None:
         raise InputError(
             out, None, "another run wrote this data dir at the same moment; this run's result was dropped"
         ) from None
-    shutil.rmtree(old)
+    _remove_previous(old)
+
+
+def _remove_previous(path: Path) -> None:
+    """Delete the replaced folder.  A contender may write its lock temporary into it in the
+    instant after the swap (it looked the folder up by the old name), which makes one ``rmtree``
+    fail with 'directory not empty' although the new data dir is in place: try again."""
+    for _ in range(3):
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            time.sleep(0.05)
+    shutil.rmtree(path, ignore_errors=True)
