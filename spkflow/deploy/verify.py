@@ -453,7 +453,8 @@ def identify(
         if llr is not None:
             # posteriors over the S speakers and "unknown": p_known / S x exp(llr_s) against 1 - p_known
             w = np.log(p_known / len(speakers)) + llr[i]
-            z = np.logaddexp(np.logaddexp.reduce(w), math.log1p(-p_known))
+            with np.errstate(invalid="ignore"):  # a NaN score (a broken embedding) gives NaN posteriors, said as null
+                z = np.logaddexp(np.logaddexp.reduce(w), math.log1p(-p_known))
             post, p_unknown = np.exp(w - z), float(np.exp(math.log1p(-p_known) - z))
         for j in rank:
             item: dict[str, Any] = {"speaker": speakers[j], "norm_score": _num(scores[i, j])}
