@@ -404,10 +404,15 @@ def select_rows(record: bytes, rows: np.ndarray) -> bytes:
 
 
 def _cm_decode(q: np.ndarray, pc: np.ndarray) -> np.ndarray:
-    """Kaldi's CompressedMatrix (kOneByteWithColHeaders) byte -> float, for a [rows, cols] slice."""
-    p0, p25, p75, p100 = pc[:, 0], pc[:, 1], pc[:, 2], pc[:, 3]
-    x = q.astype(np.float32)
-    low = p0 + (p25 - p0) * x * (1 / 64.0)
-    mid = p25 + (p75 - p25) * (x - 64.0) * (1 / 128.0)
-    high = p75 + (p100 - p75) * (x - 192.0) * (1 / 63.0)
-    return np.where(q <= 64, low, np.where(q <= 192, mid, high)).astype(np.float32)
+    """Kaldi's CompressedMatrix (kOneByteWithColHeaders) byte -> float, for a [rows, cols] slice.
+
+    Kaldi's piecewise-linear formula is evaluated once per column and code, each piece on its own
+    codes only (a [cols, 256] table: the same float32 operations, so the same bits), and the bytes
+    are looked up in it: one gather per value instead of three products and two selections."""
+    p0, p25, p75, p100 = (pc[:, k : k + 1] for k in range(4))
+    x = np.arange(256, dtype=np.float32)
+    table = np.empty((len(pc), 256), dtype=np.float32)
+    table[:, :65] = p0 + (p25 - p0) * x[:65] * (1 / 64.0)
+    table[:, 65:193] = p25 + (p75 - p25) * (x[65:193] - 64.0) * (1 / 128.0)
+    table[:, 193:] = p75 + (p100 - p75) * (x[193:] - 192.0) * (1 / 63.0)
+    return table.ravel()[q + np.arange(0, table.size, 256, dtype=np.intp)]

@@ -240,6 +240,27 @@ def test_reader_matches_kaldiio(tmp_path, method, access):
     assert np.array_equal(KaldiArkReader(tmp_path / "v.scp").read("v"), np.arange(7, dtype=np.float32))
 
 
+def test_one_byte_code_table_is_kaldis_formula_for_every_code():
+    """The CM decode looks bytes up in a per-column table; each of the 256 codes (the pieces meet
+    at 64 and 192) decodes to Kaldi's ``Uint8ToFloat`` evaluated on that value alone, bit for bit."""
+    from spkflow.data.ark import _cm_decode
+
+    rng = np.random.default_rng(3)
+    pc = np.sort(rng.standard_normal((7, 4)).astype(np.float32) * 4, axis=1)
+    q = np.ascontiguousarray(np.tile(np.arange(256, dtype=np.uint8), (7, 1)))[:, ::-1].T  # [256, 7], strided
+    got = _cm_decode(q, pc)
+    for r, c in np.ndindex(*q.shape):
+        p0, p25, p75, p100 = pc[c]
+        v = np.float32(q[r, c])
+        if v <= 64:
+            want = p0 + (p25 - p0) * v * np.float32(1 / 64.0)
+        elif v <= 192:
+            want = p25 + (p75 - p25) * (v - np.float32(64.0)) * np.float32(1 / 128.0)
+        else:
+            want = p75 + (p100 - p75) * (v - np.float32(192.0)) * np.float32(1 / 63.0)
+        assert got[r, c] == want, (r, c, int(q[r, c]))
+
+
 @pytest.mark.parametrize("method", [None, 2, 3, 5])
 def test_select_rows_keeps_each_rows_bytes(tmp_path, method):
     """A record cut to some rows (the voiced-frame shards) is the same format, and kaldiio decodes
