@@ -2,11 +2,14 @@
 
     python -m spkflow.bin.diar_cluster --work-dir DIR --xvector-scp SCP [--scoring-dir MODEL_DIR]
         [--method spectral|ahc] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
-        [--backend true] [--centre set|none|recording] [--resegment true] [--threshold LLR] --out RTTM
+        [--backend true] [--centre set|none|recording] [--resegment true] [--threshold LLR]
+        [--overlap-rttm RTTM] --out RTTM
 
 ``DIR`` holds ``speech/`` and ``windows/`` of ``spkflow.bin.diar_windows``; ``SCP`` the windows'
 embeddings (stage 5); ``MODEL_DIR`` the model's ``scoring.yaml`` (none: plain cosine, and
-``ahc`` then needs the speaker count or a ``--threshold``).  :func:`spkflow.diar.steps.cluster_set`.
+``ahc`` then needs the speaker count or a ``--threshold``); ``--overlap-rttm``: where this RTTM
+has two or more speakers at once, a second speaker is added (the reference RTTM: oracle overlap,
+:mod:`spkflow.diar.overlap`).  :func:`spkflow.diar.steps.cluster_set`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, finite_float, int_at_least
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
+from spkflow.diar.overlap import overlap_regions
 from spkflow.diar.pipeline import CENTRES, METHODS, DiarOptions
+from spkflow.diar.rttm import read_rttm, turns_by_recording
 from spkflow.diar.steps import cluster_set
 from spkflow.score.verification import Scoring, has_scoring
 
@@ -48,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         help="stop AHC (and the LLR merge) here: an LLR, or a score without calibration "
         "(default: the model's calibrated decision threshold)",
     )
+    p.add_argument(
+        "--overlap-rttm",
+        default=None,
+        help="add a second speaker where this RTTM has two or more at once (the reference: oracle overlap)",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     setup_logging()
@@ -59,14 +69,20 @@ def main(argv: list[str] | None = None) -> int:
         counts = None
         if args.reco2num_spk:
             counts = {k: int(v) for k, v in read_kv(args.reco2num_spk, num_fields=2).items()}
-        n = cluster_set(args.work_dir, args.xvector_scp, args.out, scoring, opts, counts)
+        overlap = None
+        if args.overlap_rttm:
+            turns = turns_by_recording(read_rttm(args.overlap_rttm).turns)
+            overlap = {rec: overlap_regions(t) for rec, t in turns.items()}
+        n = cluster_set(args.work_dir, args.xvector_scp, args.out, scoring, opts, counts, overlap)
     except (InputError, ValueError, OSError, RuntimeError) as err:
         logging.error("%s", err)
         return 1
+    extra = f", a second speaker in {n['overlap_turns']} overlap turns" if overlap is not None else ""
     logging.info(
-        "%s (%s): %d recordings, %d speakers -> %s",
+        "%s (%s)%s: %d recordings, %d speakers -> %s",
         opts.describe(),
         scoring.label,
+        extra,
         n["recordings"],
         n["speakers"],
         args.out,

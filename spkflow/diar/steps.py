@@ -30,6 +30,7 @@ from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv, write_kv
 from spkflow.diar.metrics import format_table, score_diarization
+from spkflow.diar.overlap import add_second_speakers
 from spkflow.diar.pipeline import DiarOptions, diarize_recording
 from spkflow.diar.recordings import RecordingSet, load_recordings
 from spkflow.diar.regions import Regions, intersect, union
@@ -131,11 +132,14 @@ def cluster_set(
     scoring: Scoring,
     opts: DiarOptions,
     num_speakers: Mapping[str, int] | None = None,
+    overlap: Mapping[str, Regions] | None = None,
 ) -> dict[str, int]:
     """Cluster each recording of ``work_dir`` (``speech/`` and ``windows/`` of :func:`make_windows`)
     from the windows' embeddings in ``xvector_scp``; write all turns to ``out_rttm``.
     ``num_speakers``: a per-recording count (``reco2num_spk``) overriding ``opts.num_speakers``;
-    ``opts.centre == "set"`` centres every recording on the windows of all of them."""
+    ``opts.centre == "set"`` centres every recording on the windows of all of them; ``overlap``:
+    regions of overlapped speech per recording, given a second speaker
+    (:func:`spkflow.diar.overlap.add_second_speakers`)."""
     recs, regions = read_speech_dir(Path(work_dir) / "speech")
     wdir = Path(work_dir) / "windows"
     by_rec = read_window_dir(wdir) if (wdir / "segments").is_file() else {}
@@ -146,7 +150,7 @@ def cluster_set(
         keys = [w.id for ws in by_rec.values() for w in ws]
         emb = read_embeddings(xvector_scp, keys)
     turns: list[Turn] = []
-    counts = {"recordings": len(recs), "speakers": 0}
+    counts = {"recordings": len(recs), "speakers": 0, "overlap_turns": 0}
     domain = None
     if opts.centre == "set" and emb:  # every window of the set: recordings like each one, no labels
         domain = np.stack([np.asarray(v, dtype=np.float64).reshape(-1) for v in emb.values()])
@@ -165,6 +169,10 @@ def cluster_set(
                 continue
         x = np.stack([np.asarray(emb[w.id], dtype=np.float64).reshape(-1) for w in ws])
         t = diarize_recording(ws, x, regions[rec], scoring, o, domain)
+        if overlap is not None and overlap.get(rec):
+            n = len(t)
+            t = add_second_speakers(t, overlap[rec])
+            counts["overlap_turns"] += len(t) - n
         counts["speakers"] += len({u.speaker for u in t})
         turns += t
     write_rttm(out_rttm, turns)

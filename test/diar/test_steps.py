@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import logging
 
-import kaldiio
 import pytest
 
-from helpers.diar import make_conversations, write_tone_speech
+from helpers.diar import embed_windows, make_conversations, write_tone_speech
 from helpers.models import make_scored_model_dir
 from spkflow import Embedder
-from spkflow.data.audio import AudioReader
 from spkflow.data.tables import read_kv
 from spkflow.diar.pipeline import DiarOptions
 from spkflow.diar.recordings import load_recordings, write_recordings
@@ -41,16 +39,6 @@ def _set_with_odd_recordings(tmp_path):
     return write_recordings(tmp_path / "recs", wav, durs, turns)
 
 
-def _embed_windows(model, windows_dir, scp):
-    emb = Embedder.from_pretrained(model)
-    reader = AudioReader(windows_dir, sample_rate=16000)
-    keys = list(read_kv(windows_dir / "utt2spk"))
-    vecs = emb.embed_batch([reader.read(k) for k in keys], 16000)
-    with kaldiio.WriteHelper(f"ark,scp:{scp.with_suffix('.ark')},{scp}") as w:
-        for k, v in zip(keys, vecs, strict=True):
-            w(k, v)
-
-
 def test_set_with_silent_short_and_one_speaker_recordings(model, tmp_path, caplog):
     recs = _set_with_odd_recordings(tmp_path)
     work = tmp_path / "work"
@@ -62,7 +50,7 @@ def test_set_with_silent_short_and_one_speaker_recordings(model, tmp_path, caplo
     # every recording is in speech/ (the silent one without regions), the windows dir only those with windows
     assert list(read_kv(work / "speech" / "wav.scp")) == list(read_kv(recs / "wav.scp"))
     assert "silent" not in read_kv(work / "windows" / "wav.scp")
-    _embed_windows(model, work / "windows", tmp_path / "xvector.scp")
+    embed_windows(model, work / "windows", tmp_path / "xvector.scp")
     scoring = Embedder.from_pretrained(model).scoring
     cluster_set(work, tmp_path / "xvector.scp", tmp_path / "hyp.rttm", scoring, DiarOptions(), {"solo": 1})
     hyp = read_rttm(tmp_path / "hyp.rttm").turns

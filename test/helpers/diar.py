@@ -25,7 +25,9 @@ STATS = TurnStatistics(
 )
 
 
-def make_conversations(root: Path, counts=(2, 3), duration: float = 20.0, seed: int = 0) -> Path:
+def make_conversations(
+    root: Path, counts=(2, 3), duration: float = 20.0, seed: int = 0, stats: TurnStatistics = STATS
+) -> Path:
     """Recording dir ``root/recs`` of one simulated conversation per entry of ``counts`` (its
     speaker count), from 6 synthetic speakers x 4 utterances of 1-2.5 s."""
     data = make_speakers(root / "pool", num_spk=6, num_utt=4, seed=seed, min_sec=1.0, max_sec=2.5)
@@ -37,7 +39,7 @@ def make_conversations(root: Path, counts=(2, 3), duration: float = 20.0, seed: 
     for i, k in enumerate(counts):
         rec = f"conv{i}"
         c = simulate_conversation(
-            rec, pool, lambda u: load_audio(wav[u], 16000), STATS, num_speakers=k, duration=duration, seed=seed, index=i
+            rec, pool, lambda u: load_audio(wav[u], 16000), stats, num_speakers=k, duration=duration, seed=seed, index=i
         )
         path = root / f"{rec}.wav"
         sf.write(path, c.wave, 16000, subtype="PCM_16")
@@ -57,3 +59,20 @@ def write_tone_speech(path: Path, seconds: float, silent: bool = False, seed: in
         sig = synth_voice(rng, 120.0, (500.0, 1500.0, 2500.0), seconds, silence=0.05)
     sf.write(path, sig, 16000, subtype="PCM_16")
     return path
+
+
+def embed_windows(model: Path, windows_dir: Path, scp: Path) -> None:
+    """The windows of a ``windows/`` dir embedded by ``model`` in this process, written as
+    ``scp`` (+ its ark): what stage 3 gives the clustering step."""
+    import kaldiio
+
+    from spkflow import Embedder
+    from spkflow.data.audio import AudioReader
+
+    emb = Embedder.from_pretrained(model)
+    reader = AudioReader(windows_dir, sample_rate=16000)
+    keys = list(read_kv(windows_dir / "utt2spk"))
+    vecs = emb.embed_batch([reader.read(k) for k in keys], 16000)
+    with kaldiio.WriteHelper(f"ark,scp:{scp.with_suffix('.ark')},{scp}") as w:
+        for k, v in zip(keys, vecs, strict=True):
+            w(k, v)

@@ -53,7 +53,8 @@ def test_diar_recipe_end_to_end(tmp_path, corpus):
     exp = recipe / "exp" / "diar_spk_model"
     results = (exp / "RESULTS.md").read_text()
     assert "| sim | pipeline |" in results and "| sim | baseline |" in results
-    for system in ("pipeline", "baseline"):
+    assert "| sim | pipeline_oracle_overlap |" in results  # run.sh's --overlap oracle
+    for system in ("pipeline", "baseline", "pipeline_oracle_overlap"):
         d = exp / "sim.oracle_w1.5s0.75" / system
         hyp = (d / "hyp.rttm").read_text().splitlines()
         recs = {ln.split()[1] for ln in hyp}
@@ -65,6 +66,10 @@ def test_diar_recipe_end_to_end(tmp_path, corpus):
         assert total["der_full"] == pytest.approx(total["miss"] + total["fa"] + total["conf"], abs=1e-6)
         assert total["miss"] >= 0 and total["fa"] == pytest.approx(0.0, abs=1e-6)  # oracle speech: no false alarm
         assert list(d.glob("plot_*.png"))
+    # the reference's overlap given a second speaker: less missed, the same where overlap is not scored
+    pl, ov = (json.loads((exp / "sim.oracle_w1.5s0.75" / s / "scores.json").read_text())["total"]
+              for s in ("pipeline", "pipeline_oracle_overlap"))  # fmt: skip
+    assert ov["miss"] <= pl["miss"] + 1e-9 and ov["der_forgiving"] == pytest.approx(pl["der_forgiving"])
     # the windows were embedded by stage 5 of spk1: one vector per window of the segments file
     emb = exp / "embed" / "sim.oracle_w1.5s0.75" / "xvector.scp"
     seg = recipe / "dump" / "sim.oracle_w1.5s0.75" / "windows" / "segments"

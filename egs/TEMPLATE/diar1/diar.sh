@@ -10,7 +10,8 @@
 # Stages: 1 data prep (local/data.sh: recording dirs with wav.scp, rttm, uem), checked;
 #         2 speech regions (oracle | energy | silero) and sliding windows as a data dir with segments;
 #         3 window embeddings (scripts/spk/extract_embeddings.sh: stage 5 of spk1, unchanged);
-#         4 clustering (the pipeline, and the plain baseline beside it) -> one RTTM per set;
+#         4 clustering (the pipeline, and the plain baseline beside it; with --overlap oracle also the
+#           pipeline with a second speaker in the reference's overlapped speech) -> one RTTM per set;
 #         5 scoring (DER forgiving / fair / full, JER, speaker-count error; a plot) and RESULTS.md.
 # Outputs: ${expdir}/diar_<tag>/<set>.<windows>/<system>/{hyp.rttm,scores.md,scores.json,plot_*.png}
 set -euo pipefail
@@ -67,6 +68,8 @@ centre="set"          # centre on: set (every window of the set's recordings, no
 resegment=true        # reassign windows to the nearest speaker, similarities smoothed over neighbours
 threshold=            # where AHC stops: empty, the model's calibrated decision (LLR 0 at its prior); or a
                       # number tuned on held-out recordings (an LLR; a cosine without a scoring of ours)
+overlap=none          # none | oracle: also run the pipeline with a second speaker (the nearest other one in
+                      # time) where the reference has overlapped speech: what an overlap detector could gain
 baseline=true         # also run the plain baseline: L2-normalised embeddings + spectral clustering, nothing else
 
 # Scoring options (stage 5).
@@ -93,6 +96,7 @@ if [ -z "${nj}" ]; then
     [ "${nj}" -gt 4 ] && nj=4
 fi
 case "${speech}" in oracle|energy|silero) ;; *) log "Error: --speech must be oracle, energy or silero, got '${speech}'"; exit 2 ;; esac
+case "${overlap}" in none|oracle) ;; *) log "Error: --overlap must be none or oracle, got '${overlap}'"; exit 2 ;; esac
 case "${cluster_method}" in spectral|ahc) ;; *) log "Error: --cluster_method must be spectral or ahc, got '${cluster_method}'"; exit 2 ;; esac
 case "${pretrained_toolkit}" in
     spkflow|espnet|speechbrain|wespeaker) ;;
@@ -185,6 +189,8 @@ elif [ "${cluster_method}" = ahc ] && [ -z "${num_speakers}" ] && [ -z "${thresh
 else
     log "No scoring of ours for ${model} (scoring.yaml): plain cosine scores"
 fi
+# the pipeline again, a second speaker in the reference's overlapped speech (<set>: each set's own)
+[ "${overlap}" = oracle ] && _systems+=("pipeline_oracle_overlap:${_systems[0]#*:} --overlap-rttm data/<set>/rttm")
 
 if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
     log "Stage 4: clustering (${cluster_method}; num_speakers=${num_speakers:-estimated}, at most ${max_speakers}) -> ${diar_exp}/<set>.${wtag}/<system>/hyp.rttm"
@@ -204,11 +210,12 @@ if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
         [ -f "${_scp}" ] && _emb=(--xvector-scp "${_scp}")
         for _sys in "${_systems[@]}"; do
             _name=${_sys%%:*}
+            _opts=${_sys#*:}
             mkdir -p "${_dir}/${_name}/log"
             # shellcheck disable=SC2086  # the system's options, split into words on purpose
             if ! ${train_cmd} "${_dir}/${_name}/log/cluster.log" python -m spkflow.bin.diar_cluster \
                     --work-dir "${dumpdir}/${dset}.${wtag}" "${_emb[@]}" "${_scoring[@]}" "${_count[@]}" \
-                    --max-speakers "${max_speakers}" ${_sys#*:} --out "${_dir}/${_name}/hyp.rttm"; then
+                    --max-speakers "${max_speakers}" ${_opts//<set>/${dset}} --out "${_dir}/${_name}/hyp.rttm"; then
                 log "Error: clustering ${dset} (${_name}) failed, see ${_dir}/${_name}/log/cluster.log:"
                 grep -v '^#' "${_dir}/${_name}/log/cluster.log" | tail -n 3 >&2
                 exit 1

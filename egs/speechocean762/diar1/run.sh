@@ -21,6 +21,9 @@ speech=oracle
 # embeddings + spectral clustering) beside it.  Chosen on the simulated and AMI sets (RESULTS.md).
 cluster_method=ahc
 max_speakers=8
+# Beside it, the pipeline with a second speaker in the reference's overlapped speech: the gain an
+# overlap detector could bring (none is built; AMI is a quarter overlap).
+overlap=oracle
 
 ./diar.sh \
     --sets "${sets}" \
@@ -28,5 +31,6 @@ max_speakers=8
     --speech "${speech}" \
     --cluster_method "${cluster_method}" \
     --max_speakers "${max_speakers}" \
+    --overlap "${overlap}" \
     --nj 2 \
     "$@"
