@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from spkflow.diar.regions import Regions, intersect, union
 from spkflow.diar.rttm import Turn
 
@@ -56,25 +58,26 @@ def add_second_speakers(turns: Sequence[Turn], regions: Sequence[tuple[float, fl
     if len({t.speaker for t in turns}) < 2:
         return list(turns)
     labelled = union((t.start, t.end) for t in turns)
+    starts = np.array([t.start for t in turns])
+    ends = np.array([t.end for t in turns])
+    names = sorted({t.speaker for t in turns})
+    spk = np.array([names.index(t.speaker) for t in turns])
     added: list[Turn] = []
     for s, e in intersect(union(regions), labelled):
         # each stretch of the region under one set of hypothesis speakers gets its own second speaker
-        cuts = sorted({s, e, *(x for t in turns for x in (t.start, t.end) if s < x < e)})
-        for a, b in zip(cuts, cuts[1:], strict=False):
-            here = {t.speaker for t in turns if t.start < b and t.end > a}
+        inside = np.concatenate([starts[(starts > s) & (starts < e)], ends[(ends > s) & (ends < e)]])
+        cuts = np.unique(np.concatenate([[s, e], inside]))
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            here = np.unique(spk[(starts < b) & (ends > a)])
+            other = ~np.isin(spk, here)
+            if not other.any():
+                continue
             mid = 0.5 * (a + b)
-            best: tuple[float, float, str] | None = None
-            for t in turns:
-                if t.speaker in here:
-                    continue
-                gap = max(0.0, t.start - mid, mid - t.end)
-                key = (gap, t.start, t.speaker)
-                if best is None or key < best:
-                    best = key
-            if best is not None:
-                spk = best[2]
-                if added and added[-1].speaker == spk and abs(added[-1].end - a) < 1e-9:
-                    added[-1] = added[-1]._replace(end=b)
-                else:
-                    added.append(Turn(turns[0].recording, a, b, spk))
+            gap = np.maximum(0.0, np.maximum(starts - mid, mid - ends))
+            k = np.flatnonzero(other)[np.argmin(gap[other])]  # the first such turn in start order on a tie
+            who = names[spk[k]]
+            if added and added[-1].speaker == who and abs(added[-1].end - a) < 1e-9:
+                added[-1] = added[-1]._replace(end=float(b))
+            else:
+                added.append(Turn(turns[0].recording, float(a), float(b), who))
     return sorted([*turns, *added], key=lambda t: (t.start, t.end, t.speaker))
