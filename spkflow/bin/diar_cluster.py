@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from spkflow.bin import setup_logging
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             counts = {k: int(v) for k, v in read_kv(args.reco2num_spk, num_fields=2).items()}
         overlap = None
         if args.overlap_rttm:
+            if not os.path.isfile(args.overlap_rttm):
+                raise InputError(args.overlap_rttm, None, "no such file: oracle overlap needs the reference turns")
             turns = turns_by_recording(read_rttm(args.overlap_rttm).turns)
             overlap = {rec: overlap_regions(t) for rec, t in turns.items()}
         n = cluster_set(args.work_dir, args.xvector_scp, args.out, scoring, opts, counts, overlap)

@@ -5,6 +5,7 @@ on simulated conversations with overlap, scored by pyannote.metrics."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -90,3 +91,15 @@ def test_oracle_overlap_in_the_clustering_step_lowers_the_missed_speech(tmp_path
     # the forgiving condition skips overlap: the added turns change nothing there
     assert totals["overlap"]["der_forgiving"] == pytest.approx(totals["plain"]["der_forgiving"])
     assert json.loads((tmp_path / "overlap" / "scores.json").read_text())["total"]["miss"] == totals["overlap"]["miss"]
+
+
+def test_diar_cluster_names_a_missing_overlap_rttm(tmp_path, caplog):
+    from spkflow.bin import diar_cluster
+
+    missing = tmp_path / "rttm"
+    with caplog.at_level(logging.ERROR):
+        rc = diar_cluster.main(
+            ["--work-dir", str(tmp_path), "--overlap-rttm", str(missing), "--out", str(tmp_path / "x")]
+        )
+    assert rc == 1 and f"{missing}: no such file: oracle overlap needs the reference turns" in caplog.text
+    assert not (tmp_path / "x").exists()
