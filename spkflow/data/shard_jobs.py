@@ -36,6 +36,7 @@ from spkflow.data.ark import KaldiArkReader, select_rows
 from spkflow.data.jobs import MergeError, log_line
 from spkflow.data.shards import AUDIO_EXTS, FIELDS, shard_name, write_shard
 from spkflow.data.tables import c_key, read_kv
+from spkflow.data.voiced import voiced_frames
 
 __all__ = ["shard_order", "prepare", "read_plan", "voiced_shards", "write_job", "merge", "SCPS"]
 
@@ -178,8 +179,8 @@ def _voiced_record(feats: KaldiArkReader, vad: KaldiArkReader, utt: str) -> byte
     v = vad.read(utt, cache_header=False)
     if len(v) != rows:
         raise UtteranceError(utt, vad.scp, f"{len(v)} VAD frames but {rows} feature frames")
-    keep = np.flatnonzero(v > 0.5)
-    return select_rows(record, keep) if 0 < len(keep) < rows else record
+    keep = voiced_frames(v)
+    return record if keep is None else select_rows(record, keep)
 
 
 def write_job(

@@ -30,6 +30,7 @@ import numpy as np
 
 from spkflow.core.kaldi_opts import read_kaldi_options, to_kaldi_lines
 from spkflow.data.audio import resample
+from spkflow.data.voiced import voiced_frames
 from spkflow.features.vad import VadOptions, compute_vad, frame_log_energy  # re-exported: the API map names them here
 
 __all__ = [
@@ -327,10 +328,8 @@ def select_voiced(feats: np.ndarray, vad: np.ndarray | None) -> np.ndarray:
         return feats
     if len(vad) != len(feats):
         raise ValueError(f"VAD has {len(vad)} frames but features have {len(feats)}")
-    voiced = np.asarray(vad) > 0.5
-    if not voiced.any():
-        return feats
-    return feats[voiced]
+    kept = voiced_frames(vad)
+    return feats if kept is None else feats[kept]
 
 
 def apply_frontend(

@@ -53,6 +53,7 @@ from torch.utils.data import DataLoader, Dataset
 from spkflow.core import procs
 from spkflow.core.errors import InputError
 from spkflow.data.ark import KaldiArkReader
+from spkflow.data.voiced import voiced_frames
 from spkflow.train.batches import crop_frames
 
 __all__ = ["BatchBuffers", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
@@ -209,8 +210,7 @@ class NxMCropDataset(BatchBuffers, Dataset):
             v = self.vad.read(utt, cache_header=False)
             if len(v) != rows:
                 raise ValueError(f"'{utt}': {len(v)} VAD frames in {self.vad.scp} but {rows} feature frames")
-        idx = np.flatnonzero(v > 0.5)
-        return idx if 0 < len(idx) < rows else None
+        return voiced_frames(v)
 
     def _utt_mean(self, utt: str, kept: np.ndarray | None, rows: int, dim: int) -> np.ndarray:
         if self.cmvn is not None:

@@ -54,6 +54,7 @@ from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ark import KaldiArkReader
 from spkflow.data.audio import AudioReader
 from spkflow.data.tables import read_kv
+from spkflow.data.voiced import voiced_frames
 from spkflow.features.fbank import FbankOptions, compute_fbank, num_frames
 from spkflow.features.torch_fbank import fbank_batch
 from spkflow.train.batches import crop_frames
@@ -179,8 +180,8 @@ class NxMWaveDataset(BatchBuffers, Dataset):
             raise UtteranceError(
                 utt, self.audio.source(utt), f"{len(v)} VAD frames in {self.vad.scp} but the audio gives {frames}"
             )
-        k = np.flatnonzero(v > 0.5)
-        if not 0 < len(k) < frames:
+        k = voiced_frames(v)
+        if k is None:
             return None
         shift = self.fbank.window_shift
         idx = (k[:, None] * shift + np.arange(shift)[None, :]).ravel()
