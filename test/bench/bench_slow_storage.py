@@ -25,9 +25,9 @@ DataLoader workers), timed over whole epochs from a cold cache (``--epochs``):
 
 * ``random_access``: today's loader (:class:`spkflow.train.loader.NxMCropDataset`, pread per
   crop) on the random-access plan (stage 3 without shards);
-* ``shards``: :class:`spkflow.train.shard_loader.NxMShardDataset` on the shard plan (windows of
-  ``--pool`` shards, one stream per worker; every member checked against its crc32 as the shard
-  is read);
+* ``shards``: the same dataset over :class:`spkflow.train.stores.FeatureShards` on the shard
+  plan (windows of ``--pool`` shards, one stream per worker; every member checked against its
+  crc32 as the shard is read);
 * ``naive``: WeSpeaker's style of loop (``--naive-batches`` batches): for every utterance of a
   batch, read its FLAC file from the mount, cut a random 2 s segment, compute Kaldi fbank on it;
 * ``page_cache_shards``: the shard loader on the same files read from the page cache (the local
@@ -69,8 +69,8 @@ from spkflow.data.shards import ShardSet  # noqa: E402
 from spkflow.data.tables import read_kv  # noqa: E402
 from spkflow.train.batches import plan_epoch  # noqa: E402
 from spkflow.train.loader import NxMCropDataset, make_loader  # noqa: E402
-from spkflow.train.shard_loader import NxMShardDataset  # noqa: E402
 from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard  # noqa: E402
+from spkflow.train.stores import FeatureShards  # noqa: E402
 
 PY = sys.executable
 
@@ -440,7 +440,8 @@ def main() -> int:
             return NxMCropDataset(slow / "feats.scp", ra_plans[e].batches, epoch=e, **kw)
 
         def sh(e, base=mfeats):
-            return NxMShardDataset(base / "shards" / "shards.list", sh_plans[e].batches, epoch=e, **kw)
+            store = FeatureShards(base / "shards" / "shards.list", means=False)
+            return NxMCropDataset(store, sh_plans[e].batches, epoch=e, **kw)
 
         res["random_access"] = measure("random access", ra, epochs, a.workers, counters, roots)
         res["shards_run"] = measure("shards", sh, epochs, a.workers, counters, roots)

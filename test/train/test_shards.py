@@ -1,5 +1,6 @@
-"""Training shards: writing (spkflow.data.shard_jobs), planning (spkflow.train.shard_plan) and
-the loader (spkflow.train.shard_loader), on real fbank arks of synthesised speech."""
+"""Training shards: writing (spkflow.data.shard_jobs), the format and its checks
+(spkflow.data.shards) and planning (spkflow.train.shard_plan), on real fbank arks of synthesised
+speech.  Reading them for training: test_stores.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from helpers.audio import make_speakers
 from spkflow.core.errors import InputError
@@ -24,8 +24,6 @@ from spkflow.data.tables import read_kv
 from spkflow.features.fbank import FbankOptions, VadOptions
 from spkflow.features.jobs import extract_job, merge_jobs, write_split
 from spkflow.train.batches import plan_epoch, rank_share
-from spkflow.train.loader import NxMCropDataset, make_loader
-from spkflow.train.shard_loader import NxMShardDataset
 from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,34 +108,6 @@ def test_shards_hold_every_utterance_once_with_the_ark_bytes(feats):
     assert len({u.split("-")[0] for u in shard.utts}) >= 2
 
 
-def test_shard_loader_equals_random_access_loader(feats):
-    """The same batch list gives the same tensors, bit for bit, with and without workers."""
-    u2s = read_utt2shard(feats / "shards" / "utt2shard")
-    plan = plan_shard_epoch(feats / "spk2utt", u2s, 4, 2, seed=1, epoch=3, pool=2)
-    assert len(plan) > 0
-    kw = {"seed": 1, "epoch": 3, "crop": (30, 50), "use_vad": True, "mean_norm": "utterance"}
-    ref = NxMCropDataset(feats / "feats.scp", plan.batches, **kw)
-    got = NxMShardDataset(feats / "shards" / "shards.list", plan.batches, known_utts=read_kv(feats / "utt2spk"), **kw)
-    for b in range(len(plan)):
-        xa, ua = ref[b]
-        xb, ub = got[b]
-        assert ua == ub and torch.equal(xa, xb)
-    assert got.pool is not None and got.pool.peak <= 2 * got.max_shards
-    assert bool(got.pool.voiced) == _voiced(feats)
-    # without the VAD: every frame, which shards of the voiced frames cannot give (said, naming one)
-    kw_all = {**kw, "use_vad": False, "mean_norm": "none"}
-    every = NxMShardDataset(feats / "shards" / "shards.list", plan.batches, **kw_all)
-    if _voiced(feats):
-        with pytest.raises(InputError, match=r"shard\.\d+\.tar.*voiced frames only.*--voiced false"):
-            every[0]
-    else:
-        assert torch.equal(every[0][0], NxMCropDataset(feats / "feats.scp", plan.batches, **kw_all)[0][0])
-    # through DataLoader workers, resumed at batch 1: the batches of an uninterrupted run
-    full = [x for x, _ in make_loader(got, num_workers=0)]
-    resumed = [x.clone() for x, _ in make_loader(got, start_batch=1, num_workers=2)]
-    assert all(torch.equal(a, b) for a, b in zip(full[1:], resumed, strict=True))
-
-
 def test_plan_guarantees(feats):
     """Each utterance at most once, N distinct speakers x M, deterministic in (seed, epoch),
     another grouping next epoch, disjoint ranks; the coverage is below the random-access plan's."""
@@ -216,14 +186,6 @@ def test_bad_shards_are_named(tmp_path):
     del known[first]
     with pytest.raises(InputError, match=f"{name.name}.*'{first}' is not in the training data dir"):
         s.load(0, known)
-    # and the loader says the same, naming the shard, before any batch is made
-    batches = [list(read_kv(feats / "feats.scp"))[:4]]
-    ds = NxMShardDataset(lst, batches, known_utts=known, crop=20, use_vad=False, mean_norm="none")
-    with pytest.raises(InputError, match=name.name):
-        for i in range(len(s)):
-            ds.pool = None
-            ds.batches, ds.needs = [batches[0]], [(i,)]
-            ds[0]
     # nothing was lost: the shard files are as written
     assert name.read_bytes() == data
 
@@ -251,12 +213,6 @@ def test_voiced_shards_name_a_vad_of_another_length(tmp_path):
     assert not (out / holder).exists()
 
 
-def test_a_list_planned_for_random_access_is_refused(feats):
-    plan = plan_epoch(feats / "spk2utt", 8, 2, seed=0, epoch=1)
-    with pytest.raises(InputError, match="plan the batch lists for shards"):
-        NxMShardDataset(feats / "shards" / "shards.list", plan.batches, max_shards=2, crop=20)
-
-
 def test_make_shards_script(tmp_path):
     feats = _features(tmp_path, compress=True, num_spk=3, num_utt=4)
     env = {**os.environ, "SPKFLOW_PYTHON": sys.executable}
@@ -279,35 +235,6 @@ def test_make_shards_script(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "Succeeded writing 2 shards" in run.stderr
     assert len(ShardSet(tmp_path / "sh" / "shards.list")) == 2
-
-
-def test_audio_shards_hold_the_files_and_give_the_raw_loaders_batches(tmp_path):
-    """Shards of audio (--audio true) hold each file byte for byte; the raw loader reading them
-    gives the batches it gives reading the files (speed perturbation on, fbank in process)."""
-    from spkflow.augment.wave import WaveAugment, normalize_augment_config
-    from spkflow.train.raw_loader import NxMWaveDataset
-    from spkflow.train.shard_loader import NxMWaveShardDataset
-
-    data = make_speakers(tmp_path, num_spk=6, num_utt=4, min_sec=0.6, max_sec=1.2, fmt="flac")
-    out = tmp_path / "shards"
-    prepare(data, out, 8, run=2, seed=0, audio=True)
-    write_job(data, out, 1, 1, audio=True)
-    merge(out, 1)
-    s = ShardSet(out / "shards.list")
-    wav = read_kv(data / "wav.scp")
-    shard = s.load(0, read_kv(data / "utt2spk"))
-    for u in shard.utts:
-        assert shard.audio_field(u) == "flac" and shard.payload(u, "flac") == Path(wav[u]).read_bytes()
-    plan = plan_shard_epoch(data / "spk2utt", read_utt2shard(out / "utt2shard"), 3, 2, seed=0, epoch=1, pool=2)
-    assert len(plan) > 0
-    aug = WaveAugment(normalize_augment_config({"speed": {"factors": [0.9, 1.0, 1.1]}}), 16000)
-    kw = {"fbank": {"num_mel_bins": 24}, "seed": 2, "epoch": 1, "crop": 40, "use_vad": False, "augment": aug}
-    ref = NxMWaveDataset(data, plan.batches, num_utt=2, **kw)
-    got = NxMWaveShardDataset(s, data, plan.batches, num_utt=2, known_utts=read_kv(data / "utt2spk"), **kw)
-    for b in range(len(plan)):
-        xa, ua, sa, _ = ref[b]
-        xb, ub, sb, _ = got[b]
-        assert ua == ub and torch.equal(sa, sb) and torch.equal(xa, xb)
 
 
 def test_train_inputs_says_what_the_shards_hold(tmp_path, capsys):
