@@ -34,10 +34,12 @@ DataLoader workers), timed over whole epochs from a cold cache (``--epochs``):
   folder, read once before), i.e. what the loader itself costs.
 
 JSON: batches/s of each row, ``ratio_shards_to_random_access`` (goal: >= 10), what the members'
-crc32 checks cost per epoch (``crc32_*``: seconds, MB/s, share of a shard epoch on the mount and
-from the page cache), peak RSS of the shard run's processes, the shards held at once, requests
-and bytes each row read from the mount, coverage of both plans on this data and, planning only, on a VoxCeleb2-dev-sized
-spk2utt (5,994 speakers, 1,092,009 utterances; ``--no-vox-coverage`` skips it).
+crc32 checks cost (``crc32_*``: seconds per epoch, MB/s, share of a shard epoch on the mount and
+from the page cache; ``ratio_checked_to_unchecked_shards``: the shard row against the same run
+with the checks switched off in the benchmark, ``shards_unchecked``), peak RSS of the shard
+run's processes, the shards held at once, requests and bytes each row read from the mount,
+coverage of both plans on this data and, planning only, on a VoxCeleb2-dev-sized spk2utt
+(5,994 speakers, 1,092,009 utterances; ``--no-vox-coverage`` skips it).
 """
 
 from __future__ import annotations
@@ -356,6 +358,20 @@ def vox_coverage(num_spk: int, num_utt: int, shard_utts: int, pool: int) -> dict
     }
 
 
+@contextlib.contextmanager
+def unchecked_shards() -> Iterator[None]:
+    """Shards read without checking their members' crc32 (this process and the workers it forks):
+    the peer that prices the checks.  The benchmark only; the loader always checks."""
+    import spkflow.data.shards as shards
+
+    verify = shards._verify
+    shards._verify = lambda *args: None
+    try:
+        yield
+    finally:
+        shards._verify = verify
+
+
 def fuse_missing() -> str | None:
     """Why the slow mount cannot come up here (None: it can): fuse3's ``fusermount3`` and its
     library, ``/dev/fuse``, the mfusepy module."""
@@ -445,6 +461,8 @@ def main() -> int:
 
         res["random_access"] = measure("random access", ra, epochs, a.workers, counters, roots)
         res["shards_run"] = measure("shards", sh, epochs, a.workers, counters, roots)
+        with unchecked_shards():  # the peer: the same run without the members' crc32 checks
+            res["shards_unchecked"] = measure("shards, crc32 unchecked", sh, epochs, a.workers, counters, roots)
         mwav = {u: p.replace(str(store), str(mnt)) for u, p in wav.items()}
         res["naive"] = measure(
             "naive",
@@ -484,6 +502,10 @@ def main() -> int:
     res["crc32_mb_per_s"] = round(crc_bytes / 1e6 / crc_s, 1)
     res["crc32_share_of_shard_epoch"] = round(crc_s / (res["shards_run"]["seconds"] / len(epochs)), 4)
     res["crc32_share_of_page_cache_epoch"] = round(crc_s / (res["page_cache_shards"]["seconds"] / len(epochs)), 4)
+    res["shards_unchecked_batches_per_s"] = res["shards_unchecked"]["batches_per_s"]
+    res["ratio_checked_to_unchecked_shards"] = round(
+        res["shards_run"]["batches_per_s"] / res["shards_unchecked"]["batches_per_s"], 3
+    )
     res["random_access_batches_per_s"] = res["random_access"]["batches_per_s"]
     res["shards_batches_per_s"] = res["shards_run"]["batches_per_s"]
     res["naive_batches_per_s"] = res["naive"]["batches_per_s"]

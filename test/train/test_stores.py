@@ -137,7 +137,11 @@ def test_batch_k_is_the_same_from_every_store(corpus, kind):
         assert got[1] == corpus["batches"][b]
         assert torch.equal(got[0], reference(corpus, kind, b)), f"batch {b} from {kind}"
     if kind.endswith("shards"):
-        assert ds.store.reads.peak <= 2 * ds.store.reads.max_shards and ds.store.reads.max_shards <= 2
+        reads = ds.store.reads
+        assert reads.peak <= 2 * reads.max_shards and reads.max_shards <= 2
+        assert set(reads.loaded) == set(reads.needs[-1])  # each shard dropped after its last batch
+        held = sum(len(reads.shards.utts_of[i]) for i in reads.loaded)
+        assert kind == "audio-shards" or len(ds.store.feats) == held  # and its records with it
     if kind == "voiced-shards":
         assert ds.store.voiced  # the crops came from voiced-frame records, whose rows are all kept
 
