@@ -556,4 +556,6 @@ def open_store(
     use_vad, means = bool(fe["vad"]), bool(fe["mean_norm"])
     if shards is not None:
         return FeatureShards(shards, use_vad=use_vad, means=means, known_utts=known_utts)
-    return ArkStore(os.path.join(train_feats, "feats.scp"), use_vad=use_vad, means=means)
+    # mapped, as the trainer read them before stores (one reader shared by the epochs): the arks of
+    # a training set usually sit in the page cache after the first epoch
+    return ArkStore(os.path.join(train_feats, "feats.scp"), use_vad=use_vad, means=means, access="mmap")
