@@ -1,7 +1,8 @@
 """The package's structure, checked from its source: no import circle, no arrow from a lower layer
 to a higher one (the order is :data:`spkflow.LAYERS`), no private name taken from another module,
-no module over 700 lines (no command of ``spkflow.bin`` over 160: argument parsing and one call),
-and a docstring on every subpackage saying what it holds.
+no library module importing a tooling package (:data:`spkflow.TOOLING`), no module over 700 lines
+(no command of ``spkflow.bin`` over 160: argument parsing and one call), and a docstring on every
+subpackage saying what it holds.
 
 Imports are read with :mod:`ast`, every one of them: at module level, inside functions and under
 ``TYPE_CHECKING``, so a circle cannot hide behind a lazy import."""
@@ -129,6 +130,19 @@ def test_no_arrow_points_up():
         if dst in MODULES and _layer(dst) > _layer(src)
     ]
     assert not bad, "imports from a higher layer:\n" + "\n".join(bad)
+
+
+def test_only_the_commands_import_tooling():
+    """A tooling package (:data:`spkflow.TOOLING`: test data such as simulated conversations) is
+    imported by ``spkflow.bin`` only: no library layer depends on how its test data is made."""
+    tooling = {spkflow.LAYERS.index(t) for t in spkflow.TOOLING}
+    bad = [
+        f"{MODULES[src].relative_to(PKG.parent)}:{line}: {src} imports {dst} (tooling)"
+        for src, edges in EDGES.items()
+        for dst, _, line in edges
+        if dst in MODULES and _layer(dst) in tooling and _layer(src) != _layer(dst) and _layer_name(src) != "bin"
+    ]
+    assert not bad, "library modules importing tooling:\n" + "\n".join(bad)
 
 
 def test_no_private_name_crosses_modules():

@@ -8,8 +8,8 @@
 ``cluster`` (spectral clustering with auto-tuned refinement, agglomerative clustering stopped at
 the calibrated LLR, resegmentation), ``pipeline`` (one recording's embeddings to turns),
 ``metrics`` (DER in three conditions, JER, speaker-count error with ``pyannote.metrics``),
-``simulate`` (conversations from single-speaker utterances with turn-taking statistics of real
-meetings), ``plots`` (reference against hypothesis).
+``plots`` (reference against hypothesis).  The simulated conversations the recipes and tests
+diarize are made by :mod:`spkflow.sim` (tooling, not the library).
 
 May import: ``core``, ``data``, ``features``, ``score``.
 """
