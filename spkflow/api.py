@@ -323,45 +323,33 @@ class Embedder:
         domain: Any = None,
         threshold: float | None = None,
     ) -> list[Any]:
-        """Who spoke when in one recording (any ``wav.scp`` entry): a list of
-        :class:`spkflow.diar.rttm.Turn` ``(recording, start, end, speaker)``, the recording id being
-        the file's stem.  ``speech``: a detector (``energy``, ``silero``) or the speech regions
-        ``[(start, end), ...]`` in seconds (oracle speech); windows of ``window`` s every ``shift``
-        s embedded by this model, clustered in its scoring's space (``ahc`` stopped at the calibrated
-        LLR, the default when the model has a calibration; else ``spectral``), resegmented: the code
-        of the diarization recipe (:func:`spkflow.diar.steps.diarize_wave`).  ``domain``: recordings
-        like this one to centre on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a
-        gallery saved by ``identify --save``), as the recipe centres on the windows of its set; None:
-        the training mean, which merges speakers of corpora unlike the training data's (measured in
+        """Who spoke when in one audio file: a list of :class:`spkflow.diar.rttm.Turn`
+        ``(recording, start, end, speaker)``, the recording id being the file's stem (whitespace
+        made ``_``).  ``speech``: a detector (``energy``, ``silero``), the speech regions
+        ``[(start, end), ...]`` in seconds (oracle speech), or an RTTM file or folder of them; windows
+        of ``window`` s every ``shift`` s embedded by this model, clustered in its scoring's space
+        (``method``: ``ahc`` stopped at the calibrated LLR, the default when the model has a
+        calibration; else ``spectral``), resegmented.  ``domain``: recordings like this one to
+        centre on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved
+        by ``identify --save``), as the recipe centres on the windows of its set; None: the
+        training mean, which merges speakers of corpora unlike the training data's (measured in
         egs/speechocean762/diar1/RESULTS.md).  ``threshold``: where ``ahc`` stops (an LLR; a score
-        without calibration), tuned on held-out recordings; None: the calibrated decision."""
-        from spkflow.diar.pipeline import DiarOptions
-        from spkflow.diar.steps import diarize_wave
+        without calibration), tuned on held-out recordings; None: the calibrated decision.
+        ``num_speakers`` forces the count (a warning when the windows cannot give it);
+        ``max_speakers`` bounds an estimated one.  The work and the defaults are
+        :func:`spkflow.diar.file_list.diarize_file`'s (the command's, the recipe's code)."""
+        from spkflow.diar.file_list import diarize_file
+        from spkflow.diar.pipeline import Settings
 
-        spec = os.fspath(path)
-        wave, rate = read_audio(spec, utt=spec)
-        if method is None:
-            method = "ahc" if self.scoring.calibration is not None else "spectral"
-        if isinstance(domain, (str, os.PathLike)):
-            from spkflow.deploy.verify import domain_embeddings
-
-            domain = domain_embeddings(self, os.fspath(domain), progress=False)
-        centre = "none" if domain is None else "set"
-        opts = DiarOptions(
-            method=method, num_speakers=num_speakers, max_speakers=max_speakers, centre=centre, threshold=threshold
-        )
-        return diarize_wave(
-            wave,
-            rate,
-            Path(spec).stem,
-            lambda crops, sr: self.embed_batch(crops, sr),
-            self.scoring,
-            opts,
-            speech=speech if isinstance(speech, str) else list(speech),
+        settings = Settings(
+            method=method,
+            num_speakers=num_speakers,
+            max_speakers=max_speakers,
+            threshold=threshold,
             window=window,
             shift=shift,
-            domain=None if domain is None else np.atleast_2d(np.asarray(domain, dtype=np.float64)),
         )
+        return diarize_file(self, path, speech=speech, settings=settings, domain=domain)
 
 
 def _groups(frames: Sequence[int], batch_size: int, max_frames: int) -> list[list[int]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,7 +94,9 @@ def main() -> int:
         import soundfile as sf
 
         seconds = sf.info(str(audio)).duration
-        ours = [py, "-m", "spkflow.bin.diarize", "--model", args.model, "--out", str(work / "out"), str(audio)]
+        out = work / "out" / name
+        shutil.rmtree(out, ignore_errors=True)  # a kept RTTM of an earlier run (--work reused) would be no work
+        ours = [py, "-m", "spkflow.bin.diarize", "--model", args.model, "--out", str(out), str(audio)]
         for label, cmd in (
             ("spkflow.bin.diarize (energy VAD)", ours),
             ("Resemblyzer partials + spectral", [args.peer_python, "-c", PEER, str(audio)]),

@@ -144,7 +144,7 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     for dset in ${sets}; do
         _out=${dumpdir}/${dset}.${wtag}
         mkdir -p "${_out}/log"
-        # spkflow/diar/steps.py make_windows: speech/ (segments = the regions), windows/ (the data dir stage 3 embeds)
+        # spkflow/diar/recipe_stages.py make_windows: speech/ (segments = the regions), windows/ (the data dir stage 3 embeds)
         if ! ${train_cmd} "${_out}/log/windows.log" python -m spkflow.bin.diar_windows --speech "${speech}" \
                 --window "${window}" --shift "${shift}" --min-window "${min_window}" "data/${dset}" "${_out}"; then
             log "Error: stage 2 failed on data/${dset}, see ${_out}/log/windows.log:"

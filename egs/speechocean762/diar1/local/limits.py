@@ -28,9 +28,9 @@ import numpy as np
 
 from spkflow.diar.metrics import score_diarization
 from spkflow.diar.pipeline import DiarOptions, embedding_space
+from spkflow.diar.recipe_stages import read_speech_dir
 from spkflow.diar.recordings import load_recordings
 from spkflow.diar.rttm import Turn
-from spkflow.diar.steps import read_speech_dir
 from spkflow.diar.windows import Window, read_window_dir, windows_to_turns
 from spkflow.score.metrics import compute_eer
 from spkflow.score.scoring import read_embeddings
