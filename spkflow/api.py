@@ -40,11 +40,11 @@ What it guarantees
   fewer than ``min_speech`` seconds of voiced speech (:mod:`spkflow.features.speech`), naming it.
 * **A lone pair** is centred on the mean of the recordings the calibration was fitted on
   (``domain="pair"``, the default), never on itself: a ``domain`` of fewer than
-  :data:`~spkflow.score.verification.MIN_DOMAIN` recordings is refused.
+  :data:`~spkflow.score.model_scoring.MIN_DOMAIN` recordings is refused.
 * ``import spkflow`` stays free of torch: this module imports numpy only, torch is imported
   when a model is loaded.
 * **Verification as the recipe scored.**  :meth:`Embedder.verify` and :meth:`Embedder.score`
-  apply the model's own scoring (:mod:`spkflow.score.verification`: stage 6's backend, centring
+  apply the model's own scoring (:mod:`spkflow.score.model_scoring`: stage 6's backend, centring
   and AS-norm cohort, and the score calibration, from ``scoring.yaml`` / ``scoring.npz`` of the
   model dir or pack): ``score`` is the plain cosine, ``norm_score`` stage 6's score (equal to
   its ``scores`` file within 1e-5, ``test/test_api.py``), ``llr`` the calibrated
@@ -71,12 +71,12 @@ import numpy as np
 
 from spkflow.core.errors import UtteranceError
 from spkflow.data.audio import read_audio, resample, to_mono_float
-from spkflow.deploy.verify import Recordings
+from spkflow.deploy.decisions import Recordings
 from spkflow.embed.base import default_max_frames
 from spkflow.embed.open import inspect_model, open_embedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
 from spkflow.features.speech import MIN_SPEECH, speech_seconds
-from spkflow.score.verification import MIN_DOMAIN, PAIR, Scoring, Verdict
+from spkflow.score.model_scoring import MIN_DOMAIN, PAIR, Scoring, Verdict
 
 __all__ = ["Embedder"]
 
@@ -90,7 +90,7 @@ class Embedder:
     the torch module ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output; ESPnet:
     its ``ESPnetSpeakerModel``; SpeechBrain: its ``embedding_model``; an ``.onnx`` file: the
     onnxruntime session), ``source`` (the path it was loaded from), ``meta`` (a pack's
-    ``meta.yaml``, or None), ``scoring`` (the model's :class:`~spkflow.score.verification.Scoring`;
+    ``meta.yaml``, or None), ``scoring`` (the model's :class:`~spkflow.score.model_scoring.Scoring`;
     plain cosine for another toolkit's model) and ``scoring_note`` (what it is, in words).
     """
 
@@ -188,7 +188,7 @@ class Embedder:
         """Every pair of a list: audio files or raw embeddings ``[N, dim]``; a :class:`Verdict`
         of ``[N, N]`` arrays (symmetric; the diagonal scores each recording with itself).
         ``domain``: ``"auto"`` centres on the list itself when it holds at least
-        :data:`~spkflow.score.verification.MIN_DOMAIN` recordings (as ``verify --pairs`` does a
+        :data:`~spkflow.score.model_scoring.MIN_DOMAIN` recordings (as ``verify --pairs`` does a
         batch), else the calibration set's mean (as :meth:`score`); or embeddings ``[M, dim]`` to
         centre on, ``"pair"``, or None (the training mean).
         Files of fewer than ``min_speech`` seconds of voiced speech are refused, as in :meth:`verify`."""
@@ -256,7 +256,7 @@ class Embedder:
         self, a: Any, b: Any, *, sample_rate: int | None = None, domain: Any = PAIR, min_speech: float = MIN_SPEECH
     ) -> Verdict:
         """Same speaker or not: ``a`` and ``b`` audio files (any ``wav.scp`` entry) or waveforms
-        at ``sample_rate``.  Returns a :class:`~spkflow.score.verification.Verdict` with ``score``
+        at ``sample_rate``.  Returns a :class:`~spkflow.score.model_scoring.Verdict` with ``score``
         (plain cosine), ``norm_score``, ``llr`` and ``same_speaker`` (see :meth:`score`).  A
         recording of fewer than ``min_speech`` seconds of voiced speech (the energy VAD,
         :mod:`spkflow.features.speech`) is refused with :class:`UtteranceError` naming it (0: off)."""

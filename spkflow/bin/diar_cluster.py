@@ -25,9 +25,9 @@ from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
 from spkflow.diar.overlap import overlap_regions
 from spkflow.diar.pipeline import CENTRES, METHODS, DiarOptions
-from spkflow.diar.rttm import read_rttm, turns_by_recording
 from spkflow.diar.recipe_stages import cluster_set
-from spkflow.score.verification import Scoring, has_scoring
+from spkflow.diar.rttm import read_rttm, turns_by_recording
+from spkflow.score.model_scoring import Scoring, has_scoring
 
 
 def main(argv: list[str] | None = None) -> int:

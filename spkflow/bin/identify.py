@@ -17,7 +17,7 @@ JSON line: ``speaker`` (the best one, ``unknown``, or null with a ``warning`` wh
 little voiced speech, ``--min-speech``), ``file``, ``top`` (the ``--top-k`` speakers with ``llr``,
 ``norm_score`` and ``posterior``) and ``p_unknown``.  "unknown" is Bayes' decision with the prior
 ``--p-known`` that the speaker is enrolled (or a fixed ``--threshold`` on the best LLR): see
-:mod:`spkflow.deploy.verify`.  Without a calibration the ranking is by score and no "unknown" is
+:mod:`spkflow.deploy.decisions`.  Without a calibration the ranking is by score and no "unknown" is
 decided (said in the log).  Exit status 1 with a line naming the file on bad input.
 """
 
@@ -33,7 +33,7 @@ from spkflow.bin.argtypes import add_bool_option, int_at_least, probability
 from spkflow.bin.verify import json_output
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.datadir import DataDir
-from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, enrolment, identify, read_list
+from spkflow.deploy.decisions import DOMAINS, Recordings, domain_embeddings, enrolment, identify, read_list
 from spkflow.features.speech import MIN_SPEECH
 
 

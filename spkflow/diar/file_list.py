@@ -54,8 +54,8 @@ from spkflow.core import lock
 from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError, OutputError
 from spkflow.data.audio import read_audio, spec_duration
+from spkflow.deploy.decisions import domain_embeddings
 from spkflow.deploy.gallery import embedder_stamp
-from spkflow.deploy.verify import domain_embeddings
 from spkflow.diar.pipeline import Settings, diarize_recording, embed_windows
 from spkflow.diar.recordings import MAX_OVERSHOOT
 from spkflow.diar.regions import Regions, union
@@ -247,7 +247,7 @@ def diarize_file(
 ) -> list[Turn]:
     """The turns of one file (``Embedder.diarize``): checked as :func:`diarize_files` checks each;
     ``speech`` as there, or the regions ``[(start, end), ...]`` in seconds; ``domain``: raw
-    embeddings ``[M, D]`` of recordings like this one, or a path :func:`~spkflow.deploy.verify.domain_embeddings`
+    embeddings ``[M, D]`` of recordings like this one, or a path :func:`~spkflow.deploy.decisions.domain_embeddings`
     reads (a data dir, an embedding scp, a gallery); None: the training mean."""
     settings = settings or Settings()
     (rec,) = check_files([path], speech)

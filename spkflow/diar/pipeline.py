@@ -24,7 +24,7 @@ honoured as far as it can be and said in a warning naming the recording.
 Steps of :func:`diarize_recording`, each switchable in :class:`DiarOptions` (so that a baseline is
 the same code with steps off):
 
-1. the space: the model's scoring space (:meth:`spkflow.score.verification.Scoring.space`: its
+1. the space: the model's scoring space (:meth:`spkflow.score.model_scoring.Scoring.space`: its
    backend, e.g. WCCN, and a centring), L2-normalised.  ``centre``: ``none``, the scoring's
    training mean; ``set``, the mean of every window of the recordings diarized together (no labels
    used: what verification does for a batch of recordings, and what lets a calibration fitted on
@@ -61,7 +61,7 @@ from spkflow.diar.rttm import Turn
 from spkflow.diar.speech import detect_speech
 from spkflow.diar.windows import Window, check_windowing, plan_windows, windows_to_turns
 from spkflow.score.backend import l2_rows
-from spkflow.score.verification import Scoring
+from spkflow.score.model_scoring import Scoring
 
 __all__ = [
     "CENTRES",

@@ -39,8 +39,8 @@ from spkflow.diar.regions import Regions, intersect, union
 from spkflow.diar.rttm import Turn, read_rttm, turns_by_recording, write_rttm
 from spkflow.diar.speech import detect_speech
 from spkflow.diar.windows import Window, plan_windows, read_window_dir, write_window_dir
-from spkflow.score.scoring import read_embeddings
-from spkflow.score.verification import Scoring
+from spkflow.score.model_scoring import Scoring
+from spkflow.score.trial_scoring import read_embeddings
 
 __all__ = [
     "cluster_set",

@@ -47,7 +47,7 @@ from spkflow.embed.native import SpkflowEmbedder
 from spkflow.embed.packed import check_model_path, unpacked
 from spkflow.embed.speechbrain import SpeechbrainEmbedder
 from spkflow.embed.wespeaker import INPUT, WespeakerEmbedder
-from spkflow.score.verification import SCORING_FILES, Scoring, has_scoring
+from spkflow.score.model_scoring import SCORING_FILES, Scoring, has_scoring
 
 __all__ = ["ModelInfo", "check_options", "detect_toolkit", "inspect_model", "open_embedder"]
 

@@ -41,7 +41,7 @@ import yaml
 
 from spkflow.core.errors import InputError
 from spkflow.core.lock import LockError, hold
-from spkflow.score.verification import SCORING_FILES, Scoring
+from spkflow.score.model_scoring import SCORING_FILES, Scoring
 
 __all__ = [
     "FORMAT",

@@ -11,7 +11,7 @@ from spkflow.diar.pipeline import DiarOptions, cluster_recording, diarize_record
 from spkflow.diar.rttm import Turn
 from spkflow.diar.windows import Window, plan_windows, relabel, windows_to_turns
 from spkflow.score.calibration import LogisticCalibration
-from spkflow.score.verification import Scoring
+from spkflow.score.model_scoring import Scoring
 
 
 def _speaker_runs(k: int, per: int = 12, dim: int = 32, noise: float = 0.35, seed: int = 0):

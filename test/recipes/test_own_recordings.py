@@ -115,7 +115,7 @@ def test_a_folder_of_recordings_scored_with_a_pack(pack, tmp_path):
     from the pack (unpacked once, into the cache), scores with the pack's scoring, the calibrated
     figures in RESULTS.md; the same numbers as the API from the pack."""
     from spkflow import Embedder
-    from spkflow.score.scoring import read_embeddings
+    from spkflow.score.trial_scoring import read_embeddings
 
     recipe = new_recipe(tmp_path)
     audio = make_speakers(tmp_path / "rec", num_spk=4, num_utt=3, seed=5).parent / "audio"
@@ -148,7 +148,7 @@ def test_stage6_calibrates_and_stage7_packs_the_scoring(tmp_path):
     the WCCN backend and the calibration (on trials drawn from the training set, by default) and
     scores through them, stage 7 packs all of it; the pack scores as stage 6 did."""
     from spkflow import Embedder
-    from spkflow.score.scoring import read_embeddings
+    from spkflow.score.trial_scoring import read_embeddings
 
     recipe = new_recipe(tmp_path)
     for name, seed in (("train", 20), ("test", 21)):

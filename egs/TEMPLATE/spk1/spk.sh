@@ -157,7 +157,7 @@ else
     [ -f "${spk_exp}/.packed_meta.sha256" ] && packed_scoring=true
 fi
 [ -z "${valid_set}" ] && valid_set=${test_sets%% *}
-# Stages 1, 5 and 6 ask spkflow/score/plan.py which sets they use and what stage 6 fits and scores
+# Stages 1, 5 and 6 ask spkflow/score/scoring_plan.py which sets they use and what stage 6 fits and scores
 # (python -m spkflow.bin.scoring_plan ... show prints stage 6's steps); it refuses options that do not go together.
 _plan=(--exp "${spk_exp}" --model_dir "${model_dir}" --pretrained "${pretrained}" --packed_scoring "${packed_scoring}"
        --train_set "${train_set}" --test_sets "${test_sets}" --valid_set "${valid_set}" --embed_sets "${embed_sets}"
@@ -393,7 +393,7 @@ fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: scoring trials of ${test_sets} -> ${spk_exp}/eval/<set>"
-    # spkflow/score/plan.py: the backend, the calibration (on calib_set's trials, or trials drawn from the
+    # spkflow/score/scoring_plan.py: the backend, the calibration (on calib_set's trials, or trials drawn from the
     # training set) and the QMF fitted on the training set's embeddings, each with its log under ${spk_exp};
     # then scripts/spk/score.sh for each test set (eval/<set>/), RESULTS.md and scoring.yaml for stage 7.
     python -m spkflow.bin.scoring_plan "${_plan[@]}" run || exit 1

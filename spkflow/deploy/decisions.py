@@ -5,13 +5,13 @@ Recordings are named by audio path (any ``wav.scp`` entry), by utterance id of a
 (``wav.scp`` + ``segments``), or by key of an embedding scp (stage 5's ``xvector.scp``: no audio
 read, the numbers stage 6 scored).  Each distinct recording is read and embedded once, in
 batches (:meth:`spkflow.api.Embedder.embed_batch`, a progress bar on a terminal), and every pair
-is scored at once by the model's :class:`~spkflow.score.verification.Scoring`: thousands of pairs
+is scored at once by the model's :class:`~spkflow.score.model_scoring.Scoring`: thousands of pairs
 take the time of embedding their recordings plus milliseconds.
 
 What it guarantees
 ------------------
 * **The API's and stage 6's numbers.**  Scores come from the same ``Scoring`` the API and stage
-  6 use; a batch of pairs naming at least :data:`~spkflow.score.verification.MIN_DOMAIN`
+  6 use; a batch of pairs naming at least :data:`~spkflow.score.model_scoring.MIN_DOMAIN`
   recordings is centred on their own mean (``domain="auto"``; ``"pairs"`` always, ``"train"``
   never), as stage 6's ``--score_eval_mean true`` centres a set, so ``verify --pairs trials`` over
   stage 5's embeddings gives stage 6's scores, and one pair gives ``Embedder.verify``'s.
@@ -63,8 +63,8 @@ from spkflow.deploy.gallery import Gallery, embedder_stamp
 from spkflow.features.speech import MIN_SPEECH, speech_seconds
 from spkflow.score.calibration import logit
 from spkflow.score.metrics import compute_eer
-from spkflow.score.scoring import Trials, read_embeddings
-from spkflow.score.verification import MIN_DOMAIN, PAIR, Scoring, decision_metrics, indexed_cosine
+from spkflow.score.model_scoring import MIN_DOMAIN, PAIR, Scoring, decision_metrics, indexed_cosine
+from spkflow.score.trial_scoring import Trials, read_embeddings
 
 __all__ = [
     "DOMAINS",
@@ -209,7 +209,7 @@ def _bar(total: int, progress: bool) -> Any:
 
 
 def _domain(mode: str | np.ndarray, emb: dict[str, np.ndarray], scoring: Scoring) -> np.ndarray | str | None:
-    """What to centre on: embeddings, :data:`~spkflow.score.verification.PAIR` (the calibration
+    """What to centre on: embeddings, :data:`~spkflow.score.model_scoring.PAIR` (the calibration
     set's mean, for fewer than MIN_DOMAIN recordings under ``auto``) or None (the training mean)."""
     if isinstance(mode, np.ndarray):  # embeddings of recordings like these, given
         return mode if scoring.centres else None
@@ -253,7 +253,7 @@ def verify_pairs(
     """Score ``pairs`` and write one JSON line per pair to ``out`` (``a``, ``b``, ``score`` the
     plain cosine, ``norm_score``, ``llr``, ``same_speaker``; ``label`` for labelled pairs);
     returns a summary (counts, the centring, and for labelled pairs the figures of
-    :func:`~spkflow.score.verification.decision_metrics` and both EERs).  ``domain``: one of
+    :func:`~spkflow.score.model_scoring.decision_metrics` and both EERs).  ``domain``: one of
     :data:`DOMAINS`, or raw embeddings of recordings like these to centre on (:func:`domain_embeddings`).
     A pair with a recording of fewer than ``min_speech`` seconds of voiced speech gets
     ``same_speaker`` null and a ``warning`` (:func:`speech_warning`)."""
@@ -314,7 +314,7 @@ def domain_embeddings(embedder: Any, path: str, *, progress: bool = True) -> np.
     """Raw embeddings of unlabelled recordings to centre on: every utterance of a data dir
     (embedded here), every vector of an embedding scp, or the recordings of a saved gallery
     (``identify --save``: no audio read; one made with another model is refused).  Fewer than
-    :data:`~spkflow.score.verification.MIN_DOMAIN` is an error naming ``path``."""
+    :data:`~spkflow.score.model_scoring.MIN_DOMAIN` is an error naming ``path``."""
     p = Path(path)
     if p.is_dir():
         emb, _ = Recordings(str(p)).embed(embedder, DataDir(p).utts(), progress=progress)
