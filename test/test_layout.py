@@ -1,8 +1,8 @@
 """The package's structure, checked from its source: no import circle, no arrow from a lower layer
 to a higher one (the order is :data:`spkflow.LAYERS`), no private name taken from another module,
 no library module importing a tooling package (:data:`spkflow.TOOLING`), no module over 700 lines
-(no command of ``spkflow.bin`` over 160: argument parsing and one call), and a docstring on every
-subpackage saying what it holds.
+(no command of ``spkflow.bin`` over 160: argument parsing and one call), a docstring on every
+subpackage saying what it holds, and test/helpers' list of its modules complete.
 
 Imports are read with :mod:`ast`, every one of them: at module level, inside functions and under
 ``TYPE_CHECKING``, so a circle cannot hide behind a lazy import."""
@@ -178,3 +178,15 @@ def test_the_graph_is_read():
     """The checks above see real arrows: the trainer's setup imports the models, the embedder run imports the jobs."""
     assert any(d == "spkflow.nnet.models" for d, _, _ in EDGES["spkflow.train.build"])
     assert any(d == "spkflow.data.jobs" for d, _, _ in EDGES["spkflow.embed.run"])
+
+
+def test_the_test_helpers_are_all_listed():
+    """test/helpers/__init__.py's docstring names every helper module (the first word of a line)."""
+    helpers = Path(__file__).resolve().parent / "helpers"
+    listed = {
+        line.split()[0]
+        for line in (ast.get_docstring(ast.parse((helpers / "__init__.py").read_text())) or "").splitlines()[2:]
+        if line.strip()
+    }
+    missing = sorted(p.stem for p in helpers.glob("*.py") if p.stem != "__init__" and p.stem not in listed)
+    assert not missing, f"{helpers / '__init__.py'} does not list: {', '.join(missing)}"
