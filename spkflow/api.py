@@ -341,14 +341,7 @@ class Embedder:
         from spkflow.diar.file_list import diarize_file
         from spkflow.diar.pipeline import Settings
 
-        settings = Settings(
-            method=method,
-            num_speakers=num_speakers,
-            max_speakers=max_speakers,
-            threshold=threshold,
-            window=window,
-            shift=shift,
-        )
+        settings = Settings(method, num_speakers, max_speakers, threshold, window, shift)  # its field order
         return diarize_file(self, path, speech=speech, settings=settings, domain=domain)
 
 

@@ -27,7 +27,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, finite_float, float_at_least, int_at_least
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.core.lock import LockError
-from spkflow.diar.file_list import check_files, check_out_dir, diarize_files
+from spkflow.diar.file_list import diarize_files
 from spkflow.diar.pipeline import METHODS, Settings
 
 
@@ -71,16 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
     try:
-        settings = Settings(
-            method=args.method,
-            num_speakers=args.num_speakers,
-            max_speakers=args.max_speakers,
-            threshold=args.threshold,
-            window=args.window,
-            shift=args.shift,
-        )
-        recs = check_files(args.files, args.speech)  # before the model loads: a typo costs no wait
-        check_out_dir(args.out, [r.id for r in recs], overwrite=args.overwrite)
+        a = args
+        settings = Settings(a.method, a.num_speakers, a.max_speakers, a.threshold, a.window, a.shift)  # field order
         emb = Embedder.from_pretrained(args.model, device=args.device, toolkit=args.toolkit)
         done = diarize_files(
             emb,
