@@ -270,3 +270,48 @@ def test_script_nj2_equals_embed_utterance_resumes_only_with_the_same_trimming(t
     other = ["--toolkit", "speechbrain", "--trim-silences", "false", "--model-dir", tmp_path, data, tmp_path / "o3"]
     p = subprocess.run(list(map(str, ["bash", SCRIPT, *other])), env=env(), capture_output=True, text=True)
     assert p.returncode == 1 and "--trim-silences is for --toolkit resemblyzer" in p.stderr
+
+
+@pytest.mark.slow
+def test_diarization_recipe_embeds_windows_whole(tmp_path, encoder, monkeypatch):
+    """diar1's run.sh --pretrained <the package's folder> --pretrained_toolkit resemblyzer (the recipe's
+    Resemblyzer peer, from the project's environment): stage 3 embeds each window of speech whole,
+    as Resemblyzer's embed_utterance of its volume-normalised audio (its diarization demo trims the
+    recording, never the windows).  Stages 4-5 on another toolkit's embeddings: test_diar_recipe.py."""
+    import kaldiio
+
+    from helpers.diar import make_conversations
+    from helpers.recipes import linked_recipe
+    from spkflow.data.audio import AudioReader
+
+    recipe = linked_recipe(tmp_path, "diar1")
+    (recipe / "data").mkdir()
+    make_conversations(tmp_path / "conv", counts=(2,), duration=20.0).rename(recipe / "data" / "toy")
+    args = [
+        "--sets",
+        "toy",
+        "--stage",
+        "2",
+        "--stop_stage",
+        "3",
+        "--pretrained",
+        PKG,
+        "--pretrained_toolkit",
+        "resemblyzer",
+        "--tag",
+        "rz",
+    ]
+    e = {k: v for k, v in env().items() if k != "PYTHONPATH"}  # path.sh sets it
+    p = subprocess.run(["bash", "run.sh", *map(str, args)], cwd=recipe, env=e, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    exp = recipe / "exp" / "diar_rz"
+    assert "trim_silences=false" in (exp / "embed" / "toy.oracle_w1.5s0.75" / "jobs" / "model.stamp").read_text()
+    monkeypatch.chdir(recipe)  # the recipe's paths are relative to it
+    windows = recipe / "dump" / "toy.oracle_w1.5s0.75" / "windows"
+    reader = AudioReader(windows, sample_rate=16000)
+    xv = kaldiio.load_scp(str(exp / "embed" / "toy.oracle_w1.5s0.75" / "xvector.scp"))
+    keys = reader.keys()
+    assert list(xv) == keys and len(keys) > 10
+    worst = max(float(np.abs(xv[k] - resemblyzer_alone(encoder, reader.read(k), trim=False)).max()) for k in keys)
+    # measured 6e-8 (1 thread)
+    within("diar1 stage 3 vs embed_utterance(normalize_volume(window))", worst, 1e-5)
