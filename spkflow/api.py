@@ -11,6 +11,7 @@
 >>> emb.score(emb_a, emb_b)                                       # the same on embeddings ([D] or [N, D])
 >>> Embedder.from_pretrained("spkrec-ecapa-voxceleb")             # SpeechBrain, ESPnet, WeSpeaker: detected
 >>> Embedder.from_pretrained("resnet34.onnx", toolkit="wespeaker")  # or named
+>>> Embedder.from_pretrained(os.path.dirname(resemblyzer.__file__))  # Resemblyzer's pretrained.pt
 
 What it guarantees
 ------------------
@@ -27,7 +28,8 @@ What it guarantees
 * **Any model stage 5 takes, opened as stage 5 opens it** (:func:`spkflow.embed.open_embedder`):
   a model dir, a packed file (verified by checksum, unpacked once into a cache) or an ONNX export
   (onnxruntime and numpy only, no torch), CPU or CUDA; an ESPnet speaker model dir, a SpeechBrain
-  pretrained folder or a WeSpeaker ONNX model (``toolkit=``, or detected from the files) through
+  pretrained folder, a WeSpeaker ONNX model or Resemblyzer's ``.pt`` (``toolkit=``, or detected
+  from the files) through
   the same adapter as ``extract_embeddings.sh``: waveforms resampled to the model's rate, batches
   equal to single-utterance inference (docs/toolkits.md).
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
@@ -115,14 +117,23 @@ class Embedder:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu", toolkit: str | None = None) -> Embedder:
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        device: str = "cpu",
+        toolkit: str | None = None,
+        *,
+        trim_silences: bool | None = None,
+    ) -> Embedder:
         """Load a model onto ``device`` (``cpu``, ``cuda``, ``cuda:N``): a stage-4 model dir
         (``config.yaml`` + ``model.pth``), a packed model file (``python -m spkflow.bin.pack``) or
         an exported ``.onnx`` file (``python -m spkflow.bin.export``; run by onnxruntime, without
         torch); or another toolkit's model (``toolkit``: ``espnet``, ``speechbrain``,
-        ``wespeaker``; None: told from the files).  Opened by :func:`spkflow.embed.open_embedder`."""
+        ``wespeaker``, ``resemblyzer``; None: told from the files).  ``trim_silences``: Resemblyzer
+        only, False to skip its webrtcvad trimming (default: trimmed, as its ``preprocess_wav``).
+        Opened by :func:`spkflow.embed.open_embedder`."""
         info = inspect_model(path, toolkit)  # the toolkit, a pack unpacked; refusals named
-        backend = open_embedder(info, info.toolkit, device)
+        backend = open_embedder(info, info.toolkit, device, trim_silences=trim_silences)
         return cls(backend, info.path, info.meta, info.scoring())
 
     # ------------------------------------------------------------------ frontend
