@@ -184,6 +184,28 @@ sleep 305
     assert not (out / LOCK_NAME).exists()
 
 
+def test_one_grace_for_the_whole_tree_not_one_per_level(tmp_path: Path) -> None:
+    """Three supervised levels; the innermost runs a process that ignores SIGTERM, and the inner
+    levels have a grace of 60 s each (SPKFLOW_STOP_GRACE exported by the outer script): SIGTERM
+    to the outer pid ends everything after the outer's grace (2 s here), as the outermost
+    supervisor kills every descendant at its own deadline, never after a grace per level."""
+    stubborn = script(tmp_path, "stage.sh", "trap '' TERM\nsleep 305 &\necho $! > \"$1.pid\"\nwait\n")
+    middle = script(tmp_path, "spk.sh", f'"{stubborn}" "$1"\n')
+    outer = script(tmp_path, "run.sh", f'export SPKFLOW_STOP_GRACE=60\n"{middle}" "$1"\n')
+    p = start(outer, str(tmp_path / "x"))
+    try:
+        sleeper = int(wait_file(tmp_path / "x.pid"))
+        tree = process_tree(p.pid)
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=40)  # one inner grace would be 60 s
+    finally:
+        p.kill()
+    err = p.stderr.read()
+    assert code == 143, err
+    assert wait_until(lambda: not any(process_alive(q) for q in tree), 10) and not process_alive(sleeper)
+    assert "run.sh: killing" in err and "60 s after" not in err, err
+
+
 def test_ctrl_z_suspends_the_whole_tree_and_fg_resumes_it(tmp_path: Path) -> None:
     p = start(script(tmp_path, "stage.sh", TRAPPED), str(tmp_path))
     try:

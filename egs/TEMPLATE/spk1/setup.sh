@@ -101,6 +101,7 @@ if [ ! -e ./spk.sh ]; then  # relative links and paths: the recipe runs from its
     echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
     exit 1
 fi
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 train_set=train
 test_sets="test"
