@@ -99,8 +99,8 @@ def die_with_parent(interval: float = 1.0, prctl: bool = True) -> str:
 def worker_init(_worker_id: int = 0) -> None:
     """A DataLoader ``worker_init_fn`` of the trainer: the worker dies with the process that
     started it, and ignores SIGINT / SIGTERM / SIGHUP, which a terminal or :func:`supervise` sends
-    to the whole process group: the trainer decides (it finishes the step and writes a
-    checkpoint), and its workers end with it.  A worker killed by the signal would instead make
+    to the whole process group: the trainer decides (it writes the checkpoint of its last
+    completed step and ends), and its workers end with it.  A worker killed by the signal would instead make
     PyTorch raise "DataLoader worker ... is killed by signal" in the trainer before its checkpoint."""
     die_with_parent()
     for sig in STOP_SIGNALS:

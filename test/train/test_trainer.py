@@ -429,8 +429,8 @@ def test_resnet_trains_and_extracts_padding_invariant(tmp_path: Path) -> None:
 
 
 def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any], tmp_path: Path) -> None:
-    """A real signal to the command-line trainer: it finishes the step, writes a checkpoint,
-    exits 128 + 15; a rerun resumes and ends with the uninterrupted run's weights."""
+    """A real signal to the command-line trainer: it writes the checkpoint of its last completed
+    step, exits 128 + 15; a rerun resumes and ends with the uninterrupted run's weights."""
     import signal
     import time
 
