@@ -104,6 +104,8 @@ def test_trials_keep_at_most_the_cap_per_speaker_and_all_on_request(tmp_path: Pa
     two = {u: s for u, s in u2s.items() if s != "s2"}
     mine = {(a, b) for a, b, t in make_trials(two, 0, seed=0, max_targets_per_spk=500) if t}
     assert mine == {(a, b) for a, b in targets if not a.startswith("s2")}
+    pattern = [{(a.split("-")[1], b.split("-")[1]) for a, b in targets if a.startswith(f"s{s}-")} for s in range(3)]
+    assert pattern[0] != pattern[1] != pattern[2]  # each speaker's own draw, not one pattern for all
     few = make_trials(u2s, 1, seed=0, max_targets_per_spk=100)  # non-targets: ratio x the targets kept
     assert sum(t for *_, t in few) == 300 and len(few) == 600
     # uniform over the speaker's pairs: each utterance is in about 2 * 500 / 40 = 25 of them
