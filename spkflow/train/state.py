@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from spkflow.core.atomic import write_text_atomic
+from spkflow.core.procs import SAVING_THREAD, name_this_thread
 from spkflow.nnet.checkpoint import load_checkpoint, save_checkpoint
 from spkflow.score.plots import plot_training_curves
 
@@ -196,6 +197,7 @@ class StopFlag:
         self.signum = self.signum or signum
         self.requested = True
         log.warning("signal %d: writing the checkpoint of the last completed step now", signum)
+        name_this_thread(SAVING_THREAD)  # a supervisor waits for it beyond its grace (spkflow.core.procs)
         code = 128 + signum
         try:
             if self.on_stop is not None:

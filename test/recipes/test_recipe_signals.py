@@ -34,7 +34,7 @@ from helpers.models import l2, make_spkflow_model_dir
 from helpers.paths import ROOT, TEMPLATE
 from helpers.procs import processes_in, start_from_a_terminal, wait_until
 from helpers.recipes import env, mirror_recipe, run
-from helpers.slow_step import slow_env
+from helpers.slow_step import Slow, slow_env
 from helpers.spread import within
 from helpers.train import TINY_MODEL
 from spkflow.core.lock import LOCK_NAME
@@ -123,10 +123,11 @@ def test_every_recipe_run_sh_is_supervised(tmp_path: Path) -> None:
 def test_sigterm_to_a_new_recipe_in_training_checkpoints_and_stops_everything(tmp_path: Path) -> None:
     """A recipe made by setup.sh trains a tiny model on a folder of recordings (stages 1-4, a
     DataLoader worker); SIGTERM to its run.sh's pid comes while step 3 is under way and would take an
-    hour.  Before, the generated run.sh was not supervised: run.sh ended and training went on under
-    PID 1; with the supervisor alone, the trainer, which had announced a checkpoint after the step,
-    was killed 5 s later without it.  Checked: every process of the run ends, none had to be killed
-    (the trainer ended by itself once its checkpoint was written), run.sh exits 143, the lock is
+    hour, and writing the checkpoint takes 6 s, longer than the grace (SPKFLOW_STOP_GRACE=2).
+    Before, the generated run.sh was not supervised: run.sh ended and training went on under PID 1;
+    with the supervisor alone, the trainer, which had announced a checkpoint after the step, was
+    killed at the grace without it.  Checked: the supervisors wait for the checkpoint being written,
+    every process of the run then ends by itself (none killed), run.sh exits 143, the lock is
     released, checkpoint.pth holds the 2 steps taken, and the same command resumes to the model of an
     uninterrupted run (another tag)."""
     audio = make_speakers(tmp_path / "corpus", num_spk=6, num_utt=4, seed=11, min_sec=0.8, max_sec=1.2).parent
@@ -138,7 +139,11 @@ def test_sigterm_to_a_new_recipe_in_training_checkpoints_and_stops_everything(tm
     run(["./run.sh", "--stage", "1", "--stop_stage", "3", "--local_data_opts", data, *opts], cwd=recipe)
     exp, marker = recipe / "exp" / "spk_tiny", tmp_path / "in_step_3"
     stage4 = ["./run.sh", "--stage", "4", "--stop_stage", "4", *opts]
-    slow = slow_env(tmp_path, "spkflow.train.build", "Objective.forward", 3, marker, env())
+    # step 3 would take an hour; the checkpoint at the signal takes 6 s more than the grace of 2 s
+    in_step = Slow("spkflow.train.build", "Objective.forward", 3, marker)
+    writing = Slow("spkflow.train.trainer", "save_checkpoint", 1, tmp_path / "writing", 6.0, "before")
+    slow = slow_env(tmp_path, [in_step, writing], env())
+    slow["SPKFLOW_STOP_GRACE"] = "2"
     p = start_from_a_terminal(stage4, slow, cwd=recipe, stderr=subprocess.STDOUT)
     try:
         assert wait_until(lambda: marker.exists() or p.poll() is not None, 600), "step 3 was not reached"
@@ -159,6 +164,7 @@ def test_sigterm_to_a_new_recipe_in_training_checkpoints_and_stops_everything(tm
     print(f"{len(running)} processes of the run, all gone {took:.1f} s after SIGTERM")
     assert p.returncode == 143, log[-3000:]
     assert "still running" not in log, log[-3000:]  # no supervisor had to kill anything
+    assert "waiting for 1 process(es) writing a checkpoint" in log, log[-3000:]
     assert not (exp / LOCK_NAME).exists()
     train_log = (exp / "train.log").read_text()
     assert "writing the checkpoint of the last completed step now" in train_log

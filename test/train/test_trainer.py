@@ -487,7 +487,7 @@ def test_sigterm_in_a_step_that_does_not_end_checkpoints_at_once(
     import signal
 
     from helpers.procs import wait_until
-    from helpers.slow_step import slow_env
+    from helpers.slow_step import Slow, slow_env
     from spkflow.train.trainer import Trainer
 
     full = tmp_path / "full"
@@ -496,11 +496,11 @@ def test_sigterm_in_a_step_that_does_not_end_checkpoints_at_once(
     config_path.write_text(yaml.safe_dump(setup["config"]))
     out, marker = tmp_path / "exp", tmp_path / "in_the_slow_call"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    module, method = slow.split(":")
+    module, attr = slow.split(":")
     args = [sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, out, config_path), "--trace-batches"]
     proc = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        env=slow_env(tmp_path, module, method, at, marker, env),
+        env=slow_env(tmp_path, [Slow(module, attr, at, marker)], env),
     )  # fmt: skip
     try:
         assert wait_until(lambda: marker.exists() or proc.poll() is not None, 300), "the slow call was not reached"
