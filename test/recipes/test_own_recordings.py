@@ -228,3 +228,17 @@ def test_stage3_checks_the_defaults_against_a_small_corpus(tmp_path):
     assert "Warning: crops of 200-300 frames (train.crop_min_frames, train.crop_max_frames)" in log
     assert "6.19 M parameters for 24 training utterances of 6 speakers" in log
     assert (recipe / "exp" / "spk_train" / "batches" / "epoch1.txt").is_file()
+
+
+def test_stage1_splits_one_folder_by_speaker(tmp_path):
+    """local/data.sh --audio_dir: one folder of 5 speakers into data/train (3) and data/test (2, with
+    trials), no speaker in both; stage 1 validates both."""
+    from spkflow.data.datadir import DataDir
+
+    recipe = new_recipe(tmp_path)
+    audio = make_speakers(tmp_path / "all", num_spk=5, num_utt=3, seed=8, max_sec=0.8).parent / "audio"
+    p = sh(["./run.sh", "--stage", "1", "--stop_stage", "1", "--local_data_opts", f"--audio_dir {audio}"], recipe)
+    train, test = DataDir(recipe / "data" / "train"), DataDir(recipe / "data" / "test")
+    spk_train, spk_test = set(train.utt2spk().values()), set(test.utt2spk().values())
+    assert len(spk_train) == 3 and len(spk_test) == 2 and not spk_train & spk_test
+    assert "data/test: 2 speakers, 6 utterances" in p.stdout + p.stderr and test.has("trials")
