@@ -1,7 +1,7 @@
 """Check the training settings against the corpus before stage 3 plans any batch: say what to change.
 
-    python -m spkflow.bin.check_training --config conf/train.yaml --spk2utt dump/fbank/train/spk2utt \\
-        --num-spk 32 --num-utt 6 [--short-speakers drop] [--world-size 1] \\
+    python -m spkflow.bin.check_training --spk2utt dump/fbank/train/spk2utt --num-spk 32 --num-utt 6 \\
+        [--short-speakers drop] [--world-size 1] [--config conf/train.yaml] \\
         [--train-dir dump/fbank/train] [--fbank-conf conf/fbank.conf]
 
 Errors (exit 1): N x M batches that the training speakers cannot fill (``--num_spk`` above the
@@ -25,7 +25,7 @@ from spkflow.core.errors import InputError
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.check_training", description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="the training config")
+    p.add_argument("--config", default=None, help="the training config (without it: the N x M check only)")
     p.add_argument("--spk2utt", required=True, help="the training set's spk2utt (what stage 3 plans from)")
     p.add_argument("--num-spk", type=int_at_least(1), required=True, help="N speakers per batch")
     p.add_argument("--num-utt", type=int_at_least(1), required=True, help="M utterances per speaker")
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from spkflow.train.preflight import check_training
 
     try:
-        cfg = normalize_train_config(load_train_config(args.config), source=args.config)
+        cfg = normalize_train_config(load_train_config(args.config), source=args.config) if args.config else None
         found = check_training(
             cfg,
             spk2utt=args.spk2utt,

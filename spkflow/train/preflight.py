@@ -133,7 +133,7 @@ def utterance_frames(
 
 
 def check_training(
-    cfg: Mapping[str, Any],
+    cfg: Mapping[str, Any] | None,
     *,
     spk2utt: str,
     num_spk: int,
@@ -145,12 +145,15 @@ def check_training(
 ) -> Findings:
     """The findings for a normalised training config ``cfg`` (see the module doc): ``spk2utt`` of
     the training set, the batch shape, the processes, the stage-2 features dir (or, training on
-    audio, the data dir) and stage 2's fbank options (the model's input size)."""
+    audio, the data dir) and stage 2's fbank options (the model's input size).  Without ``cfg``:
+    the batch shape only."""
     found = Findings()
     table = load_spk2utt(spk2utt)
     err = speakers_error(table, num_spk, num_utt, short_speakers, world_size)
     if err:
         found.errors.append(err)
+    if cfg is None:
+        return found
     fbank = FbankOptions.from_kaldi_conf(fbank_conf) if fbank_conf else FbankOptions()
     tcfg = cfg["train"]
     if train_dir:

@@ -263,10 +263,11 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     _world=$((num_nodes * (ngpu > 0 ? ngpu : nproc)))
     _feats_dir=${dumpdir}/fbank/${train_set}
     [ "${train_reads}" = audio ] && _feats_dir=data/${train_set}
-    if ! python -m spkflow.bin.check_training --config "${train_config}" --spk2utt "${_spk2utt}" \
-            --num-spk "${num_spk}" --num-utt "${num_utt}" --short-speakers "${short_speakers}" \
-            --world-size "${_world}" --train-dir "${_feats_dir}" --fbank-conf "${fbank_conf}" 2>&1 \
-            | while IFS= read -r _line; do log "${_line}"; done; then
+    _check=(--spk2utt "${_spk2utt}" --num-spk "${num_spk}" --num-utt "${num_utt}" --short-speakers "${short_speakers}"
+            --world-size "${_world}" --train-dir "${_feats_dir}")
+    [ -f "${train_config}" ] && _check+=(--config "${train_config}")  # (stage 4 says so when they are missing)
+    [ -f "${fbank_conf}" ] && _check+=(--fbank-conf "${fbank_conf}")
+    if ! python -m spkflow.bin.check_training "${_check[@]}" 2>&1 | while IFS= read -r _line; do log "${_line}"; done; then
         log "Error: stage 3 stopped before planning: change what the error above says"
         exit 1
     fi
