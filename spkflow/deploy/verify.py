@@ -1,9 +1,10 @@
 """Verification and identification of new recordings with a trained model: the work behind
 ``python -m spkflow.bin.verify`` and ``python -m spkflow.bin.identify``.
 
-Recordings are named by audio path (any ``wav.scp`` entry), by utterance id of a data dir
-(``wav.scp`` + ``segments``), or by key of an embedding scp (stage 5's ``xvector.scp``: no audio
-read, the numbers stage 6 scored).  Each distinct recording is read and embedded once, in
+Recordings are named by audio path (a file: a name ending in ``|`` is a file name, never a
+command), by utterance id of a data dir (``wav.scp`` + ``segments``, whose ``cmd |`` entries are
+run as Kaldi runs them), or by key of an embedding scp (stage 5's ``xvector.scp``: no audio read,
+the numbers stage 6 scored).  Each distinct recording is read and embedded once, in
 batches (:meth:`spkflow.api.Embedder.embed_batch`, a progress bar on a terminal), and every pair
 is scored at once by the model's :class:`~spkflow.score.verification.Scoring`: thousands of pairs
 take the time of embedding their recordings plus milliseconds.
