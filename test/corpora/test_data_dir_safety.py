@@ -330,3 +330,21 @@ def test_a_run_stopped_while_writing_leaves_nothing_behind(tmp_path: Path) -> No
             assert tree(old) == before
         else:
             assert not out.exists()
+
+
+def test_a_users_tmp_file_is_not_taken_for_a_lock_temporary(tmp_path: Path) -> None:
+    """Only the lock's own names are skipped when a folder is checked (spkflow.core.lock.is_lock_file):
+    a user's ``notes.tmp`` makes the folder the user's, a contender's lock temporary does not."""
+    from spkflow.core.errors import InputError
+    from spkflow.corpora.destination import check_destination
+
+    assert lock.is_lock_file(lock.LOCK_NAME) and lock.is_lock_file(f"{lock.LOCK_NAME}.node3.4711.tmp")
+    assert not any(map(lock.is_lock_file, ("notes.tmp", ".tmp", f"x{lock.LOCK_NAME}.1.tmp", f"{lock.LOCK_NAME}.1")))
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.tmp").write_text("mine\n")
+    with pytest.raises(InputError, match=r"mine: exists and was not written by spkflow \(notes.tmp\)"):
+        check_destination(out)
+    (out / "notes.tmp").unlink()
+    (out / f"{lock.LOCK_NAME}.node3.4711.tmp").write_text("host=node3\n")  # a contender killed mid-lock
+    assert check_destination(out) == out.resolve()
