@@ -31,7 +31,6 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from spkflow.core.atomic import make_temp_dir
 from spkflow.core.errors import InputError
 from spkflow.core.lock import LockError, hold
 from spkflow.score.verification import SCORING_FILES, Scoring
@@ -264,13 +264,12 @@ def _write(packed: PackedModel, out: Path) -> None:
     """The members, ``meta.yaml`` and the stamp into ``out``, which appears (or replaces the old
     one) only when complete."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = make_temp_dir(f".{out.name}.", out.parent)
     try:
         for member, data in packed.members.items():
             (tmp / member).write_bytes(data)
         (tmp / META).write_text(yaml.safe_dump({k: v for k, v in packed.meta.items() if k != "sha256"}))
         (tmp / _STAMP).write_text(packed.meta["sha256"] + "\n")
-        os.chmod(tmp, 0o777 & ~_umask())
         old = None
         if out.exists():
             old = out.parent / f".{out.name}.old.{os.getpid()}"
@@ -282,9 +281,3 @@ def _write(packed: PackedModel, out: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(tmp)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -348,3 +348,22 @@ def test_a_users_tmp_file_is_not_taken_for_a_lock_temporary(tmp_path: Path) -> N
     (out / "notes.tmp").unlink()
     (out / f"{lock.LOCK_NAME}.node3.4711.tmp").write_text("host=node3\n")  # a contender killed mid-lock
     assert check_destination(out) == out.resolve()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_a_new_data_dir_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    """As any mkdir: 0777 less the umask (the temporary folder it is written in is made 0700)."""
+    rec = recordings(tmp_path / "rec", {"ann": 2})
+    out = tmp_path / "data"
+    for _ in range(2):  # made, then replaced
+        run([rec, out], preexec_fn=lambda: os.umask(umask))
+        assert out.stat().st_mode & 0o777 == 0o777 & ~umask
+    both = tmp_path / "both"  # utils/combine_data.sh writes its folder the same way
+    subprocess.run(
+        ["bash", ROOT / "utils" / "combine_data.sh", both, out, out],
+        env=dict(os.environ, PYTHONPATH=str(ROOT), LC_ALL="C"),
+        preexec_fn=lambda: os.umask(umask),
+        capture_output=True,
+        check=True,
+    )
+    assert both.stat().st_mode & 0o777 == 0o777 & ~umask
