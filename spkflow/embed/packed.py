@@ -5,7 +5,8 @@ plus ``meta.yaml`` (format, versions, the sha256 and size of every member).  Thi
 reading side, which every consumer goes through (:func:`spkflow.embed.open.inspect_model`):
 
 * :func:`read_packed` checks the zip structure (a file cut short is named as such, not read as
-  the torch file inside it), the format name and version, that members are plain file names, and
+  the torch file inside it), the format name and version, that members, listed or not, are plain
+  file names (``../x`` or ``/etc/x`` is refused, though unpacking writes listed members only), and
   each member's sha256 against ``meta.yaml``; a failure is an
   :class:`~spkflow.core.errors.InputError` naming the file and the member.  No pickle code runs:
   ``model.pth`` is read later with ``weights_only=True``.
@@ -168,6 +169,14 @@ def read_packed(path: str | os.PathLike[str]) -> PackedModel:
                     None,
                     f"pack format version {meta.get('format_version')!r}; this spkflow reads version {FORMAT_VERSION}",
                 )
+            for name in sorted(names):  # what unzip would write outside a folder (spkflow extracts none of it)
+                if not _MEMBER_RE.fullmatch(name):
+                    raise InputError(
+                        p,
+                        None,
+                        f"member {name!r}: members are plain file names, not paths (absolute or with '..'): not "
+                        "a pack spkflow.bin.pack made, and unsafe to unzip",
+                    )
             listed = meta.get("files")
             if not isinstance(listed, dict) or not {"config.yaml", "model.pth"} <= set(listed):
                 raise InputError(p, None, f"{META} does not list config.yaml and model.pth")
