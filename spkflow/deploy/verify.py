@@ -320,7 +320,7 @@ def domain_embeddings(embedder: Any, path: str, *, progress: bool = True) -> np.
     if p.is_dir():
         emb, _ = Recordings(str(p)).embed(embedder, DataDir(p).utts(), progress=progress)
     elif p.is_file() and p.suffix == ".npz":
-        g = Gallery.load(p, embedder_stamp(embedder))
+        g = Gallery.load(p, embedder_stamp(embedder), embedder.dim)
         emb = {str(i): v for i, v in enumerate(g.emb)}  # utterance ids of two enrolments may repeat
     elif p.is_file():
         emb = read_embeddings(p)
@@ -369,7 +369,7 @@ def enrolment(
     another model is refused before anything is embedded), with the speakers of ``enrol_dir``
     added (or replacing theirs) and ``remove`` taken out, written to ``save`` when given."""
     stamp = embedder_stamp(embedder)
-    saved = Gallery.load(gallery, stamp) if gallery is not None else None
+    saved = Gallery.load(gallery, stamp, embedder.dim) if gallery is not None else None
     if enrol_dir is None and saved is None:
         raise ValueError("give an enrolment data dir or a gallery")
 
