@@ -54,7 +54,7 @@ import soundfile as sf
 
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.corpora.base import CorpusData, Utterance
-from spkflow.data.audio import shown_path, spec_duration
+from spkflow.data.audio import shown_path, spec_duration, truncation
 from spkflow.data.ffmpeg import FFMPEG_EXTENSIONS, ffmpeg_pipe, probe_ffmpeg
 from spkflow.data.steps import is_sorted_k2
 from spkflow.data.tables import WHITESPACE, c_key
@@ -210,11 +210,8 @@ def decode_check(path: Path, wav: str, rate: int, seconds: float, ffmpeg: str | 
                 frames += len(block)
     except Exception as exc:  # LibsndfileError: "flac decoder lost sync", ...
         raise InputError(path, None, f"damaged: decoding stops after {frames / rate:.2f} s: {exc}") from None
-    expected = round(seconds * rate)
-    if expected - frames > max(2048, expected // 100):
-        raise InputError(
-            path, None, f"truncated: decodes to {frames / rate:.2f} s of the {seconds:.2f} s its header says"
-        )
+    if (short := truncation(frames, round(seconds * rate), rate)) is not None:
+        raise InputError(path, None, short)
 
 
 def _walk(root: Path, report: FolderReport) -> list[Path]:

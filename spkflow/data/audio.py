@@ -32,7 +32,9 @@ What it guarantees
   utterance and its source (path, or command with its exit status and the tail of its stderr):
   a missing file, an unreadable or corrupt file, a WAV file shorter than its header says (an
   interrupted copy, which libsndfile would read silently as a shorter utterance), a failing
-  pipe, empty audio, a segment outside its recording.
+  pipe, empty audio, a segment outside its recording.  A compressed file (MP3, OGG) that decodes
+  to clearly less than its header says is read as far as it goes: :func:`truncation` is the one
+  rule that names it (``make_data_dir``'s decode check; the ``note`` of ``verify`` / ``identify``).
 * Resampling (:func:`resample`) is band-limited polyphase filtering (``scipy.signal.resample_poly``)
   with exact integer ratios: ``len(out) == ceil(len(x) * new / orig)``; its measured passband
   and image rejection against torchaudio's default are in docs/audio.md.
@@ -76,7 +78,9 @@ __all__ = [
     "read_audio",
     "resample",
     "shown_path",
+    "shortfall",
     "spec_duration",
+    "truncation",
     "utt2dur",
     "write_utt2dur",
     "format_duration",
@@ -240,6 +244,25 @@ def _wav_truncation(path: str) -> str | None:
     except OSError:
         return None
     return None
+
+
+def truncation(decoded: int, header: int, rate: int) -> str | None:
+    """The note for a file that decodes to clearly fewer samples than its header states (short by
+    more than 2048 samples and 1 %: an MP3 or OGG cut short, which decodes without an error), or
+    None.  The one rule of ``make_data_dir``'s decode check and of :func:`shortfall`."""
+    if header - decoded > max(2048, header // 100):
+        return f"truncated: decodes to {decoded / rate:.2f} s of the {header / rate:.2f} s its header says"
+    return None
+
+
+def shortfall(path: str, decoded: int, rate: int) -> str | None:
+    """:func:`truncation` of a file read whole (``decoded`` samples at ``rate``) against its header
+    (libsndfile's, no decoding); None when it is whole or its header cannot be read."""
+    try:
+        header = int(sf.info(os.fsencode(path)).frames)
+    except Exception:  # noqa: BLE001  (then it could not have been read: the reader named it)
+        return None
+    return truncation(decoded, header, rate)
 
 
 def read_file(
