@@ -8,8 +8,8 @@ What it guarantees
   accepted ones (never silently ignored).
 * **A long recording at inference** (ECAPA-TDNN, more than :data:`POOL_BLOCK` frames, grad off):
   the attentive pooling's attention runs :data:`POOL_BLOCK` frames at a time and the encoder drops
-  what it no longer needs, so a 10-minute clip takes 0.4 GB above the process's floor instead of
-  1.0 GB (``test/bench/bench_long_clip.py``).  The same operations: bit for bit the one-piece
+  what it no longer needs, so a 10-minute clip takes 0.4-0.5 GB above the process's floor instead
+  of 1.0-1.1 GB (``test/bench/bench_long_clip.py``).  The same operations: bit for bit the one-piece
   embedding on one torch thread (as stage 5's jobs run); with more threads the blocks' matrix
   products round differently, measured <= 4.1e-7 after L2 normalisation (thread counts already
   move embeddings by that much).

@@ -9,7 +9,8 @@ measured in the same run.
 Model: ``--model`` (a model dir or pack), else an ECAPA-TDNN of the demo's shape (channels 128,
 scale 8, 80 mel bins, 192-dim; 0.76 M parameters) with random weights: memory depends on the
 shapes, not the weights.  Audio: a synthetic voice (test/helpers) of ``--minutes``.  Each row is
-a fresh process (its peak resident set size, ``ru_maxrss``); "floor" is the same process on a
+a fresh process (its peak resident set size, ``VmHWM``; Linux's ``ru_maxrss`` would include this
+parent's size at the fork); "floor" is the same process on a
 2-second clip (Python, torch, the model), "clip" the peak above it.  The embeddings of the two
 ways are compared (max |diff| after L2 normalisation).
 """
@@ -32,14 +33,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "test"))  # the test helpers
 
+# the peak of the process's own memory: VmHWM (ru_maxrss would count the parent's size at the fork)
 CHILD = """
-import json, resource, sys
+import json, re, sys
 import spkflow.features.fbank as fbank, spkflow.nnet.models as models
 from spkflow import Embedder
 if sys.argv[3] == "one piece":
     fbank.CHUNK_FRAMES = models.POOL_BLOCK = 10**12
 v = Embedder.from_pretrained(sys.argv[1]).embed_file(sys.argv[2])
-print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "emb": v.tolist()}))
+hwm = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
+print(json.dumps({"rss_mb": hwm / 1024, "emb": v.tolist()}))
 """
 
 
