@@ -26,7 +26,9 @@ Rules
 * **Checked**: each file's header (libsndfile; ffmpeg's stream line for the piped formats) gives
   its rate and duration, so a folder of hours is read in seconds; a file whose header cannot be
   read, a WAV shorter than its header says, a name with a line break (no wav.scp line can
-  hold it) or a name that is not UTF-8 (the ids are made of it) is bad.  With ``skip_bad``
+  hold it), one ending in ``|`` or white space (a wav.scp line would run it as a command or cut
+  it: a list of files never becomes a command) or a name that is not UTF-8 (the ids are made of
+  it) is bad.  With ``skip_bad``
   every file is also decoded to its end (:func:`decode_check`: a FLAC or MP3 cut short passes
   the header check) and the bad ones are left out and listed (:attr:`FolderReport.bad`);
   without it, all bad files are found in one pass and raised together (:class:`BadFilesError`,
@@ -330,6 +332,13 @@ def collect_folder(
         try:
             if "\n" in str(path) or "\r" in str(path):
                 raise InputError(path, None, "its name holds a line break, which a wav.scp line cannot: rename it")
+            if str(path).rstrip().endswith("|") or str(path) != str(path).strip():
+                raise InputError(  # Kaldi strips the line, and runs an entry ending in '|'
+                    path,
+                    None,
+                    "its name ends in '|' or white space, which a wav.scp line would run as a command "
+                    "or cut off: rename it",
+                )
             if not path.is_file():
                 raise InputError(where, None, f"audio file not found: {path}")
             wav, rate, seconds = _header(path, ffmpeg)

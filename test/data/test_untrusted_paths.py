@@ -160,3 +160,24 @@ def test_an_unreadable_file_says_permission_denied():
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         p = subprocess.run([*as_user, PY, "-c", code, str(f)], capture_output=True, text=True, env=env, check=True)
     assert f"({f}): permission denied" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_list_of_files_never_becomes_a_wav_scp_command(setup, tmp_path, monkeypatch):
+    """make_data_dir --list: a listed file whose name ends in '|' would become a wav.scp entry the
+    stages run as a command (it did: 'touch pwned; cat a.wav |' was written as it is); it is
+    refused naming the file, and with --skip-bad left out.  Run in tmp_path: a command would run
+    there."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "pwned"
+    name = "touch pwned; cat a.wav |"
+    shutil.copy(setup["a"], tmp_path / name)
+    shutil.copy(setup["b"], tmp_path / "b.wav")
+    (tmp_path / "files.txt").write_text(f"{name}\tann\nb.wav\tann\n")
+    out = tmp_path / "d"
+    p = run([PY, "-m", "spkflow.bin.make_data_dir", "--list", tmp_path / "files.txt", out], check=False)
+    assert p.returncode == 1 and "ends in '|' or white space" in p.stderr and not out.exists(), p.stderr
+    run([PY, "-m", "spkflow.bin.make_data_dir", "--list", tmp_path / "files.txt", out, "--skip-bad", "true"])
+    reader = AudioReader(out, sample_rate=None)
+    for utt in reader.keys():
+        reader.read(utt)
+    assert reader.keys() == ["ann-b"] and not marker.exists()
