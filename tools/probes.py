@@ -200,7 +200,7 @@ def _(ctx: Ctx) -> tuple[str, str]:
 )
 def _(ctx: Ctx) -> tuple[str, str]:
     name = "touch pwned; cat a.wav |"
-    ctx.voice(ctx.work / name)
+    ctx.voice(ctx.work / name, fmt={"format": "WAV"})
     ctx.voice(ctx.work / "b.wav")
     (ctx.work / "files.txt").write_text(f"{name}\tann\nb.wav\tann\n")
     p = ctx.spk("make_data_dir", "--list", "files.txt", "d", "--skip-bad", "true")
