@@ -36,8 +36,11 @@ What it guarantees
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
 * **Every format, one reader**: files (``embed_file``, ``embed_files``, ``verify``,
-  ``score_matrix``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac / wma / webm
-  (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+  ``score_matrix``, ``diarize``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac /
+  wma / webm (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+* **A path is a path**: ``embed_file("cmd |")`` looks for a file of that name and runs nothing;
+  Kaldi's ``cmd |`` and ``file.ark:offset`` are honoured only in a data dir's ``wav.scp``
+  (``read_audio(entry, table=True)`` then :meth:`Embedder.embed`, for a caller who means it).
 * **No decision on too little speech**: ``verify`` and ``score_matrix`` refuse a recording with
   fewer than ``min_speech`` seconds of voiced speech (:mod:`spkflow.features.speech`), naming it.
 * **A lone pair** is centred on the mean of the recordings the calibration was fitted on
@@ -164,8 +167,8 @@ class Embedder:
 
     def embed_file(self, path: str | os.PathLike[str]) -> np.ndarray:
         """Embedding ``[dim]`` of an audio file (any format ``make_data_dir`` takes: libsndfile's,
-        and m4a / aac / wma / webm through the pinned ffmpeg), or of any other ``wav.scp`` entry
-        (``cmd |``, ``file.ark:offset``)."""
+        and m4a / aac / wma / webm through the pinned ffmpeg).  ``path`` is a file name, never a
+        ``cmd |`` or ``file.ark:offset`` (those: ``read_audio(entry, table=True)``, then :meth:`embed`)."""
 
         spec = os.fspath(path)
         wave, rate = read_audio(spec, utt=spec)
@@ -266,7 +269,7 @@ class Embedder:
     def verify(
         self, a: Any, b: Any, *, sample_rate: int | None = None, domain: Any = PAIR, min_speech: float = MIN_SPEECH
     ) -> Verdict:
-        """Same speaker or not: ``a`` and ``b`` audio files (any ``wav.scp`` entry) or waveforms
+        """Same speaker or not: ``a`` and ``b`` audio files (paths, as :meth:`embed_file`) or waveforms
         at ``sample_rate``.  Returns a :class:`~spkflow.score.model_scoring.Verdict` with ``score``
         (plain cosine), ``norm_score``, ``llr`` and ``same_speaker`` (see :meth:`score`).  A
         recording of fewer than ``min_speech`` seconds of voiced speech (the energy VAD,
@@ -334,7 +337,7 @@ class Embedder:
         domain: Any = None,
         threshold: float | None = None,
     ) -> list[Any]:
-        """Who spoke when in one audio file: a list of :class:`spkflow.diar.rttm.Turn`
+        """Who spoke when in one audio file (a path, as :meth:`embed_file`): a list of :class:`spkflow.diar.rttm.Turn`
         ``(recording, start, end, speaker)``, the recording id being the file's stem (whitespace
         made ``_``).  ``speech``: a detector (``energy``, ``silero``), the speech regions
         ``[(start, end), ...]`` in seconds (oracle speech), or an RTTM file or folder of them; windows
