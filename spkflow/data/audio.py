@@ -135,7 +135,8 @@ def _not_found_hint(path: str) -> str:
 def check_file(path: str, utt: str, *, table: bool = False) -> None:
     """:class:`UtteranceError` naming ``path`` and why, unless it is a file this process can read:
     not found (for a path that is no ``table`` entry, saying that a ``cmd |`` or
-    ``file.ark:offset`` is honoured only in a wav.scp), a directory, permission denied."""
+    ``file.ark:offset`` is honoured only in a wav.scp), a directory, a device or named pipe given
+    as a path (a ``table`` entry may name one, as Kaldi's may), permission denied."""
     shown = shown_path(path)
     try:
         st = os.stat(path)
@@ -146,6 +147,8 @@ def check_file(path: str, utt: str, *, table: bool = False) -> None:
         raise UtteranceError(utt, shown, f"cannot open it: {exc.strerror or exc}") from None
     if stat.S_ISDIR(st.st_mode):
         raise UtteranceError(utt, shown, "is a directory, not an audio file")
+    if not table and not stat.S_ISREG(st.st_mode):
+        raise UtteranceError(utt, shown, "is not a regular file (a device or a named pipe): give an audio file")
     if not os.access(path, os.R_OK):
         raise UtteranceError(utt, shown, "permission denied: this user may not read it")
 
