@@ -14,8 +14,7 @@ What it guarantees
   data dir (the stages, ``--data``, ``--enrol``), and the callers that pass ``table=True`` for a
   recording dir's ``wav.scp``.  A path a user types, lists (a pairs file, a list) or passes to
   the API is a path (``table=False``, the default): ``"touch x |"`` is a file of that name or
-  "not found", never a command.  Kaldi and ESPnet's ``kaldiio.load_mat`` run any string ending
-  in ``|``, wherever it comes from.
+  "not found", never a command (Kaldi's readers and ``kaldiio.load_mat`` run any ``... |``).
 * A file that cannot be read says why in words: not found, a directory, permission denied (for
   this user); names that are not UTF-8 are read as the bytes they are.
 * ``segments`` (``utt rec start end``, seconds) are honoured; ``end == -1`` means "to the end of

@@ -146,7 +146,8 @@ class Trainer:
                 while run.epoch <= self.opts.num_epochs:
                     outcome = self._train_epoch(run, stop)
                     if outcome == "mid":  # stopped inside the epoch; the checkpoint is written
-                        return run.history
+                        remember_partial(run.history, run.epoch, run.losses, run.monitor.norms)
+                        return run.history  # with the epoch's losses so far, as the checkpoint has them
                     self._end_epoch(run)
                     if self._stop_between_epochs(run, stop, requested=outcome == "end"):
                         return run.history
