@@ -15,10 +15,15 @@ score     scoring, backends, metrics, evaluation, plots, speaker identification 
 embed     embedding extraction from spkflow and ESPnet models (stage 5)
 train     batch plans (stage 3), config, loaders, trainer (stage 4)
 deploy    pack, ONNX export and runtime (stage 7)
-diar      diarization: RTTM, speech regions, windows, clustering, DER / JER, simulated conversations
+diar      diarization: RTTM, speech regions, windows, clustering, DER / JER; in memory, over the
+          recipe's recording dirs, over a list of files
+sim       tooling: simulated conversations, the test data of the diarization recipes and tests
 api       :class:`Embedder`, the Python face
 bin       the commands, ``python -m spkflow.bin.NAME``
 ========  ==========================================================================
+
+A tooling package (:data:`TOOLING`) makes data for recipes, tests and benchmarks: only the
+commands import it, never a library layer (``test/test_layout.py`` checks this too).
 
 Nothing heavy is imported at package import time: ``from spkflow import Embedder`` loads
 :mod:`spkflow.api` (numpy only) when first asked for, and torch is imported only when a model
@@ -31,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from spkflow.core.version import __version__
 
-__all__ = ["Embedder", "LAYERS", "__version__"]
+__all__ = ["Embedder", "LAYERS", "TOOLING", "__version__"]
 
 #: The packages from the bottom up; a module imports only from its own layer and those below.
 LAYERS = (
@@ -46,9 +51,13 @@ LAYERS = (
     "train",
     "deploy",
     "diar",
+    "sim",
     "api",
     "bin",
 )
+
+#: The layers that are tooling, not library: imported by ``bin`` only.
+TOOLING = ("sim",)
 
 if TYPE_CHECKING:
     from spkflow.api import Embedder

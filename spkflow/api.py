@@ -11,6 +11,7 @@
 >>> emb.score(emb_a, emb_b)                                       # the same on embeddings ([D] or [N, D])
 >>> Embedder.from_pretrained("spkrec-ecapa-voxceleb")             # SpeechBrain, ESPnet, WeSpeaker: detected
 >>> Embedder.from_pretrained("resnet34.onnx", toolkit="wespeaker")  # or named
+>>> Embedder.from_pretrained(os.path.dirname(resemblyzer.__file__))  # Resemblyzer's pretrained.pt
 
 What it guarantees
 ------------------
@@ -27,24 +28,28 @@ What it guarantees
 * **Any model stage 5 takes, opened as stage 5 opens it** (:func:`spkflow.embed.open_embedder`):
   a model dir, a packed file (verified by checksum, unpacked once into a cache) or an ONNX export
   (onnxruntime and numpy only, no torch), CPU or CUDA; an ESPnet speaker model dir, a SpeechBrain
-  pretrained folder or a WeSpeaker ONNX model (``toolkit=``, or detected from the files) through
+  pretrained folder, a WeSpeaker ONNX model or Resemblyzer's ``.pt`` (``toolkit=``, or detected
+  from the files) through
   the same adapter as ``extract_embeddings.sh``: waveforms resampled to the model's rate, batches
   equal to single-utterance inference (docs/toolkits.md).
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
 * **Every format, one reader**: files (``embed_file``, ``embed_files``, ``verify``,
-  ``score_matrix``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac / wma / webm
-  (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+  ``score_matrix``, ``diarize``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac /
+  wma / webm (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+* **A path is a path**: ``embed_file("cmd |")`` looks for a file of that name and runs nothing;
+  Kaldi's ``cmd |`` and ``file.ark:offset`` are honoured only in a data dir's ``wav.scp``
+  (``read_audio(entry, table=True)`` then :meth:`Embedder.embed`, for a caller who means it).
 * **No decision on too little speech**: ``verify`` and ``score_matrix`` refuse a recording with
   fewer than ``min_speech`` seconds of voiced speech (:mod:`spkflow.features.speech`), naming it.
 * **A lone pair** is centred on the mean of the recordings the calibration was fitted on
   (``domain="pair"``, the default), never on itself: a ``domain`` of fewer than
-  :data:`~spkflow.score.verification.MIN_DOMAIN` recordings is refused.
+  :data:`~spkflow.score.model_scoring.MIN_DOMAIN` recordings is refused.
 * ``import spkflow`` stays free of torch: this module imports numpy only, torch is imported
   when a model is loaded.
 * **Verification as the recipe scored.**  :meth:`Embedder.verify` and :meth:`Embedder.score`
-  apply the model's own scoring (:mod:`spkflow.score.verification`: stage 6's backend, centring
+  apply the model's own scoring (:mod:`spkflow.score.model_scoring`: stage 6's backend, centring
   and AS-norm cohort, and the score calibration, from ``scoring.yaml`` / ``scoring.npz`` of the
   model dir or pack): ``score`` is the plain cosine, ``norm_score`` stage 6's score (equal to
   its ``scores`` file within 1e-5, ``test/test_api.py``), ``llr`` the calibrated
@@ -71,12 +76,12 @@ import numpy as np
 
 from spkflow.core.errors import UtteranceError
 from spkflow.data.audio import read_audio, resample, to_mono_float
-from spkflow.deploy.verify import Recordings
+from spkflow.deploy.decisions import Recordings
 from spkflow.embed.base import default_max_frames
 from spkflow.embed.open import inspect_model, open_embedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
 from spkflow.features.speech import MIN_SPEECH, speech_seconds
-from spkflow.score.verification import MIN_DOMAIN, PAIR, Scoring, Verdict
+from spkflow.score.model_scoring import MIN_DOMAIN, PAIR, Scoring, Verdict
 
 __all__ = ["Embedder"]
 
@@ -90,7 +95,7 @@ class Embedder:
     the torch module ``model(feats [B, T, F], lengths [B]) -> [B, dim]`` on frontend output; ESPnet:
     its ``ESPnetSpeakerModel``; SpeechBrain: its ``embedding_model``; an ``.onnx`` file: the
     onnxruntime session), ``source`` (the path it was loaded from), ``meta`` (a pack's
-    ``meta.yaml``, or None), ``scoring`` (the model's :class:`~spkflow.score.verification.Scoring`;
+    ``meta.yaml``, or None), ``scoring`` (the model's :class:`~spkflow.score.model_scoring.Scoring`;
     plain cosine for another toolkit's model) and ``scoring_note`` (what it is, in words).
     """
 
@@ -115,14 +120,23 @@ class Embedder:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu", toolkit: str | None = None) -> Embedder:
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        device: str = "cpu",
+        toolkit: str | None = None,
+        *,
+        trim_silences: bool | None = None,
+    ) -> Embedder:
         """Load a model onto ``device`` (``cpu``, ``cuda``, ``cuda:N``): a stage-4 model dir
         (``config.yaml`` + ``model.pth``), a packed model file (``python -m spkflow.bin.pack``) or
         an exported ``.onnx`` file (``python -m spkflow.bin.export``; run by onnxruntime, without
         torch); or another toolkit's model (``toolkit``: ``espnet``, ``speechbrain``,
-        ``wespeaker``; None: told from the files).  Opened by :func:`spkflow.embed.open_embedder`."""
+        ``wespeaker``, ``resemblyzer``; None: told from the files).  ``trim_silences``: Resemblyzer
+        only, False to skip its webrtcvad trimming (default: trimmed, as its ``preprocess_wav``).
+        Opened by :func:`spkflow.embed.open_embedder`."""
         info = inspect_model(path, toolkit)  # the toolkit, a pack unpacked; refusals named
-        backend = open_embedder(info, info.toolkit, device)
+        backend = open_embedder(info, info.toolkit, device, trim_silences=trim_silences)
         return cls(backend, info.path, info.meta, info.scoring())
 
     # ------------------------------------------------------------------ frontend
@@ -153,8 +167,8 @@ class Embedder:
 
     def embed_file(self, path: str | os.PathLike[str]) -> np.ndarray:
         """Embedding ``[dim]`` of an audio file (any format ``make_data_dir`` takes: libsndfile's,
-        and m4a / aac / wma / webm through the pinned ffmpeg), or of any other ``wav.scp`` entry
-        (``cmd |``, ``file.ark:offset``)."""
+        and m4a / aac / wma / webm through the pinned ffmpeg).  ``path`` is a file name, never a
+        ``cmd |`` or ``file.ark:offset`` (those: ``read_audio(entry, table=True)``, then :meth:`embed`)."""
 
         spec = os.fspath(path)
         wave, rate = read_audio(spec, utt=spec)
@@ -188,7 +202,7 @@ class Embedder:
         """Every pair of a list: audio files or raw embeddings ``[N, dim]``; a :class:`Verdict`
         of ``[N, N]`` arrays (symmetric; the diagonal scores each recording with itself).
         ``domain``: ``"auto"`` centres on the list itself when it holds at least
-        :data:`~spkflow.score.verification.MIN_DOMAIN` recordings (as ``verify --pairs`` does a
+        :data:`~spkflow.score.model_scoring.MIN_DOMAIN` recordings (as ``verify --pairs`` does a
         batch), else the calibration set's mean (as :meth:`score`); or embeddings ``[M, dim]`` to
         centre on, ``"pair"``, or None (the training mean).
         Files of fewer than ``min_speech`` seconds of voiced speech are refused, as in :meth:`verify`."""
@@ -255,8 +269,8 @@ class Embedder:
     def verify(
         self, a: Any, b: Any, *, sample_rate: int | None = None, domain: Any = PAIR, min_speech: float = MIN_SPEECH
     ) -> Verdict:
-        """Same speaker or not: ``a`` and ``b`` audio files (any ``wav.scp`` entry) or waveforms
-        at ``sample_rate``.  Returns a :class:`~spkflow.score.verification.Verdict` with ``score``
+        """Same speaker or not: ``a`` and ``b`` audio files (paths, as :meth:`embed_file`) or waveforms
+        at ``sample_rate``.  Returns a :class:`~spkflow.score.model_scoring.Verdict` with ``score``
         (plain cosine), ``norm_score``, ``llr`` and ``same_speaker`` (see :meth:`score`).  A
         recording of fewer than ``min_speech`` seconds of voiced speech (the energy VAD,
         :mod:`spkflow.features.speech`) is refused with :class:`UtteranceError` naming it (0: off)."""
@@ -323,45 +337,26 @@ class Embedder:
         domain: Any = None,
         threshold: float | None = None,
     ) -> list[Any]:
-        """Who spoke when in one recording (any ``wav.scp`` entry): a list of
-        :class:`spkflow.diar.rttm.Turn` ``(recording, start, end, speaker)``, the recording id being
-        the file's stem.  ``speech``: a detector (``energy``, ``silero``) or the speech regions
-        ``[(start, end), ...]`` in seconds (oracle speech); windows of ``window`` s every ``shift``
-        s embedded by this model, clustered in its scoring's space (``ahc`` stopped at the calibrated
-        LLR, the default when the model has a calibration; else ``spectral``), resegmented: the code
-        of the diarization recipe (:func:`spkflow.diar.steps.diarize_wave`).  ``domain``: recordings
-        like this one to centre on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a
-        gallery saved by ``identify --save``), as the recipe centres on the windows of its set; None:
-        the training mean, which merges speakers of corpora unlike the training data's (measured in
+        """Who spoke when in one audio file (a path, as :meth:`embed_file`): a list of :class:`spkflow.diar.rttm.Turn`
+        ``(recording, start, end, speaker)``, the recording id being the file's stem (whitespace
+        made ``_``).  ``speech``: a detector (``energy``, ``silero``), the speech regions
+        ``[(start, end), ...]`` in seconds (oracle speech), or an RTTM file or folder of them; windows
+        of ``window`` s every ``shift`` s embedded by this model, clustered in its scoring's space
+        (``method``: ``ahc`` stopped at the calibrated LLR, the default when the model has a
+        calibration; else ``spectral``), resegmented.  ``domain``: recordings like this one to
+        centre on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved
+        by ``identify --save``), as the recipe centres on the windows of its set; None: the
+        training mean, which merges speakers of corpora unlike the training data's (measured in
         egs/speechocean762/diar1/RESULTS.md).  ``threshold``: where ``ahc`` stops (an LLR; a score
-        without calibration), tuned on held-out recordings; None: the calibrated decision."""
-        from spkflow.diar.pipeline import DiarOptions
-        from spkflow.diar.steps import diarize_wave
+        without calibration), tuned on held-out recordings; None: the calibrated decision.
+        ``num_speakers`` forces the count (a warning when the windows cannot give it);
+        ``max_speakers`` bounds an estimated one.  The work and the defaults are
+        :func:`spkflow.diar.file_list.diarize_file`'s (the command's, the recipe's code)."""
+        from spkflow.diar.file_list import diarize_file
+        from spkflow.diar.pipeline import Settings
 
-        spec = os.fspath(path)
-        wave, rate = read_audio(spec, utt=spec)
-        if method is None:
-            method = "ahc" if self.scoring.calibration is not None else "spectral"
-        if isinstance(domain, (str, os.PathLike)):
-            from spkflow.deploy.verify import domain_embeddings
-
-            domain = domain_embeddings(self, os.fspath(domain), progress=False)
-        centre = "none" if domain is None else "set"
-        opts = DiarOptions(
-            method=method, num_speakers=num_speakers, max_speakers=max_speakers, centre=centre, threshold=threshold
-        )
-        return diarize_wave(
-            wave,
-            rate,
-            Path(spec).stem,
-            lambda crops, sr: self.embed_batch(crops, sr),
-            self.scoring,
-            opts,
-            speech=speech if isinstance(speech, str) else list(speech),
-            window=window,
-            shift=shift,
-            domain=None if domain is None else np.atleast_2d(np.asarray(domain, dtype=np.float64)),
-        )
+        settings = Settings(method, num_speakers, max_speakers, threshold, window, shift)  # its field order
+        return diarize_file(self, path, speech=speech, settings=settings, domain=domain)
 
 
 def _groups(frames: Sequence[int], batch_size: int, max_frames: int) -> list[list[int]]:

@@ -1,7 +1,8 @@
 """The package's structure, checked from its source: no import circle, no arrow from a lower layer
 to a higher one (the order is :data:`spkflow.LAYERS`), no private name taken from another module,
-no module over 700 lines (no command of ``spkflow.bin`` over 160: argument parsing and one call),
-and a docstring on every subpackage saying what it holds.
+no library module importing a tooling package (:data:`spkflow.TOOLING`), no module over 700 lines
+(no command of ``spkflow.bin`` over 160: argument parsing and one call), a docstring on every
+subpackage saying what it holds, and test/helpers' list of its modules complete.
 
 Imports are read with :mod:`ast`, every one of them: at module level, inside functions and under
 ``TYPE_CHECKING``, so a circle cannot hide behind a lazy import."""
@@ -131,6 +132,19 @@ def test_no_arrow_points_up():
     assert not bad, "imports from a higher layer:\n" + "\n".join(bad)
 
 
+def test_only_the_commands_import_tooling():
+    """A tooling package (:data:`spkflow.TOOLING`: test data such as simulated conversations) is
+    imported by ``spkflow.bin`` only: no library layer depends on how its test data is made."""
+    tooling = {spkflow.LAYERS.index(t) for t in spkflow.TOOLING}
+    bad = [
+        f"{MODULES[src].relative_to(PKG.parent)}:{line}: {src} imports {dst} (tooling)"
+        for src, edges in EDGES.items()
+        for dst, _, line in edges
+        if dst in MODULES and _layer(dst) in tooling and _layer(src) != _layer(dst) and _layer_name(src) != "bin"
+    ]
+    assert not bad, "library modules importing tooling:\n" + "\n".join(bad)
+
+
 def test_no_private_name_crosses_modules():
     bad = [
         f"{MODULES[src].relative_to(PKG.parent)}:{line}: takes {n} from {dst}"
@@ -164,3 +178,15 @@ def test_the_graph_is_read():
     """The checks above see real arrows: the trainer's setup imports the models, the embedder run imports the jobs."""
     assert any(d == "spkflow.nnet.models" for d, _, _ in EDGES["spkflow.train.build"])
     assert any(d == "spkflow.data.jobs" for d, _, _ in EDGES["spkflow.embed.run"])
+
+
+def test_the_test_helpers_are_all_listed():
+    """test/helpers/__init__.py's docstring names every helper module (the first word of a line)."""
+    helpers = Path(__file__).resolve().parent / "helpers"
+    listed = {
+        line.split()[0]
+        for line in (ast.get_docstring(ast.parse((helpers / "__init__.py").read_text())) or "").splitlines()[2:]
+        if line.strip()
+    }
+    missing = sorted(p.stem for p in helpers.glob("*.py") if p.stem != "__init__" and p.stem not in listed)
+    assert not missing, f"{helpers / '__init__.py'} does not list: {', '.join(missing)}"

@@ -9,7 +9,7 @@ Stage 6 of ``spk.sh`` runs it before scoring the test sets.  The trials are scor
 scores (the same backend, centring and cohort) after centring on their own recordings, as
 ``spkflow.bin.verify`` centres a batch; a linear logistic regression maps those scores to
 log-likelihood ratios (:mod:`spkflow.score.calibration`), and ``OUT_DIR/scoring.yaml`` +
-``scoring.npz`` (:mod:`spkflow.score.verification`) hold all of it, which stage 7 packs.  Exit
+``scoring.npz`` (:mod:`spkflow.score.model_scoring`) hold all of it, which stage 7 packs.  Exit
 status 1 with one error line naming the file on bad input (trials of one label, a missing
 embedding, a bad scp line).
 """
@@ -24,7 +24,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import int_at_least, probability
 from spkflow.core.errors import InputError
 from spkflow.score.calibration import calibration_trials_problem
-from spkflow.score.verification import Decision, fit_scoring
+from spkflow.score.model_scoring import Decision, fit_scoring
 
 
 def get_parser() -> argparse.ArgumentParser:

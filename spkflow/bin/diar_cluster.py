@@ -9,7 +9,7 @@
 embeddings (stage 5); ``MODEL_DIR`` the model's ``scoring.yaml`` (none: plain cosine, and
 ``ahc`` then needs the speaker count or a ``--threshold``); ``--overlap-rttm``: where this RTTM
 has two or more speakers at once, a second speaker is added (the reference RTTM: oracle overlap,
-:mod:`spkflow.diar.overlap`).  :func:`spkflow.diar.steps.cluster_set`.
+:mod:`spkflow.diar.overlap`).  :func:`spkflow.diar.recipe_stages.cluster_set`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
 from spkflow.diar.overlap import overlap_regions
 from spkflow.diar.pipeline import CENTRES, METHODS, DiarOptions
+from spkflow.diar.recipe_stages import cluster_set
 from spkflow.diar.rttm import read_rttm, turns_by_recording
-from spkflow.diar.steps import cluster_set
-from spkflow.score.verification import Scoring, has_scoring
+from spkflow.score.model_scoring import Scoring, has_scoring
 
 
 def main(argv: list[str] | None = None) -> int:

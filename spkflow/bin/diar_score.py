@@ -16,7 +16,7 @@ import sys
 
 from spkflow.bin import setup_logging
 from spkflow.core.errors import InputError
-from spkflow.diar.steps import score_set
+from spkflow.diar.recipe_stages import score_set
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@
         [--min-window 0.5] RECO_DIR OUT_DIR
 
 Writes ``OUT_DIR/speech`` (a data dir whose ``segments`` are the speech regions) and
-``OUT_DIR/windows`` (the data dir of windows stage 5 embeds); :func:`spkflow.diar.steps.make_windows`.
+``OUT_DIR/windows`` (the data dir of windows stage 5 embeds); :func:`spkflow.diar.recipe_stages.make_windows`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import float_at_least
 from spkflow.core.errors import InputError, UtteranceError
+from spkflow.diar.recipe_stages import make_windows
 from spkflow.diar.speech import DETECTORS
-from spkflow.diar.steps import make_windows
 
 
 def main(argv: list[str] | None = None) -> int:

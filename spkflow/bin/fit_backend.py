@@ -20,7 +20,7 @@ from spkflow.bin.argtypes import float_at_least, int_at_least
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
 from spkflow.score.backend import BACKENDS, fit_backend_on
-from spkflow.score.scoring import read_embeddings
+from spkflow.score.trial_scoring import read_embeddings
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ Scores the drawn trials exactly as ``spkflow.bin.score`` scores a test set with 
 (each utterance's own speaker left out of the AS-norm cohort), fits the linear logistic QMF on the
 score and the quality measures (``duration`` with --utt2dur, ``magnitude``, ``imposter`` with a
 cohort) and writes it as JSON; ``spkflow.bin.score --qmf`` applies it.  The work is
-:func:`spkflow.score.evaluation.fit_qmf_file`.  Exit status 1 with one error line naming the file
+:func:`spkflow.score.eval_report.fit_qmf_file`.  Exit status 1 with one error line naming the file
 on bad input.
 """
 
@@ -23,7 +23,7 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, int_at_least
 from spkflow.core.errors import InputError
-from spkflow.score.evaluation import ScoringSetup, fit_qmf_file
+from spkflow.score.eval_report import ScoringSetup, fit_qmf_file
 
 
 def get_parser() -> argparse.ArgumentParser:

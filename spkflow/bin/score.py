@@ -7,7 +7,7 @@
         [--scoring-dir exp/spk_x] [--eval-mean true] [--qmf exp/spk_x/qmf/qmf.json --utt2dur data/test/utt2dur] \\
         [--skip-missing] [--model-tag spk_x] [--results-md exp/spk_x]
 
-Argument parsing only; the work is :func:`spkflow.score.evaluation.evaluate_set`.  On failure (exit 1,
+Argument parsing only; the work is :func:`spkflow.score.eval_report.evaluate_set`.  On failure (exit 1,
 one error line, no traceback) the set's earlier outputs are gone and, with ``--results-md``,
 RESULTS.md is rewritten without it, so nothing stale looks current.
 """
@@ -21,7 +21,7 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.errors import InputError
-from spkflow.score.evaluation import (
+from spkflow.score.eval_report import (
     evaluate_set,
     refresh_results_md,
     summary_lines,

@@ -1,4 +1,4 @@
-"""A recipe's scoring plan: the sets stages 1 and 5 use, and stage 6 itself (:mod:`spkflow.score.plan`).
+"""A recipe's scoring plan: the sets stages 1 and 5 use, and stage 6 itself (:mod:`spkflow.score.scoring_plan`).
 
     python -m spkflow.bin.scoring_plan --exp exp/spk_x --test_sets "test dsp20" --calib_set dsp20 \\
         [--score_backend wccn --score_norm true --cohort_size 25 ...] check | data-sets | embed-sets | show | run
@@ -18,9 +18,9 @@ import sys
 
 from spkflow.bin import LOG_FORMAT
 from spkflow.bin.argtypes import boolean, float_at_least, int_at_least, probability
-from spkflow.score.plan import PlanError, ScoringOptions, run_plan, stage6
+from spkflow.score.scoring_plan import PlanError, ScoringOptions, run_plan, stage6
 
-log = logging.getLogger("spkflow.score.plan")
+log = logging.getLogger("spkflow.score.scoring_plan")
 COMMANDS = ("check", "data-sets", "embed-sets", "show", "run")
 
 

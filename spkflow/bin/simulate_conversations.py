@@ -5,7 +5,7 @@
         POOL_DATA_DIR AUDIO_DIR OUT_RECO_DIR
 
 ``STATS.json``: turn-taking statistics of real meetings (``python -m spkflow.bin.turn_statistics``).
-Deterministic by seed: :mod:`spkflow.diar.simulate`.
+Deterministic by seed: :mod:`spkflow.sim.conversations`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import float_at_least, int_at_least
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.diar.simulate import load_statistics, simulate_set
+from spkflow.sim.conversations import load_statistics, simulate_set
 
 
 def main(argv: list[str] | None = None) -> int:

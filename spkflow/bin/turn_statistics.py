@@ -2,7 +2,7 @@
 
     python -m spkflow.bin.turn_statistics [--source TEXT] --out STATS.json RTTM...
 
-Stores the statistics (turn, pause and overlap histograms; :mod:`spkflow.diar.simulate`), never
+Stores the statistics (turn, pause and overlap histograms; :mod:`spkflow.sim.conversations`), never
 the RTTMs.
 """
 
@@ -15,7 +15,7 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.core.errors import InputError
 from spkflow.diar.rttm import read_rttm, turns_by_recording
-from spkflow.diar.simulate import save_statistics, turn_statistics
+from spkflow.sim.conversations import save_statistics, turn_statistics
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,10 +15,11 @@ Each line of the output: ``a``, ``b``, ``score`` (the model's plain cosine),
 ``norm_score`` (after the model's backend, centring and AS-norm: stage 6's score), ``llr`` (the
 calibrated log-likelihood ratio) and ``same_speaker`` (``llr`` above the threshold for
 ``--p-target``), plus ``label`` for labelled pairs and ``warning`` (with ``same_speaker`` null) for a
-pair with a recording of too little voiced speech (``--min-speech``); a summary goes to the log (for labelled
-pairs: EERs, Cllr and the decisions' error rates).  A model without a calibration (an older
+pair with a recording of too little voiced speech (``--min-speech``), and ``note`` for a file cut short
+(scored on what decodes); a summary goes to the log (for labelled pairs: EERs, Cllr and the
+decisions' error rates).  A model without a calibration (an older
 pack, ONNX) gives ``llr`` and ``same_speaker`` null and says so.  Work and guarantees:
-:mod:`spkflow.deploy.verify`.  Exit status 1 with a line naming the file on bad input.
+:mod:`spkflow.deploy.decisions`.  Exit status 1 with a line naming the file on bad input.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, probability
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.deploy.verify import DOMAINS, Recordings, domain_embeddings, file_ids, pairs_from, verify_pairs
+from spkflow.deploy.decisions import DOMAINS, Recordings, domain_embeddings, file_ids, pairs_from, verify_pairs
 from spkflow.features.speech import MIN_SPEECH
-from spkflow.score.scoring import read_pairs
-from spkflow.score.verification import MIN_DOMAIN, Decision
+from spkflow.score.model_scoring import MIN_DOMAIN, Decision
+from spkflow.score.trial_scoring import read_pairs
 
 
 def get_parser() -> argparse.ArgumentParser:

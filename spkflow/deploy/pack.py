@@ -11,7 +11,7 @@
 ``scoring.yaml``, ``scoring.npz``  the recipe's scoring, when stage 6 wrote one: the fitted backend
                  (WCCN / LDA), the centring, the AS-norm cohort (the training speakers' mean
                  embeddings) with its size, and the score calibration with its decision threshold
-                 (:mod:`spkflow.score.verification`); ``Embedder.verify`` and ``spkflow.bin.verify``
+                 (:mod:`spkflow.score.model_scoring`); ``Embedder.verify`` and ``spkflow.bin.verify``
                  score with it, a pack without it scores plain cosine
 ``meta.yaml``    format name and version, versions of spkflow and torch, and the sha256 and
                  size of every other member
@@ -58,7 +58,7 @@ from spkflow.core.version import __version__
 from spkflow.embed.packed import FORMAT, FORMAT_VERSION, META, sha256
 from spkflow.features.fbank import FbankOptions
 from spkflow.features.vad import VadOptions
-from spkflow.score.verification import SCORING_FILES, Scoring
+from spkflow.score.model_scoring import SCORING_FILES, Scoring
 
 __all__ = ["pack_model"]
 

@@ -6,10 +6,23 @@
 (speech regions: oracle from a reference, the project's energy VAD, silero-vad), ``windows``
 (sliding sub-segments as a Kaldi data dir with ``segments``; labelled windows back to turns),
 ``cluster`` (spectral clustering with auto-tuned refinement, agglomerative clustering stopped at
-the calibrated LLR, resegmentation), ``pipeline`` (one recording's embeddings to turns),
+the calibrated LLR, resegmentation), ``overlap`` (a second speaker in given overlap regions),
 ``metrics`` (DER in three conditions, JER, speaker-count error with ``pyannote.metrics``),
-``simulate`` (conversations from single-speaker utterances with turn-taking statistics of real
-meetings), ``plots`` (reference against hypothesis).
+``plots`` (reference against hypothesis).
 
-May import: ``core``, ``data``, ``features``, ``score``.
+The work itself, at three levels (the outer two call ``pipeline``, never each other, and nothing
+here calls back up into ``api`` or ``bin``):
+
+* ``pipeline``: one recording **in memory** (a waveform to windows and embeddings; window
+  embeddings to turns) and the defaults every route shares (method, threshold, centring, count);
+* ``recipe_stages``: the recipe's stages **over a recording dir** (``diar_windows``,
+  ``diar_cluster``, ``diar_score``);
+* ``file_list``: **a list of audio files** to RTTMs (``python -m spkflow.bin.diarize``,
+  ``Embedder.diarize``), inputs checked first, a user's files never replaced, resumable.
+
+The simulated conversations the recipes and tests diarize are made by :mod:`spkflow.sim`
+(tooling, not the library).
+
+May import: ``core``, ``data``, ``features``, ``score``, ``embed``, ``deploy`` (the domain of a
+list of files, as ``verify`` reads it).
 """

@@ -16,7 +16,7 @@
   percentile binarisation, is built for its speaker-turn constraints; without them it found 2 of 4
   and 3 of 6 well-separated speakers in ``test/diar/test_cluster.py``'s vectors, this one all.)
 * :func:`ahc_labels`: average-linkage agglomerative clustering on the *calibrated* log-likelihood
-  ratios of the model's own scoring (:class:`spkflow.score.verification.Scoring`: backend,
+  ratios of the model's own scoring (:class:`spkflow.score.model_scoring.Scoring`: backend,
   centring, AS-norm, calibration), stopped when the best remaining average LLR falls below the
   scoring's Bayes threshold (0 at the default prior), or at ``num_speakers`` when given; at most
   ``max_speakers`` clusters.  Kaldi's ``callhome_diarization`` stops PLDA-scored AHC at a

@@ -1,11 +1,30 @@
-"""One recording, from its window embeddings to speaker turns: the part of diarization that the
-recipe (``spkflow.bin.diar_cluster`` on stage 5's ``xvector.scp``), ``python -m
-spkflow.bin.diarize`` and ``Embedder.diarize`` share.
+"""The diarization pipeline of one recording in memory, and its policy: the part that the recipe
+(``spkflow.bin.diar_cluster`` on stage 3's ``xvector.scp``), ``python -m spkflow.bin.diarize`` and
+``Embedder.diarize`` share.
 
-Steps, each switchable in :class:`DiarOptions` (so that a baseline is the same code with steps
-off):
+spkflow.diar works at three levels, one module each, each calling the one below and never one above:
 
-1. the space: the model's scoring space (:meth:`spkflow.score.verification.Scoring.space`: its
+* this module, **one recording in memory**: a waveform to speech regions, windows and their
+  embeddings (:func:`embed_windows`, given an embedding function), window embeddings to speaker
+  turns (:func:`diarize_recording`), and the defaults (:class:`Settings`, :meth:`Settings.options`);
+* :mod:`spkflow.diar.recipe_stages`, **over a recording dir** (the recipe's ``data/<set>``):
+  diar.sh's stages 2 (windows), 4 (clustering) and 5 (scoring), files in, files out;
+* :mod:`spkflow.diar.file_list`, **over a list of audio files** (the command and the API): every
+  input checked before any output, one RTTM per file, a user's files never replaced.
+
+The policy (:meth:`Settings.options`), one place for the command, the API and, through
+``diar_cluster``'s options, the recipe: the clustering ``method`` when none is asked for is
+``ahc`` stopped at the calibrated LLR when the model's scoring has a calibration, else
+``spectral``; the centring is the set's windows (``centre="set"``) when recordings like these are
+given (a domain), else the scoring's training mean; ``threshold`` moves where ``ahc`` stops;
+``num_speakers`` forces the count and ``max_speakers`` bounds an estimated one.  A forced count
+the windows cannot give (more speakers than windows, or clusters emptied by resegmentation) is
+honoured as far as it can be and said in a warning naming the recording.
+
+Steps of :func:`diarize_recording`, each switchable in :class:`DiarOptions` (so that a baseline is
+the same code with steps off):
+
+1. the space: the model's scoring space (:meth:`spkflow.score.model_scoring.Scoring.space`: its
    backend, e.g. WCCN, and a centring), L2-normalised.  ``centre``: ``none``, the scoring's
    training mean; ``set``, the mean of every window of the recordings diarized together (no labels
    used: what verification does for a batch of recordings, and what lets a calibration fitted on
@@ -30,27 +49,38 @@ a single window gives one speaker.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from spkflow.diar.cluster import ahc_labels, resegment, spectral_labels
+from spkflow.diar.regions import Regions, intersect
 from spkflow.diar.rttm import Turn
-from spkflow.diar.windows import Window, windows_to_turns
+from spkflow.diar.speech import detect_speech
+from spkflow.diar.windows import Window, check_windowing, plan_windows, windows_to_turns
 from spkflow.score.backend import l2_rows
-from spkflow.score.verification import Scoring
+from spkflow.score.model_scoring import Scoring
 
 __all__ = [
     "CENTRES",
     "METHODS",
     "DiarOptions",
+    "Settings",
+    "Windowed",
     "centring",
     "cluster_recording",
     "diarize_recording",
+    "embed_windows",
     "embedding_space",
     "merge_same_speakers",
 ]
+
+log = logging.getLogger(__name__)
+
+#: ``embed(crops, sample_rate) -> [N, D]`` raw embeddings (``Embedder.embed_batch``)
+EmbedFn = Callable[[Sequence[np.ndarray], int], np.ndarray]
 
 METHODS = ("spectral", "ahc")
 CENTRES = ("none", "set", "recording")
@@ -96,6 +126,37 @@ class DiarOptions:
             parts.append(f"stopped at {self.threshold:g}")
         k = f"{self.num_speakers} speakers" if self.num_speakers else f"at most {self.max_speakers} speakers"
         return ", ".join(parts) + f", {k}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a user chooses (the command's options, ``Embedder.diarize``'s arguments); ``None``:
+    the pipeline's default, decided by :meth:`options` for the model at hand.  Checked when made,
+    so that a bad value is refused before any audio is read."""
+
+    method: str | None = None
+    num_speakers: int | None = None
+    max_speakers: int = 8
+    threshold: float | None = None
+    window: float = 1.5
+    shift: float = 0.75
+    min_window: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_windowing(self.window, self.shift, self.min_window)
+        DiarOptions(method=self.method or METHODS[0], num_speakers=self.num_speakers, max_speakers=self.max_speakers)
+
+    def options(self, scoring: Scoring, *, centred: bool = False) -> DiarOptions:
+        """The clustering for a model's ``scoring`` (the module doc's policy); ``centred``: the
+        windows will be centred on recordings like these (a domain), not the training mean."""
+        method = self.method or ("ahc" if scoring.calibration is not None else "spectral")
+        return DiarOptions(
+            method=method,
+            num_speakers=self.num_speakers,
+            max_speakers=self.max_speakers,
+            centre="set" if centred else "none",
+            threshold=self.threshold,
+        )
 
 
 def centring(x: np.ndarray, opts: DiarOptions, domain: np.ndarray | None) -> np.ndarray | None:
@@ -201,7 +262,8 @@ def diarize_recording(
     domain: np.ndarray | None = None,
 ) -> list[Turn]:
     """Turns of one recording from its windows (time order), their raw embeddings (rows of
-    ``x``) and its speech regions; ``domain``: the set's windows (``centre="set"``)."""
+    ``x``) and its speech regions; ``domain``: the set's windows (``centre="set"``).  A forced
+    count that the windows do not give is a warning naming the recording (see the module doc)."""
     if len(windows) != len(x):
         raise ValueError(f"{len(windows)} windows but {len(x)} embeddings")
     if not windows:
@@ -209,4 +271,47 @@ def diarize_recording(
     order = sorted(range(len(windows)), key=lambda i: (windows[i].start, windows[i].end))
     ws = [windows[i] for i in order]
     labels = cluster_recording(np.asarray(x)[order], scoring, opts, domain)
+    found = len(set(labels.tolist()))
+    if opts.num_speakers and found != opts.num_speakers:
+        why = (
+            f"it has {len(ws)} windows of at most {max(w.end - w.start for w in ws):.2f} s, one speaker each at most"
+            if opts.num_speakers > len(ws)
+            else "resegmentation emptied the others (their windows are nearer another speaker)"
+        )
+        log.warning("%s: %d speakers asked, %d found: %s", ws[0].recording, opts.num_speakers, found, why)
     return windows_to_turns(ws, labels.tolist(), regions)
+
+
+@dataclass(frozen=True)
+class Windowed:
+    """One recording ready to cluster: its speech ``regions``, the ``windows`` over them (time
+    order) and their raw embeddings ``x`` ``[len(windows), D]``."""
+
+    recording: str
+    regions: Regions
+    windows: list[Window]
+    x: np.ndarray
+
+
+def embed_windows(
+    wave: np.ndarray,
+    sample_rate: int,
+    recording: str,
+    embed: EmbedFn,
+    *,
+    speech: str | Sequence[tuple[float, float]] = "energy",
+    settings: Settings | None = None,
+) -> Windowed:
+    """A waveform's speech regions (a detector of :mod:`spkflow.diar.speech`, or given regions,
+    cut to the waveform), the windows of ``settings`` over them, embedded by ``embed``."""
+    settings = settings or Settings()
+    duration = len(wave) / sample_rate
+    if isinstance(speech, str):
+        regions = detect_speech(speech, wave, sample_rate, duration=duration)
+    else:
+        regions = intersect(list(speech), [(0.0, duration)])
+    ws = plan_windows(recording, regions, settings.window, settings.shift, settings.min_window)
+    if not ws:
+        return Windowed(recording, regions, [], np.zeros((0, 0)))
+    crops = [wave[int(round(w.start * sample_rate)) : int(round(w.end * sample_rate))] for w in ws]
+    return Windowed(recording, regions, ws, np.asarray(embed(crops, sample_rate), dtype=np.float64))

@@ -11,11 +11,16 @@ What it guarantees
 * Every bad line is an :class:`~spkflow.core.errors.InputError` naming the file, the 1-based line
   and the field: ``ref.rttm:17: field 5 (duration): '-0.3' is not a positive number``.  Lines of
   the other RTTM types (``SPKR-INFO``, ``LEXEME``, ...) and comments (``;;``) are skipped, as
-  md-eval skips them; a line with 9 fields (no confidence, as some writers do) is accepted.
+  md-eval skips them.  A line of 9 fields (no signal-lookahead field) is accepted as the same
+  turn: ESPnet's diarization recipes write and read exactly 9 (``espnet2/fileio/rttm.py``) and
+  dscore reads any line of at least 9, while md-eval and pyannote write 10; the speaker is field 8
+  in both.  Any other count is an error naming it.
 * A turn of zero duration is dropped (it scores nothing) and counted in :attr:`Rttm.dropped`.
 * Speaker and recording ids are kept as UTF-8 text (AMI's ``MÉO069``).
 * :func:`write_rttm` writes ten fields with millisecond times, turns sorted by (recording,
-  onset, speaker), atomically (:mod:`spkflow.core.atomic`).
+  onset, speaker), atomically (:mod:`spkflow.core.atomic`); a recording or speaker id that is
+  empty or holds whitespace (which would shift every field after it: ``SPEAKER my meeting 1 ...``
+  reads as recording ``my``) is refused, naming it; :func:`safe_id` makes one from any name.
 
 Compared with pyannote.database's ``load_rttm`` (pandas ``read_csv``: a malformed line raises
 a parser error without its field, a negative duration is read as it is) and md-eval's reader
@@ -34,7 +39,7 @@ from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError
 from spkflow.data.tables import c_key, read_lines, show_line, split_fields
 
-__all__ = ["Rttm", "Turn", "read_rttm", "read_uem", "turns_by_recording", "write_rttm", "write_uem"]
+__all__ = ["Rttm", "Turn", "read_rttm", "read_uem", "safe_id", "turns_by_recording", "write_rttm", "write_uem"]
 
 #: the RTTM types other than SPEAKER (NIST RT-09 evaluation plan): skipped
 _OTHER_TYPES = frozenset(
@@ -81,6 +86,21 @@ def _number(path: str, lineno: int, fields: list[str], i: int, *, positive: bool
     return v
 
 
+def safe_id(name: str) -> str:
+    """``name`` as one RTTM field: every run of whitespace made ``_`` (``my meeting`` ->
+    ``my_meeting``), an empty name ``_``."""
+    return "_".join(name.split()) or "_"
+
+
+def _check_ids(path: str | os.PathLike[str], t: Turn) -> None:
+    for what, v in (("recording", t.recording), ("speaker", t.speaker)):
+        if safe_id(v) != v:
+            raise ValueError(
+                f"{os.fspath(path)}: {what} id {v!r} is empty or holds whitespace, which would shift the RTTM "
+                f"fields after it; use {safe_id(v)!r} (spkflow.diar.rttm.safe_id)"
+            )
+
+
 def read_rttm(path: str | os.PathLike[str]) -> Rttm:
     """Read the ``SPEAKER`` lines of an RTTM file (see the module doc for what is checked)."""
     p = os.fspath(path)
@@ -116,8 +136,11 @@ def turns_by_recording(turns: Iterable[Turn]) -> dict[str, list[Turn]]:
 
 
 def write_rttm(path: str | os.PathLike[str], turns: Iterable[Turn]) -> None:
-    """Write ``turns`` as ten-field RTTM lines (millisecond times), sorted, atomically."""
+    """Write ``turns`` as ten-field RTTM lines (millisecond times), sorted, atomically; an id that
+    is not one field (:func:`safe_id`) is a ``ValueError`` before anything is written."""
     rows = sorted(turns, key=lambda t: (c_key(t.recording), t.start, t.end, c_key(t.speaker)))
+    for t in rows:
+        _check_ids(path, t)
     with atomic_write(path) as fh:
         for t in rows:
             if t.end <= t.start:

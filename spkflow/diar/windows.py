@@ -33,7 +33,16 @@ from spkflow.core.errors import InputError
 from spkflow.data.tables import c_sorted, read_kv_lines, split_fields, utt2spk_to_spk2utt, write_kv
 from spkflow.diar.rttm import Turn
 
-__all__ = ["Window", "plan_windows", "read_window_dir", "relabel", "window_id", "windows_to_turns", "write_window_dir"]
+__all__ = [
+    "Window",
+    "check_windowing",
+    "plan_windows",
+    "read_window_dir",
+    "relabel",
+    "window_id",
+    "windows_to_turns",
+    "write_window_dir",
+]
 
 
 class Window(NamedTuple):
@@ -52,6 +61,14 @@ def window_id(recording: str, start: float, end: float) -> str:
     return f"{recording}-{round(start * 1000):08d}-{round(end * 1000):08d}"
 
 
+def check_windowing(window: float, shift: float, min_window: float) -> None:
+    """Refuse window settings :func:`plan_windows` cannot use (checked before any audio is read)."""
+    if not (window > 0 and 0 < shift <= window and 0 < min_window <= window):
+        raise ValueError(
+            f"need window > 0, 0 < shift <= window and 0 < min_window <= window; got {window}, {shift}, {min_window}"
+        )
+
+
 def plan_windows(
     recording: str,
     regions: Sequence[tuple[float, float]],
@@ -60,10 +77,7 @@ def plan_windows(
     min_window: float = 0.5,
 ) -> list[Window]:
     """Windows over ``regions`` (see the module doc), in time order."""
-    if not (window > 0 and 0 < shift <= window and 0 < min_window <= window):
-        raise ValueError(
-            f"need window > 0, 0 < shift <= window and 0 < min_window <= window; got {window}, {shift}, {min_window}"
-        )
+    check_windowing(window, shift, min_window)
     out: list[Window] = []
     for s, e in regions:
         if e - s < min_window:

@@ -61,7 +61,7 @@ class Backend:
 
     def centred_on(self, mean: np.ndarray) -> Backend:
         """The same projection centred on another mean (of L2-normalised embeddings), e.g. the
-        evaluation set's own (unlabelled in-domain centring, ``spkflow.score.evaluation``)."""
+        evaluation set's own (unlabelled in-domain centring, ``spkflow.score.eval_report``)."""
         mean = np.asarray(mean, dtype=np.float64).reshape(-1)
         if mean.shape != self.mean.shape:
             raise ValueError(f"{self.name} backend has a {self.mean.shape[0]}-dim mean, got {mean.shape[0]}")

@@ -43,7 +43,7 @@ from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
 from spkflow.score.calibration import LogisticCalibration, fit_logistic
-from spkflow.score.scoring import ScoreResult, Trials
+from spkflow.score.trial_scoring import ScoreResult, Trials
 
 __all__ = ["MEASURES", "draw_trials", "load_qmf", "qmf_features", "read_durations", "save_qmf", "fit_qmf"]
 

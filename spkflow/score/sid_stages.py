@@ -33,8 +33,8 @@ from spkflow.core.errors import InputError
 from spkflow.data.tables import read_spk2utt
 from spkflow.score.backend import Backend, fit_backend
 from spkflow.score.plots import plot_confusion
-from spkflow.score.scoring import read_embeddings
 from spkflow.score.sid import Split, closed_set, confusion, enrol, gather, make_split, open_set, read_split, write_split
+from spkflow.score.trial_scoring import read_embeddings
 
 __all__ = ["STAGES", "closed_stage", "enrol_stage", "forget", "open_stage", "split_stage", "write_results"]
 

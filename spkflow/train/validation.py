@@ -2,9 +2,9 @@
 
 Guarantees:
 
-* The trials list is read by :func:`spkflow.score.scoring.read_trials` (a bad line is an
+* The trials list is read by :func:`spkflow.score.trial_scoring.read_trials` (a bad line is an
   :class:`~spkflow.core.errors.InputError` naming file and line), scored by
-  :func:`spkflow.score.scoring.score_trials` (cosine of L2-normalised embeddings) and measured by
+  :func:`spkflow.score.trial_scoring.score_trials` (cosine of L2-normalised embeddings) and measured by
   :func:`spkflow.score.metrics.compute_eer`, so the validation EER of the last epoch is the figure
   stage 6 reports for the same model and set (without score normalisation).
 * Each utterance is the stage-2 features through :func:`spkflow.features.fbank.apply_frontend`, the
@@ -33,7 +33,7 @@ from spkflow.embed.base import pad as pad_batch
 from spkflow.features.fbank import apply_frontend
 from spkflow.nnet.models import SpeakerEmbedder
 from spkflow.score.metrics import compute_eer
-from spkflow.score.scoring import check_both_labels, read_trials, score_trials
+from spkflow.score.trial_scoring import check_both_labels, read_trials, score_trials
 
 __all__ = ["Validator", "embed_features"]
 

@@ -275,7 +275,7 @@ def test_results_md_lists_peer_rows_on_the_same_trials(tmp_path, monkeypatch):
     local/peer_resemblyzer.py writes it) appears as a row of every experiment's RESULTS.md."""
     import kaldiio
 
-    from spkflow.score.evaluation import evaluate_set, write_results_md
+    from spkflow.score.eval_report import evaluate_set, write_results_md
 
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(0)
@@ -305,7 +305,7 @@ def test_results_md_lists_peer_rows_on_the_same_trials(tmp_path, monkeypatch):
 def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
     """local/peer_resemblyzer.py's cohort for --score-norm/--score-center: the mean of each
     speaker's utterance vectors (what stage 5's spk_xvector.scp holds), read back by
-    spkflow.score.scoring.read_cohort; a --peer-dir not named peer_* is refused (RESULTS.md would not
+    spkflow.score.trial_scoring.read_cohort; a --peer-dir not named peer_* is refused (RESULTS.md would not
     find it)."""
     import importlib.util
     import subprocess
@@ -313,7 +313,7 @@ def test_peer_speaker_means_are_a_cohort_like_stage_5s(tmp_path):
 
     import kaldiio
 
-    from spkflow.score.scoring import read_cohort
+    from spkflow.score.trial_scoring import read_cohort
 
     script = ROOT / "egs/speechocean762/spk1/local/peer_resemblyzer.py"
     spec = importlib.util.spec_from_file_location("peer_resemblyzer", script)

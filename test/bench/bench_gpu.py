@@ -40,7 +40,7 @@ Parts (each timed; the JSON is rewritten after each, so a part cut short keeps t
    million files do not fit in it, so every crop decodes its file and its babble.
 
 Prints a Markdown table per part and the limits; --json / --markdown write them (gpu_check.json and
-gpu_check.md, with --tests-junit's counts).  test/embed/test_bench_gpu.py runs it small on the CPU
+gpu_check.md, with --tests-junit's counts).  test/test_bench_gpu.py runs it small on the CPU
 so that it cannot rot.
 """
 

@@ -8,10 +8,10 @@ Rows (best of --repeat wall times; ratio = ours / peer, < 1 means ours is faster
    :func:`spkflow.score.metrics.compute_metrics` (one sort) vs ``espnet2.utils.eer`` (sklearn ROC for
    the EER, Kaldi's Python loop ``ComputeErrorRates`` once + ``ComputeMinDcf`` twice);
 2. cosine scoring of --trials trials over 2,000 utterances of 256-d embeddings:
-   :func:`spkflow.score.scoring.score_trials` vs WeSpeaker's per-trial loop
+   :func:`spkflow.score.trial_scoring.score_trials` vs WeSpeaker's per-trial loop
    (``sklearn.metrics.pairwise.cosine_similarity`` on each pair, as ``wespeaker/bin/score.py``);
 3. AS-norm statistics of 2,000 utterances against a 5,000-entry cohort, top 300:
-   :func:`spkflow.score.scoring.asnorm_stats` (partition, chunked) vs WeSpeaker's ``get_mean_std``
+   :func:`spkflow.score.trial_scoring.asnorm_stats` (partition, chunked) vs WeSpeaker's ``get_mean_std``
    (full sort of the score matrix);
 4. one GE2E-XS forward+backward on a 64 x 10 x 256 batch vs GE2E softmax on the same batch
    (what the extended set costs on top of the row softmax).
@@ -69,7 +69,7 @@ def main() -> None:
     # 2. cosine scoring
     from sklearn.metrics.pairwise import cosine_similarity
 
-    from spkflow.score.scoring import Trials, asnorm_stats, score_trials
+    from spkflow.score.trial_scoring import Trials, asnorm_stats, score_trials
 
     utts = [f"u{i:05d}" for i in range(2000)]
     emb = {u: rng.normal(size=256).astype(np.float32) for u in utts}

@@ -5,7 +5,7 @@
 A tiny spkflow model with random weights (the cost is reading audio, fbank, the model and the
 scoring, not the weights), every pair of --recordings synthetic recordings of --seconds each:
 
-1. ``spkflow.deploy.verify.verify_pairs`` (what ``python -m spkflow.bin.verify --pairs`` runs):
+1. ``spkflow.deploy.decisions.verify_pairs`` (what ``python -m spkflow.bin.verify --pairs`` runs):
    each recording read and embedded once, in batches, every pair scored at once (backend,
    AS-norm, calibration) vs the per-pair way of SpeechBrain's ``SpeakerRecognition.verify_files``
    and WeSpeaker's ``compute_similarity(a, b)``: both files read and embedded for every pair
@@ -40,7 +40,7 @@ def row(name: str, ours: float, peer: float, peer_name: str) -> None:
 def scoring_fixture(dim: int, seed: int = 0):  # noqa: ANN201
     from spkflow.score.backend import fit_backend
     from spkflow.score.calibration import LogisticCalibration
-    from spkflow.score.verification import Scoring
+    from spkflow.score.model_scoring import Scoring
 
     rng = np.random.default_rng(seed)
     train = rng.normal(size=(1500, dim))
@@ -62,8 +62,8 @@ def main() -> int:
     a = p.parse_args()
 
     from spkflow import Embedder
-    from spkflow.deploy.verify import Recordings, verify_pairs
-    from spkflow.score.scoring import Trials
+    from spkflow.deploy.decisions import Recordings, verify_pairs
+    from spkflow.score.trial_scoring import Trials
 
     with tempfile.TemporaryDirectory() as tmp:
         model = make_spkflow_model_dir(Path(tmp) / "model")

@@ -1,4 +1,4 @@
-"""Verification and identification of recordings with a model (spkflow.deploy.verify, the
+"""Verification and identification of recordings with a model (spkflow.deploy.decisions, the
 commands spkflow.bin.verify and identify, Embedder.verify / score): real audio files made here,
 stage 5 for real (extract_embeddings.sh), stage 6 for real (score.sh), a tiny model with random
 weights whose scoring (WCCN backend, AS-norm cohort, calibration) is fitted here."""
@@ -21,7 +21,7 @@ from helpers.models import make_spkflow_model_dir
 from helpers.paths import ROOT
 from helpers.recipes import run
 from helpers.spread import THREADS, permuted, within
-from spkflow.score.scoring import read_embeddings
+from spkflow.score.trial_scoring import read_embeddings
 
 PY = sys.executable
 SCRIPTS = ROOT / "scripts" / "spk"
@@ -148,7 +148,7 @@ def test_verify_two_files_equals_the_api_and_audio_equals_embeddings(scored, tmp
     import torch
 
     from spkflow import Embedder
-    from spkflow.deploy.verify import Recordings
+    from spkflow.deploy.decisions import Recordings
 
     torch.set_num_threads(THREADS)
     d = scored
@@ -278,7 +278,7 @@ def test_an_onnx_model_verifies_with_plain_cosine(scored, tmp_path):
 
 def test_identify_ranks_enrolled_speakers_and_says_unknown(scored, tmp_path):
     from spkflow import Embedder
-    from spkflow.deploy.verify import open_set_threshold
+    from spkflow.deploy.decisions import open_set_threshold
 
     d = scored
     wavs = wav_scp(d["test"])
@@ -379,6 +379,7 @@ def test_m4a_works_on_every_entry_point_and_identify_checks_tests_first(scored, 
     ffmpeg) and give what make_data_dir's wav.scp pipe gives; identify fails on an unreadable test
     recording before it embeds the enrolment (a pipe in the enrolment's wav.scp would leave a mark)."""
     from spkflow import Embedder
+    from spkflow.data.audio import read_audio
     from spkflow.data.ffmpeg import default_ffmpeg, ffmpeg_pipe
 
     d = scored
@@ -388,7 +389,7 @@ def test_m4a_works_on_every_entry_point_and_identify_checks_tests_first(scored, 
     b = _to_m4a(wavs[utts[4]].strip(), tmp_path / "b.m4a")
     (row,) = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], a, b]).stdout)
     emb = Embedder.from_pretrained(d["pack"])
-    piped = emb.embed_file(ffmpeg_pipe(default_ffmpeg(), str(a), 16000))
+    piped = emb.embed(*read_audio(ffmpeg_pipe(default_ffmpeg(), str(a), 16000), table=True))  # a wav.scp's pipe
     assert np.abs(emb.embed_file(a) - piped).max() <= 1e-5 * np.linalg.norm(piped)
     both = emb.embed_files([a, b])
     assert both.shape == (2, emb.dim) and np.abs(both[0] - piped).max() <= 1e-4 * np.linalg.norm(piped)
@@ -567,9 +568,9 @@ def test_output_is_valid_json_even_when_a_score_is_not_a_number(scored):
 
     from spkflow import Embedder
     from spkflow.data.datadir import DataDir
-    from spkflow.deploy.verify import Recordings, enrol_gallery, identify, verify_pairs
+    from spkflow.deploy.decisions import Recordings, enrol_gallery, identify, verify_pairs
     from spkflow.score.calibration import LogisticCalibration
-    from spkflow.score.scoring import read_pairs
+    from spkflow.score.trial_scoring import read_pairs
 
     d = scored
     emb = Embedder.from_pretrained(d["pack"])

@@ -11,7 +11,7 @@ from spkflow.diar.pipeline import DiarOptions, cluster_recording, diarize_record
 from spkflow.diar.rttm import Turn
 from spkflow.diar.windows import Window, plan_windows, relabel, windows_to_turns
 from spkflow.score.calibration import LogisticCalibration
-from spkflow.score.verification import Scoring
+from spkflow.score.model_scoring import Scoring
 
 
 def _speaker_runs(k: int, per: int = 12, dim: int = 32, noise: float = 0.35, seed: int = 0):
@@ -177,3 +177,61 @@ def test_a_threshold_is_a_finite_number(bad, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--work-dir", "w", "--out", "o.rttm", "--threshold", bad])
     assert e.value.code == 2 and "--threshold" in capsys.readouterr().err
+
+
+def test_resegment_smooths_over_neighbouring_windows():
+    """A window nearer the other speaker inside one speaker's run stays with its neighbours: its
+    similarities are averaged with one window on each side (unsmoothed, it would move)."""
+    e1, e2 = np.eye(2)
+    x = np.array([e1] * 6 + [e2] * 6)
+    x[2] = (0.4 * e1 + 0.6 * e2) / np.linalg.norm(0.4 * e1 + 0.6 * e2)
+    labels = np.array([0] * 6 + [1] * 6)
+    assert resegment(x, labels).tolist() == labels.tolist()
+    assert resegment(x, labels, smooth=0)[2] == 1  # what the smoothing prevents
+
+
+def test_a_forced_count_the_windows_cannot_give_is_said(caplog):
+    """1000 speakers asked of one speaker's 11 windows: at most one speaker per window (fewer where
+    resegmentation empties a cluster), and a warning naming the recording says so (not silently)."""
+    x, _ = _speaker_runs(1, per=6)
+    ws = [Window("r", 0.75 * i, 0.75 * i + 1.5) for i in range(11)]
+    opts = DiarOptions(method="ahc", num_speakers=1000)
+    turns = diarize_recording(ws, x[:11], [(0.0, ws[-1].end)], Scoring(), opts)
+    found = len({t.speaker for t in turns})
+    assert 1 < found <= 11
+    assert f"r: 1000 speakers asked, {found} found: it has 11 windows of at most 1.50 s" in caplog.text
+
+
+def test_diar_cluster_honours_num_speakers(tmp_path):
+    """The recipe's clustering command on two recordings of two well-apart speakers each: two
+    speakers estimated, three when ``--num-speakers 3`` asks for them."""
+    import kaldiio
+
+    from spkflow.bin.diar_cluster import main
+    from spkflow.data.tables import write_kv
+    from spkflow.diar.rttm import read_rttm
+    from spkflow.diar.windows import write_window_dir
+
+    work, wav, seg, windows = tmp_path / "work", {}, {}, []
+    scp = tmp_path / "xvector.scp"
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'x.ark'},{scp}") as w:
+        for r, seed in (("r1", 0), ("r2", 1)):
+            x, _ = _speaker_runs(2, seed=seed)
+            ws = [Window(r, 0.75 * i, 0.75 * i + 1.5) for i in range(len(x))]
+            for win, v in zip(ws, x, strict=True):
+                w(win.id, v.astype(np.float32))
+            wav[r], seg[f"{r}-seg"] = f"{r}.wav", f"{r} 0.000 {ws[-1].end:.3f}"
+            windows += ws
+    (work / "speech").mkdir(parents=True)
+    write_kv(work / "speech" / "wav.scp", wav)
+    write_kv(work / "speech" / "segments", seg)
+    write_window_dir(work / "windows", wav, windows)
+
+    def speakers(*args: str) -> list[int]:
+        out = tmp_path / "hyp.rttm"
+        assert main(["--work-dir", str(work), "--xvector-scp", str(scp), *args, "--out", str(out)]) == 0
+        turns = read_rttm(out).turns
+        return [len({t.speaker for t in turns if t.recording == r}) for r in ("r1", "r2")]
+
+    assert speakers() == [2, 2]
+    assert speakers("--num-speakers", "3") == [3, 3]

@@ -15,7 +15,7 @@ from spkflow import Embedder
 from spkflow.bin import diarize as diarize_cmd
 from spkflow.diar.recordings import load_recordings
 from spkflow.diar.rttm import Turn, read_rttm, write_rttm
-from spkflow.diar.simulate import load_statistics, save_statistics, simulate_conversation, turn_statistics
+from spkflow.sim.conversations import load_statistics, save_statistics, simulate_conversation, turn_statistics
 
 
 @pytest.fixture(scope="module")

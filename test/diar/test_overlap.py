@@ -51,9 +51,9 @@ def test_oracle_overlap_in_the_clustering_step_lowers_the_missed_speech(tmp_path
     from helpers.models import make_scored_model_dir
     from spkflow import Embedder
     from spkflow.diar.pipeline import DiarOptions
+    from spkflow.diar.recipe_stages import cluster_set, make_windows, score_set
     from spkflow.diar.recordings import load_recordings
-    from spkflow.diar.simulate import Histogram, TurnStatistics
-    from spkflow.diar.steps import cluster_set, make_windows, score_set
+    from spkflow.sim.conversations import Histogram, TurnStatistics
 
     talky = TurnStatistics(  # most changes of speaker overlap, by 0.5-1.2 s
         same_speaker=0.2,

@@ -8,7 +8,7 @@ import soundfile as sf
 from spkflow.core.errors import InputError
 from spkflow.diar.recordings import load_recordings, write_recordings
 from spkflow.diar.regions import intersect, merge_gaps, total, union
-from spkflow.diar.rttm import Turn, read_rttm, read_uem, write_rttm, write_uem
+from spkflow.diar.rttm import Turn, read_rttm, read_uem, safe_id, write_rttm, write_uem
 
 
 def test_rttm_round_trip_keeps_utf8_ids_and_sorts(tmp_path):
@@ -37,6 +37,25 @@ def test_bad_rttm_line_is_named(tmp_path, line, where):
         read_rttm(tmp_path / "x.rttm")
     assert str(e.value).startswith(str(tmp_path / where))
     assert "\n" not in str(e.value)
+
+
+def test_nine_field_lines_are_the_same_turn_and_other_counts_are_named(tmp_path):
+    """ESPnet's diarization recipes write (and read) 9 fields, md-eval and pyannote 10: both give
+    the same turn; 8 or 11 fields (a name with a space) are an error naming the count."""
+    (tmp_path / "x.rttm").write_text("SPEAKER r1 1 1 2 <NA> <NA> A <NA>\nSPEAKER r1 1 4 1 <NA> <NA> B <NA> <NA>\n")
+    assert read_rttm(tmp_path / "x.rttm").turns == [Turn("r1", 1.0, 3.0, "A"), Turn("r1", 4.0, 5.0, "B")]
+    for line, n in (("SPEAKER r1 1 1 2 <NA> <NA> A", 8), ("SPEAKER my meeting 1 1 2 <NA> <NA> A <NA> <NA>", 11)):
+        (tmp_path / "y.rttm").write_text(line + "\n")
+        with pytest.raises(InputError, match=rf"y.rttm:1: expected 10 fields .*, got {n}$"):
+            read_rttm(tmp_path / "y.rttm")
+
+
+def test_ids_with_whitespace_are_refused_before_writing(tmp_path):
+    assert safe_id("my  meeting\t2") == "my_meeting_2" and safe_id(" ") == "_" and safe_id("MÉO069") == "MÉO069"
+    for bad in (Turn("my meeting", 0.0, 1.0, "A"), Turn("r", 0.0, 1.0, "Jane Doe"), Turn("r", 0.0, 1.0, "")):
+        with pytest.raises(ValueError, match="holds whitespace"):
+            write_rttm(tmp_path / "x.rttm", [Turn("ok", 0.0, 1.0, "A"), bad])
+        assert not (tmp_path / "x.rttm").exists()
 
 
 def test_other_types_and_zero_turns_are_skipped(tmp_path):

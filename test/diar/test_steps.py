@@ -14,9 +14,9 @@ from helpers.models import make_scored_model_dir
 from spkflow import Embedder
 from spkflow.data.tables import read_kv
 from spkflow.diar.pipeline import DiarOptions
+from spkflow.diar.recipe_stages import cluster_set, make_windows, score_set
 from spkflow.diar.recordings import load_recordings, write_recordings
 from spkflow.diar.rttm import Turn, read_rttm, write_rttm
-from spkflow.diar.steps import cluster_set, make_windows, score_set
 
 
 @pytest.fixture(scope="module")

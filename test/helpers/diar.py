@@ -12,7 +12,7 @@ from helpers.audio import make_speakers
 from spkflow.data.audio import load_audio
 from spkflow.data.tables import read_kv
 from spkflow.diar.recordings import write_recordings
-from spkflow.diar.simulate import Histogram, TurnStatistics, simulate_conversation
+from spkflow.sim.conversations import Histogram, TurnStatistics, simulate_conversation
 
 #: simple turn-taking: changes of speaker half the time, a fifth of them overlapping
 STATS = TurnStatistics(

@@ -74,7 +74,7 @@ def make_scored_model_dir(path: Path, audio_root: Path, seed: int = 0) -> Path:
     from spkflow.corpora.trials import make_trials, write_trials
     from spkflow.data.tables import read_kv
     from spkflow.score.backend import fit_backend
-    from spkflow.score.verification import fit_scoring
+    from spkflow.score.model_scoring import fit_scoring
 
     model = make_spkflow_model_dir(path, seed=seed)
     emb = Embedder.from_pretrained(model)

@@ -122,7 +122,7 @@ def test_fit_backend_cli(tmp_path):
 
 
 def test_evaluate_set_refuses_a_backend_with_centring(tmp_path):
-    from spkflow.score.evaluation import evaluate_set
+    from spkflow.score.eval_report import evaluate_set
 
     x, labels = channel_set(6, 4, 3)
     fit_backend("wccn", x, labels).save(tmp_path / "wccn.npz")

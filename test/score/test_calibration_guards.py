@@ -22,7 +22,7 @@ from spkflow.core import jsonsafe
 from spkflow.core.errors import InputError
 from spkflow.score.backend import fit_backend
 from spkflow.score.calibration import MIN_CALIBRATION_TRIALS, LogisticCalibration
-from spkflow.score.verification import Scoring
+from spkflow.score.model_scoring import Scoring
 
 PY = sys.executable
 

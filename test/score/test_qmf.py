@@ -89,9 +89,9 @@ def test_qmf_learns_the_duration_effect_and_applies_to_a_test_set(tmp_path: Path
     have a lower Cllr than the same map without quality measures, and an EER no worse than the
     raw scores'.  scores.qmf has the trials of scores; metrics.json's qmf holds the figures."""
     from spkflow.score.calibration import cllr, fit_logistic
-    from spkflow.score.evaluation import ScoringSetup, evaluate_set, fit_qmf_file, score_set
+    from spkflow.score.eval_report import ScoringSetup, evaluate_set, fit_qmf_file, score_set
     from spkflow.score.qmf import draw_trials, load_qmf
-    from spkflow.score.scoring import read_scores
+    from spkflow.score.trial_scoring import read_scores
 
     train = _write_set(tmp_path, "tr", num_spk=40, per_spk=12, seed=0)
     test = _write_set(tmp_path, "te", num_spk=20, per_spk=8, seed=1)
@@ -143,9 +143,9 @@ def test_qmf_learns_the_duration_effect_and_applies_to_a_test_set(tmp_path: Path
 def test_calibration_trials_leave_their_own_speaker_out_of_the_cohort(tmp_path: Path) -> None:
     """An utterance of a cohort speaker is AS-normalised against the cohort without that speaker:
     its cohort mean is the mean of its top-K scores over the other speakers' means."""
-    from spkflow.score.evaluation import ScoringSetup, score_set
+    from spkflow.score.eval_report import ScoringSetup, score_set
     from spkflow.score.qmf import draw_trials
-    from spkflow.score.scoring import read_embeddings
+    from spkflow.score.trial_scoring import read_embeddings
 
     train = _write_set(tmp_path, "tr", num_spk=12, per_spk=4, seed=2)
     u2s = dict(x.split() for x in train["u2s"].read_text().splitlines())

@@ -18,7 +18,7 @@ from helpers.vectors import all_trials, speaker_set, write_vectors
 from spkflow.core.errors import InputError
 from spkflow.score.backend import Backend, l2_rows
 from spkflow.score.metrics import compute_eer, compute_metrics
-from spkflow.score.scoring import (
+from spkflow.score.trial_scoring import (
     Trials,
     asnorm_stats,
     read_cohort,
@@ -498,7 +498,7 @@ def test_eval_mean_removes_a_shift_the_training_mean_does_not_see(tmp_path):
     """An evaluation set whose embeddings all share an offset (another corpus): cosine scores
     see the offset as similarity; centring on the set's own mean (no labels) removes it, the
     training mean does not.  Not combined with a training mean."""
-    from spkflow.score.evaluation import evaluate_set
+    from spkflow.score.eval_report import evaluate_set
 
     emb = speaker_set(21, 8, 4, dim=16, noise=1.5)
     shift = 2.5 * np.random.default_rng(5).normal(size=16)

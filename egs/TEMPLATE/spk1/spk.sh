@@ -157,7 +157,7 @@ else
     [ -f "${spk_exp}/.packed_meta.sha256" ] && packed_scoring=true
 fi
 [ -z "${valid_set}" ] && valid_set=${test_sets%% *}
-# Stages 1, 5 and 6 ask spkflow/score/plan.py which sets they use and what stage 6 fits and scores
+# Stages 1, 5 and 6 ask spkflow/score/scoring_plan.py which sets they use and what stage 6 fits and scores
 # (python -m spkflow.bin.scoring_plan ... show prints stage 6's steps); it refuses options that do not go together.
 _plan=(--exp "${spk_exp}" --model_dir "${model_dir}" --pretrained "${pretrained}" --packed_scoring "${packed_scoring}"
        --train_set "${train_set}" --test_sets "${test_sets}" --valid_set "${valid_set}" --embed_sets "${embed_sets}"
@@ -258,6 +258,19 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     _spk2utt=${dumpdir}/fbank/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || _spk2utt=data/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || { log "Error: no spk2utt: ${dumpdir}/fbank/${train_set}/spk2utt nor ${_spk2utt}"; exit 1; }
+    # The settings against the corpus first (spkflow/train/preflight.py): N x M vs its speakers (an error),
+    # crops vs its voiced length and the model vs its size (warnings), each naming the option to change.
+    _world=$((num_nodes * (ngpu > 0 ? ngpu : nproc)))
+    _feats_dir=${dumpdir}/fbank/${train_set}
+    [ "${train_reads}" = audio ] && _feats_dir=data/${train_set}
+    _check=(--spk2utt "${_spk2utt}" --num-spk "${num_spk}" --num-utt "${num_utt}" --short-speakers "${short_speakers}"
+            --world-size "${_world}" --train-dir "${_feats_dir}")
+    [ -f "${train_config}" ] && _check+=(--config "${train_config}")  # (stage 4 says so when they are missing)
+    [ -f "${fbank_conf}" ] && _check+=(--fbank-conf "${fbank_conf}")
+    if ! python -m spkflow.bin.check_training "${_check[@]}" 2>&1 | while IFS= read -r _line; do log "${_line}"; done; then
+        log "Error: stage 3 stopped before planning: change what the error above says"
+        exit 1
+    fi
     # The batch lists are what a training of ${spk_exp} reads: while another run trains there
     # (stage 4 holds ${spk_exp}'s lock, scripts/spk/train.sh) they are not touched. Held for stage 3.
     trap 'python -m spkflow.bin.lock release --pid "${spkflow_run_pid}" "${spk_exp}" || true' EXIT
@@ -393,7 +406,7 @@ fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
     log "Stage 6: scoring trials of ${test_sets} -> ${spk_exp}/eval/<set>"
-    # spkflow/score/plan.py: the backend, the calibration (on calib_set's trials, or trials drawn from the
+    # spkflow/score/scoring_plan.py: the backend, the calibration (on calib_set's trials, or trials drawn from the
     # training set) and the QMF fitted on the training set's embeddings, each with its log under ${spk_exp};
     # then scripts/spk/score.sh for each test set (eval/<set>/), RESULTS.md and scoring.yaml for stage 7.
     python -m spkflow.bin.scoring_plan "${_plan[@]}" run || exit 1

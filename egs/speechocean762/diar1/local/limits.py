@@ -28,13 +28,13 @@ import numpy as np
 
 from spkflow.diar.metrics import score_diarization
 from spkflow.diar.pipeline import DiarOptions, embedding_space
+from spkflow.diar.recipe_stages import read_speech_dir
 from spkflow.diar.recordings import load_recordings
 from spkflow.diar.rttm import Turn
-from spkflow.diar.steps import read_speech_dir
 from spkflow.diar.windows import Window, read_window_dir, windows_to_turns
 from spkflow.score.metrics import compute_eer
-from spkflow.score.scoring import read_embeddings
-from spkflow.score.verification import Scoring, has_scoring
+from spkflow.score.model_scoring import Scoring, has_scoring
+from spkflow.score.trial_scoring import read_embeddings
 
 PURE = 0.9  # share of a window's reference speech one speaker must hold for the EER pairs
 

@@ -34,8 +34,8 @@ import numpy as np
 
 from spkflow.data.tables import read_kv
 from spkflow.score.metrics import compute_eer
-from spkflow.score.scoring import Trials, read_embeddings, read_trials
-from spkflow.score.verification import Scoring, calibrate_trials
+from spkflow.score.model_scoring import Scoring, calibrate_trials
+from spkflow.score.trial_scoring import Trials, read_embeddings, read_trials
 
 
 def hter_ratio(scoring: Scoring, scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from spkflow.core.atomic import atomic_write
 from spkflow.features.fbank import select_voiced
-from spkflow.score.evaluation import evaluate_set
+from spkflow.score.eval_report import evaluate_set
 
 
 def embed_set(feats_dir: Path, out_dir: Path) -> Path:

@@ -14,7 +14,7 @@ normalised) on each utterance of ``data/<set>`` -> ``exp/peer_resemblyzer/embed/
 (kept: a rerun only scores); then spkflow's scoring (cosine, EER, minDCF; the same code as stage 6)
 -> ``exp/peer_resemblyzer/eval/<set>/metrics.json``. ``exp/peer_resemblyzer/RESULTS.md`` lists its
 rows; the RESULTS.md of every ``--exp-dirs`` experiment is rewritten, which adds a
-"peer_resemblyzer" row under each set (spkflow.score.evaluation.write_results_md reads peer results
+"peer_resemblyzer" row under each set (spkflow.score.eval_report.write_results_md reads peer results
 from ``exp/peer_*``).  Audio is read with spkflow's AudioReader (any wav.scp entry).
 ``--score-norm`` / ``--score-center`` / ``--backend`` score it with the backend of stage 6's options
 of the same names (AS-norm / centring against the training speakers, ``--cohort-set``; a WCCN or
@@ -71,7 +71,7 @@ def fit_peer_backend(name: str, data_dir: str, xvector_scp: str, peer_dir: str) 
     ``data_dir/utt2spk`` (``spkflow.score.backend``) -> ``peer_dir/backend/<name>.npz``."""
     from spkflow.data.tables import read_kv
     from spkflow.score.backend import fit_backend_on
-    from spkflow.score.scoring import read_embeddings
+    from spkflow.score.trial_scoring import read_embeddings
 
     utt2spk = os.path.join(data_dir, "utt2spk")
     path = os.path.join(peer_dir, "backend", f"{name}.npz")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         log.error("resemblyzer is not importable: run local/setup_resemblyzer.sh and use .venv_resemblyzer/bin/python")
         return 1
-    from spkflow.score.evaluation import evaluate_set, write_results_md
+    from spkflow.score.eval_report import evaluate_set, write_results_md
 
     encoder = VoiceEncoder(device="cpu", verbose=False)
     backend: dict[str, object] = {}

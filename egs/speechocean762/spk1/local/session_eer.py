@@ -23,7 +23,7 @@ import numpy as np
 
 from spkflow.core.errors import InputError
 from spkflow.score.metrics import compute_eer
-from spkflow.score.scoring import read_scores
+from spkflow.score.trial_scoring import read_scores
 
 
 def session_of(pattern: re.Pattern[str], utt: str, path: str) -> str:

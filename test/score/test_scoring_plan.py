@@ -1,4 +1,4 @@
-"""The scoring plan (spkflow.score.plan, spkflow.bin.scoring_plan): the sets stages 1 and 5 use
+"""The scoring plan (spkflow.score.scoring_plan, spkflow.bin.scoring_plan): the sets stages 1 and 5 use
 and stage 6's steps, from spk.sh's options and the files on disk; its steps run as real processes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from spkflow.score.plan import PlanError, ScoringOptions, ScoringPlan, Step, run_plan, stage6
+from spkflow.score.scoring_plan import PlanError, ScoringOptions, ScoringPlan, Step, run_plan, stage6
 
 DEMO = dict(  # egs/speechocean762/spk1/run.sh's scoring options
     exp="exp/spk_demo",

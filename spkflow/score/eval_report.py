@@ -2,7 +2,7 @@
 
 :func:`evaluate_set` turns ``trials`` + ``xvector.scp`` (+ an optional AS-norm cohort and a
 fitted linear backend, :mod:`spkflow.score.backend`, or a model's whole scoring with its
-calibration, :mod:`spkflow.score.verification`, through which it scores in either case) into
+calibration, :mod:`spkflow.score.model_scoring`, through which it scores in either case) into
 ``<outdir>/scores`` (``utt1 utt2 score target|nontarget``), ``metrics.json``, ``det.png`` and
 ``score_hist.png``.  :func:`write_results_md` (re)writes ``<exp>/RESULTS.md`` from every
 ``<exp>/eval/<set>/metrics.json``.  Guarantees:
@@ -52,10 +52,10 @@ from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
 from spkflow.score.calibration import LogisticCalibration, actual_dcf, cllr
 from spkflow.score.metrics import compute_metrics, det_curve
+from spkflow.score.model_scoring import MIN_DOMAIN, Scoring, decision_metrics
 from spkflow.score.plots import plot_det, plot_score_hist
 from spkflow.score.qmf import draw_trials, fit_qmf, load_qmf, qmf_features, read_durations, save_qmf
-from spkflow.score.scoring import ScoreResult, Trials, read_embeddings, read_trials, write_scores
-from spkflow.score.verification import MIN_DOMAIN, Scoring, decision_metrics
+from spkflow.score.trial_scoring import ScoreResult, Trials, read_embeddings, read_trials, write_scores
 
 __all__ = [
     "ScoringSetup",
@@ -121,7 +121,7 @@ class ScoringSetup:
             raise ValueError(f"{self.mean_scp}: centre on the training mean or on the set's own (eval_mean), not both")
 
     def scoring(self) -> Scoring:
-        """The :class:`~spkflow.score.verification.Scoring` these options describe."""
+        """The :class:`~spkflow.score.model_scoring.Scoring` these options describe."""
         self.check()
         if self.scoring_dir:
             return Scoring.load(self.scoring_dir)
@@ -142,7 +142,7 @@ def score_set(
     utt2spk: Mapping[str, str] | None = None,
 ) -> tuple[ScoreResult, dict[str, float], str]:
     """Score ``trials`` with the embeddings of ``xvector_scp`` as ``setup`` says (through
-    :meth:`Scoring.score_trials <spkflow.score.verification.Scoring.score_trials>`, as stage 6
+    :meth:`Scoring.score_trials <spkflow.score.model_scoring.Scoring.score_trials>`, as stage 6
     scores a test set).  Returns the result, each utterance's raw embedding norm (the QMF's
     magnitude) and the backend's name.  ``utt2spk`` (calibration trials drawn from the cohort's
     own speakers, whose keys are speakers): an utterance's speaker is left out of its AS-norm
@@ -185,7 +185,7 @@ def evaluate_set(
     ``backend_path`` a fitted :class:`spkflow.score.backend.Backend` (``.npz``) applied to the trial
     and cohort embeddings first (it centres on its training mean: not combined with ``mean_scp``).
     ``scoring_dir``: a model dir's whole scoring instead (``scoring.yaml`` + ``scoring.npz``,
-    :class:`~spkflow.score.verification.Scoring`: backend, centring, cohort and calibration; not
+    :class:`~spkflow.score.model_scoring.Scoring`: backend, centring, cohort and calibration; not
     with the three options before).  ``eval_mean`` centres on the scored set's own mean instead,
     taken over the embeddings of the utterances its trials name (no labels used): the backend's
     mean is replaced by that of their L2-normalised vectors, or without a backend their raw mean
@@ -197,7 +197,7 @@ def evaluate_set(
     With a calibration (in ``scoring_dir``), ``metrics.json`` also has ``calibrated``: Cllr,
     actual and minimum DCF, and the error rates of the decisions, for the LLRs that
     ``spkflow.bin.verify`` gives these trials (centred on the set's own recordings when there
-    are at least :data:`~spkflow.score.verification.MIN_DOMAIN`)."""
+    are at least :data:`~spkflow.score.model_scoring.MIN_DOMAIN`)."""
 
     set_name = set_name or os.path.basename(os.path.normpath(outdir))
     setup = ScoringSetup(cohort_scp, cohort_size, mean_scp, backend_path, eval_mean, scoring_dir)

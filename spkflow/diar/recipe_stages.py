@@ -1,15 +1,16 @@
-"""The diarization stages on files, one function each, called by the recipe's commands and by
-``python -m spkflow.bin.diarize``:
+"""The diarization recipe's stages over a recording dir (``data/<set>``: wav.scp, rttm, uem,
+reco2dur; :mod:`spkflow.diar.recordings`), files in and files out, one function per stage, each
+called by one command of ``egs/TEMPLATE/diar1/diar.sh``:
 
-* :func:`make_windows`: a recording dir -> its speech regions (``speech/``: a data dir whose
-  ``segments`` are the regions) and the sliding windows over them (``windows/``: the data dir
-  stage 5 embeds);
-* :func:`cluster_set`: the windows' embeddings (stage 5's ``xvector.scp``) -> one RTTM for the
-  set (:func:`spkflow.diar.pipeline.diarize_recording` per recording);
-* :func:`score_set`: reference and hypothesis RTTMs -> ``scores.md`` (per recording and total)
-  and ``scores.json`` (:mod:`spkflow.diar.metrics`);
-* :func:`diarize_wave`: one waveform end to end in this process, with an embedding function
-  (``Embedder.embed_batch``), for users without a recipe.
+* stage 2, :func:`make_windows` (``diar_windows``): a recording dir -> its speech regions
+  (``speech/``: a data dir whose ``segments`` are the regions) and the sliding windows over them
+  (``windows/``: the data dir stage 3 embeds with spk1's stage-5 script);
+* stage 4, :func:`cluster_set` (``diar_cluster``): the windows' embeddings (``xvector.scp``) ->
+  one RTTM for the set (:func:`spkflow.diar.pipeline.diarize_recording` per recording);
+* stage 5, :func:`score_set` (``diar_score``): reference and hypothesis RTTMs -> ``scores.md``
+  (per recording and total) and ``scores.json`` (:mod:`spkflow.diar.metrics`).
+
+The same pipeline on audio files without a recipe: :mod:`spkflow.diar.file_list`.
 
 A recording of the set without speech gets no turns and is named in the log; every output is
 written atomically.
@@ -17,11 +18,12 @@ written atomically.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +39,11 @@ from spkflow.diar.regions import Regions, intersect, union
 from spkflow.diar.rttm import Turn, read_rttm, turns_by_recording, write_rttm
 from spkflow.diar.speech import detect_speech
 from spkflow.diar.windows import Window, plan_windows, read_window_dir, write_window_dir
-from spkflow.score.scoring import read_embeddings
-from spkflow.score.verification import Scoring
+from spkflow.score.model_scoring import Scoring
+from spkflow.score.trial_scoring import read_embeddings
 
 __all__ = [
     "cluster_set",
-    "diarize_wave",
     "make_windows",
     "read_speech_dir",
     "score_set",
@@ -59,7 +60,7 @@ def speech_regions(rs: RecordingSet, rec: str, method: str) -> Regions:
     if method != "oracle":
         from spkflow.data.audio import load_audio
 
-        wave = load_audio(rs.wav[rec], 16000, utt=rec)
+        wave = load_audio(rs.wav[rec], 16000, utt=rec, table=True)
     elif rs.turns is None:
         raise InputError(rs.path / "rttm", None, "no such file: oracle speech needs the reference turns")
     regions = detect_speech(method, wave, 16000, turns=(rs.turns or {}).get(rec, []), duration=rs.durations[rec])
@@ -160,7 +161,7 @@ def cluster_set(
             continue
         o = opts
         if num_speakers is not None and rec in num_speakers:
-            o = DiarOptions(**{**opts.__dict__, "num_speakers": num_speakers[rec]})
+            o = dataclasses.replace(opts, num_speakers=num_speakers[rec])
         missing = [w for w in ws if w.id not in emb]
         if missing:  # left out by stage 5 (--skip-bad): their time takes the nearest window's label
             log.warning("%s: %d of %d windows have no embedding in %s", rec, len(missing), len(ws), xvector_scp)
@@ -212,36 +213,6 @@ def score_set(
         ref, hyp_t = (rs.turns or {}).get(rec, []), turns_by_recording(hyp.turns).get(rec, [])
         plot_diarization(out / f"plot_{rec}.png", ref, hyp_t, optimal_mapping(ref, hyp_t, rec), title=f"{rec}: {title}")
     return scores.total
-
-
-def diarize_wave(
-    wave: np.ndarray,
-    sample_rate: int,
-    recording: str,
-    embed: Callable[[Sequence[np.ndarray], int], np.ndarray],
-    scoring: Scoring,
-    opts: DiarOptions,
-    *,
-    speech: str | Regions = "energy",
-    window: float = 1.5,
-    shift: float = 0.75,
-    min_window: float = 0.5,
-    domain: np.ndarray | None = None,
-) -> list[Turn]:
-    """Turns of one waveform: speech regions (a detector of :mod:`spkflow.diar.speech`, or given
-    regions), windows, ``embed(crops, sample_rate) -> [N, D]``, then the pipeline (``domain``: raw
-    embeddings to centre on, with ``opts.centre == "set"``)."""
-    duration = len(wave) / sample_rate
-    if isinstance(speech, str):
-        regions = detect_speech(speech, wave, sample_rate, duration=duration)
-    else:
-        regions = intersect(speech, [(0.0, duration)])
-    ws = plan_windows(recording, regions, window, shift, min_window)
-    if not ws:
-        return []
-    crops = [wave[int(round(w.start * sample_rate)) : int(round(w.end * sample_rate))] for w in ws]
-    x = np.asarray(embed(crops, sample_rate), dtype=np.float64)
-    return diarize_recording(ws, x, regions, scoring, opts, domain)
 
 
 def write_reco2num_spk(path: str | os.PathLike[str], rs: RecordingSet) -> None:

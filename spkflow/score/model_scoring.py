@@ -7,7 +7,7 @@ embeddings) with its size, and a score calibration (:mod:`spkflow.score.calibrat
 logistic regression from the final score to an LLR) with the decision threshold for a stated
 prior.  Stage 6 writes it into the model dir (``python -m spkflow.bin.calibrate``:
 ``scoring.yaml`` + ``scoring.npz``), stage 7 packs the two files, and stage 6's own scores
-(:mod:`spkflow.score.evaluation`), ``Embedder.verify`` / ``Embedder.score``, ``python -m
+(:mod:`spkflow.score.eval_report`), ``Embedder.verify`` / ``Embedder.score``, ``python -m
 spkflow.bin.verify`` and ``identify`` all score through it: one code path, so they agree.
 
 A score, for raw embeddings ``a`` and ``b``:
@@ -17,7 +17,7 @@ A score, for raw embeddings ``a`` and ``b``:
    (stage 6's ``--score_center``), or nothing when the recipe did not centre;
 2. cosine of the two (``norm_score`` when there is no cohort);
 3. AS-norm against the cohort put through the same step 1, top ``cohort_size``
-   (:func:`spkflow.score.scoring.asnorm_stats`): ``norm_score``, what stage 6 writes to ``scores``;
+   (:func:`spkflow.score.trial_scoring.asnorm_stats`): ``norm_score``, what stage 6 writes to ``scores``;
 4. ``llr = w * norm_score + b``; ``same_speaker = llr > threshold``, ``threshold = -logit(p_eff)``
    (0 for p_target 0.5 and equal costs: :func:`~spkflow.score.calibration.bayes_threshold`).
 
@@ -67,7 +67,7 @@ from spkflow.score.calibration import (
     fit_logistic,
 )
 from spkflow.score.metrics import compute_eer, compute_min_dcf
-from spkflow.score.scoring import (
+from spkflow.score.trial_scoring import (
     ScoreResult,
     Trials,
     asnorm_stats,
@@ -266,7 +266,7 @@ class Scoring:
         domain: np.ndarray | str | None = None,
         cohort_exclude: Mapping[str, int] | None = None,
     ) -> ScoreResult:
-        """Stage 6's scores of ``trials`` (:func:`~spkflow.score.scoring.score_trials` after the
+        """Stage 6's scores of ``trials`` (:func:`~spkflow.score.trial_scoring.score_trials` after the
         backend, with the cohort): ``raw_scores`` the cosines in the backend's space,
         ``scores`` the final ``norm_score``."""
         backend, mean = self._centred(domain)

@@ -1,4 +1,4 @@
-"""The scoring that travels with a model (spkflow.score.verification) and stage 6 through it:
+"""The scoring that travels with a model (spkflow.score.model_scoring) and stage 6 through it:
 real kaldiio arks of embeddings made here, trials files, the calibrate and score commands."""
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from helpers.vectors import all_trials, speaker_set, write_vectors
 from spkflow.core.errors import InputError
 from spkflow.score.backend import fit_backend
 from spkflow.score.calibration import cllr
-from spkflow.score.evaluation import evaluate_set, write_results_md
+from spkflow.score.eval_report import evaluate_set, write_results_md
 from spkflow.score.metrics import compute_eer
-from spkflow.score.scoring import Trials, read_embeddings, read_pairs, read_trials, resolve_ark
-from spkflow.score.verification import (
+from spkflow.score.model_scoring import (
     Decision,
     Scoring,
     calibrate_trials,
     decision_metrics,
     fit_scoring,
 )
+from spkflow.score.trial_scoring import Trials, read_embeddings, read_pairs, read_trials, resolve_ark
 
 PY = sys.executable
 
@@ -276,7 +276,7 @@ def test_a_lone_pair_is_centred_on_the_calibration_set(exp, tmp_path):
     domain=PAIR centres on it exactly as on those recordings.  With a calibration set from the
     scored data's domain (here: the same channel offset), lone pairs' decisions are as good as the
     batch's (HTER within 1.2 x), where the training mean's are not."""
-    from spkflow.score.verification import PAIR
+    from spkflow.score.model_scoring import PAIR
 
     shift = np.random.default_rng(7).normal(size=24) / np.sqrt(24) * 1.5
     dev = {k: v + shift for k, v in speaker_set(1, 10, 5, nuisance=0.6, prefix="dv").items()}
