@@ -155,6 +155,13 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
     done
 fi
 
+# A pack is verified and unpacked once, before the first stage that reads the model (3: the
+# extraction; 4: the scoring), and kept while it is the same pack (spkflow.embed.packed).
+if [ "${toolkit}" = spkflow ] && [ -f "${model}" ] && [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 3 ]; then
+    log "Unpacking ${model} -> ${model_dir}"
+    python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
+fi
+
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     log "Stage 3: window embeddings with the ${toolkit} model ${model} -> ${diar_exp}/embed/<set>.${wtag}"
     for dset in ${sets}; do
@@ -174,11 +181,7 @@ fi
 _systems=("pipeline:--method ${cluster_method} --backend ${backend} --centre ${centre} --resegment ${resegment}")
 [ -n "${threshold}" ] && _systems[0]+=" --threshold ${threshold}"
 ${baseline} && _systems+=("baseline:--method spectral --backend false --centre none --resegment false")
-# the model's scoring (backend, cohort, calibration) when it has one; a pack is verified and
-# unpacked once (kept while it is the same pack)
-if [ "${toolkit}" = spkflow ] && [ -f "${model}" ] && [ "${stop_stage}" -ge 3 ]; then
-    python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
-fi
+# the model's scoring (backend, cohort, calibration) when it has one
 _scoring=()
 if [ "${toolkit}" = spkflow ] && [ -e "${model}" ] && [ -f "${model_dir}/scoring.yaml" ]; then
     _scoring=(--scoring-dir "${model_dir}")
