@@ -19,7 +19,7 @@ recipe fetches silero-vad from torch.hub at run time; here it comes from the ins
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,9 +29,22 @@ from spkflow.diar.rttm import Turn
 from spkflow.features.fbank import FbankOptions, compute_fbank, num_frames
 from spkflow.features.vad import VadOptions, compute_vad
 
-__all__ = ["DETECTORS", "detect_speech", "energy_speech", "fbank_in_blocks", "oracle_speech", "silero_speech"]
+__all__ = [
+    "DEFAULT_DETECTOR",
+    "DETECTORS",
+    "Progress",
+    "detect_speech",
+    "energy_speech",
+    "fbank_in_blocks",
+    "oracle_speech",
+    "silero_speech",
+]
 
 DETECTORS = ("oracle", "energy", "silero")
+#: the detector of ``python -m spkflow.bin.diarize`` and ``Embedder.diarize`` when none is named
+DEFAULT_DETECTOR = "energy"
+#: ``progress(seconds)``: called as a detector gets through the recording, with the seconds done so far
+Progress = Callable[[float], None]
 #: silero-vad's sample rate here (it also takes 8 kHz; 16 kHz is its better model)
 SILERO_RATE = 16000
 
@@ -49,34 +62,42 @@ def energy_speech(
     *,
     min_gap: float = 0.3,
     min_len: float = 0.25,
+    progress: Progress | None = None,
 ) -> Regions:
     """Energy-VAD speech regions of a mono waveform (see the module doc)."""
     duration = len(wave) / sample_rate
     opts = FbankOptions(sample_frequency=float(sample_rate), num_mel_bins=40)
     if len(wave) < int(opts.frame_length * sample_rate / 1000):
         return []
-    voiced = compute_vad(fbank_in_blocks(wave, sample_rate, opts), vad or VadOptions()) > 0.5
+    voiced = compute_vad(fbank_in_blocks(wave, sample_rate, opts, progress=progress), vad or VadOptions()) > 0.5
     shift = opts.frame_shift / 1000.0
     edges = np.flatnonzero(np.diff(np.concatenate([[0], voiced.astype(np.int8), [0]])))
     regions = [(s * shift, e * shift) for s, e in zip(edges[::2], edges[1::2], strict=True)]
     return clip(merge_gaps(regions, min_gap, min_len), duration)
 
 
-def fbank_in_blocks(wave: np.ndarray, sample_rate: int, opts: FbankOptions, seconds: float = 60.0) -> np.ndarray:
+def fbank_in_blocks(
+    wave: np.ndarray,
+    sample_rate: int,
+    opts: FbankOptions,
+    seconds: float = 60.0,
+    progress: Progress | None = None,
+) -> np.ndarray:
     """:func:`compute_fbank` of a long recording, ``seconds`` of frames at a time: the same frames
     (each frame reads only its own samples: ``snip_edges``, no dither) to float32 rounding, without
-    the whole recording's frame matrix and spectra in memory at once (an hour's took 3-4 GB)."""
+    the whole recording's frame matrix and spectra in memory at once (an hour's took 3-4 GB);
+    ``progress`` is told the seconds done after each block."""
     if opts.sample_frequency != sample_rate or not opts.snip_edges or opts.dither != 0.0:
         return compute_fbank(wave, sample_rate, opts)
     shift, size = opts.window_shift, opts.window_size
     total = num_frames(len(wave), opts)
     per = max(1, int(seconds * 1000 / opts.frame_shift))
-    return np.concatenate(
-        [
-            compute_fbank(wave[f * shift : (min(total, f + per) - 1) * shift + size], sample_rate, opts)
-            for f in range(0, total, per)
-        ]
-    )
+    blocks = []
+    for f in range(0, total, per):
+        blocks.append(compute_fbank(wave[f * shift : (min(total, f + per) - 1) * shift + size], sample_rate, opts))
+        if progress is not None:
+            progress(min(total, f + per) * shift / sample_rate)
+    return np.concatenate(blocks)
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,8 +109,16 @@ def _silero_model() -> Any:
     return load_silero_vad(onnx=False)
 
 
-def silero_speech(wave: np.ndarray, sample_rate: int, *, min_gap: float = 0.1, min_len: float = 0.25) -> Regions:
-    """silero-vad's speech regions of a mono waveform (resampled to 16 kHz when needed)."""
+def silero_speech(
+    wave: np.ndarray,
+    sample_rate: int,
+    *,
+    min_gap: float = 0.1,
+    min_len: float = 0.25,
+    progress: Progress | None = None,
+) -> Regions:
+    """silero-vad's speech regions of a mono waveform (resampled to 16 kHz when needed);
+    ``progress`` is told the seconds done as silero-vad reports them."""
     import torch
     from silero_vad import get_speech_timestamps
 
@@ -106,6 +135,7 @@ def silero_speech(wave: np.ndarray, sample_rate: int, *, min_gap: float = 0.1, m
             sampling_rate=SILERO_RATE,
             min_speech_duration_ms=int(min_len * 1000),
             min_silence_duration_ms=int(min_gap * 1000),
+            progress_tracking_callback=None if progress is None else (lambda pct: progress(pct / 100.0 * duration)),
         )
     regions = [(s["start"] / SILERO_RATE, s["end"] / SILERO_RATE) for s in stamps]
     return clip(merge_gaps(regions, 0.0, min_len), duration)
@@ -119,9 +149,10 @@ def detect_speech(
     turns: Sequence[Turn] | None = None,
     duration: float | None = None,
     vad: VadOptions | None = None,
+    progress: Progress | None = None,
 ) -> Regions:
     """Speech regions by ``method`` (one of :data:`DETECTORS`); ``oracle`` needs ``turns``
-    (and no waveform), the others the waveform."""
+    (and no waveform), the others the waveform; ``progress``: told the seconds done (detectors)."""
     if method == "oracle":
         if turns is None:
             raise ValueError("oracle speech needs the reference turns")
@@ -129,7 +160,7 @@ def detect_speech(
     if wave is None:
         raise ValueError(f"speech detection {method!r} needs the waveform")
     if method == "energy":
-        return energy_speech(wave, sample_rate, vad)
+        return energy_speech(wave, sample_rate, vad, progress=progress)
     if method == "silero":
-        return silero_speech(wave, sample_rate)
+        return silero_speech(wave, sample_rate, progress=progress)
     raise ValueError(f"speech detection must be one of {', '.join(DETECTORS)}, got {method!r}")
