@@ -19,8 +19,10 @@ recipe fetches silero-vad from torch.hub at run time; here it comes from the ins
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,17 +36,19 @@ __all__ = [
     "DEFAULT_DETECTOR",
     "DETECTORS",
     "Progress",
+    "SileroOptions",
     "detect_speech",
     "energy_speech",
     "fbank_in_blocks",
     "oracle_speech",
     "silero_probabilities",
+    "silero_regions",
     "silero_speech",
 ]
 
 DETECTORS = ("oracle", "energy", "silero")
 #: the detector of ``python -m spkflow.bin.diarize`` and ``Embedder.diarize`` when none is named
-DEFAULT_DETECTOR = "energy"
+DEFAULT_DETECTOR = "silero"
 #: ``progress(seconds)``: called as a detector gets through the recording, with the seconds done so far
 Progress = Callable[[float], None]
 #: silero-vad's sample rate here (it also takes 8 kHz; 16 kHz is its better model)
@@ -133,35 +137,74 @@ def silero_probabilities(x: np.ndarray, progress: Progress | None = None) -> np.
     return np.concatenate(probs) if probs else np.zeros(0, dtype=np.float32)
 
 
+@dataclass(frozen=True)
+class SileroOptions:
+    """silero-vad's rules from frame probabilities to regions (``get_speech_timestamps``'
+    parameters, in seconds): speech starts at a probability of ``onset`` and ends below
+    ``offset`` (None: ``onset - 0.15``, silero's), after at least ``min_silence`` of it; regions
+    shorter than ``min_speech`` are dropped; each is padded by ``pad`` either side."""
+
+    onset: float = 0.2
+    offset: float | None = None
+    min_speech: float = 0.5
+    min_silence: float = 0.75
+    pad: float = 0.2
+
+    @classmethod
+    def parse(cls, text: str) -> SileroOptions:
+        """``"onset=0.4,min_silence=0.25"`` (any of the fields; the rest at their defaults)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kw: dict[str, float] = {}
+        for item in filter(None, (t.strip() for t in text.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or key.strip() not in fields:
+                raise ValueError(
+                    f"silero options: {item!r}: expected KEY=VALUE, KEY one of {', '.join(sorted(fields))}"
+                )
+            try:
+                kw[key.strip()] = float(value)
+            except ValueError:
+                raise ValueError(f"silero options: {item!r}: {value!r} is not a number") from None
+        return cls(**kw)
+
+
+def silero_regions(probs: np.ndarray, samples: int, opts: SileroOptions | None = None) -> Regions:
+    """Regions (s) of ``samples`` samples at 16 kHz from their frame probabilities ``probs``, by
+    silero-vad's own ``get_speech_timestamps_from_probs`` with ``opts``."""
+    from silero_vad import get_speech_timestamps_from_probs
+
+    o = opts or SileroOptions()
+    stamps = get_speech_timestamps_from_probs(
+        np.asarray(probs, dtype=np.float64).tolist(),
+        sampling_rate=SILERO_RATE,
+        threshold=o.onset,
+        neg_threshold=o.offset,
+        min_speech_duration_ms=round(o.min_speech * 1000),
+        min_silence_duration_ms=round(o.min_silence * 1000),
+        speech_pad_ms=round(o.pad * 1000),
+        audio_length_samples=samples,
+    )
+    regions = [(st["start"] / SILERO_RATE, st["end"] / SILERO_RATE) for st in stamps]
+    return clip(merge_gaps(regions, 0.0, o.min_speech), samples / SILERO_RATE)
+
+
 def silero_speech(
     wave: np.ndarray,
     sample_rate: int,
+    opts: SileroOptions | None = None,
     *,
-    min_gap: float = 0.1,
-    min_len: float = 0.25,
     progress: Progress | None = None,
 ) -> Regions:
     """silero-vad's speech regions of a mono waveform (resampled to 16 kHz when needed): its
-    frame probabilities (:func:`silero_probabilities`) through its own ``get_speech_timestamps``
-    rules (threshold 0.5, ``min_gap`` as its minimum silence, ``min_len`` as its minimum
-    speech, 30 ms of padding); ``progress`` is told the seconds done."""
-    from silero_vad import get_speech_timestamps_from_probs
-
+    frame probabilities (:func:`silero_probabilities`) through its own rules
+    (:func:`silero_regions`); ``progress`` is told the seconds done."""
     from spkflow.data.audio import resample
 
     duration = len(wave) / sample_rate
     x = resample(np.asarray(wave, dtype=np.float32), sample_rate, SILERO_RATE) if sample_rate != SILERO_RATE else wave
     if len(x) < 512:
         return []
-    stamps = get_speech_timestamps_from_probs(
-        silero_probabilities(x, progress).tolist(),
-        sampling_rate=SILERO_RATE,
-        min_speech_duration_ms=int(min_len * 1000),
-        min_silence_duration_ms=int(min_gap * 1000),
-        audio_length_samples=len(x),
-    )
-    regions = [(s["start"] / SILERO_RATE, s["end"] / SILERO_RATE) for s in stamps]
-    return clip(merge_gaps(regions, 0.0, min_len), duration)
+    return clip(silero_regions(silero_probabilities(x, progress), len(x), opts), duration)
 
 
 def detect_speech(
@@ -172,6 +215,7 @@ def detect_speech(
     turns: Sequence[Turn] | None = None,
     duration: float | None = None,
     vad: VadOptions | None = None,
+    silero: SileroOptions | None = None,
     progress: Progress | None = None,
 ) -> Regions:
     """Speech regions by ``method`` (one of :data:`DETECTORS`); ``oracle`` needs ``turns``
@@ -185,5 +229,5 @@ def detect_speech(
     if method == "energy":
         return energy_speech(wave, sample_rate, vad, progress=progress)
     if method == "silero":
-        return silero_speech(wave, sample_rate, progress=progress)
+        return silero_speech(wave, sample_rate, silero, progress=progress)
     raise ValueError(f"speech detection must be one of {', '.join(DETECTORS)}, got {method!r}")

@@ -49,7 +49,9 @@ pretrained_toolkit=spkflow  # spkflow | espnet | speechbrain | wespeaker (anothe
 tag=                  # experiment tag: exp/diar_<tag> (default: the model's name)
 
 # Speech and window options (stage 2).
-speech=oracle         # speech regions: oracle (union of the reference turns) | energy (energy VAD) | silero
+speech=oracle         # speech regions: oracle (union of the reference turns) | silero (the library's default
+                      # detector) | energy (energy VAD)
+silero_opts=          # silero's rules, e.g. "onset=0.4,min_silence=0.25" (default: spkflow.diar.speech.SileroOptions)
 window=1.5            # window length (s)
 shift=0.75            # window shift (s)
 min_window=0.5        # speech regions shorter than this get no window (their time takes a neighbour's label)
@@ -145,7 +147,9 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
         _out=${dumpdir}/${dset}.${wtag}
         mkdir -p "${_out}/log"
         # spkflow/diar/recipe_stages.py make_windows: speech/ (segments = the regions), windows/ (the data dir stage 3 embeds)
-        if ! ${train_cmd} "${_out}/log/windows.log" python -m spkflow.bin.diar_windows --speech "${speech}" \
+        _sopts=()
+        [ -n "${silero_opts}" ] && _sopts=(--silero-opts "${silero_opts}")
+        if ! ${train_cmd} "${_out}/log/windows.log" python -m spkflow.bin.diar_windows --speech "${speech}" "${_sopts[@]}" \
                 --window "${window}" --shift "${shift}" --min-window "${min_window}" "data/${dset}" "${_out}"; then
             log "Error: stage 2 failed on data/${dset}, see ${_out}/log/windows.log:"
             grep -v '^#' "${_out}/log/windows.log" | tail -n 3 >&2
