@@ -15,7 +15,7 @@ import pytest
 from helpers.diar import STATS
 from helpers.vectors import all_trials, speaker_set, write_vectors
 from spkflow.deploy.gallery import Gallery
-from spkflow.diar.naming import name_clusters, window_speakers
+from spkflow.diar.naming import NAME_THRESHOLD, name_clusters, window_speakers
 from spkflow.diar.pipeline import DiarOptions, diarize_recording
 from spkflow.diar.regions import union
 from spkflow.diar.result import Diarization
@@ -119,7 +119,9 @@ def test_two_clusters_never_take_one_name(scoring, world):
     forced = diarize_recording(ws, x, regions, scoring, opts)
     hyp = Diarization.of("split", forced)
     named, how = name_clusters(hyp, ws, x, scoring, gallery)
-    assert all(n.candidate == "person0" and n.llr is not None and n.llr > np.log(4) for n in how) and len(how) == 2, how
+    assert (
+        all(n.candidate == "person0" and n.llr is not None and n.llr > NAME_THRESHOLD for n in how) and len(how) == 2
+    ), how
     assert sorted(named.speakers) == ["person0", "unknown_1"]
 
 

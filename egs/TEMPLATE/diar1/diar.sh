@@ -8,7 +8,7 @@
 #   ./run.sh --stage 4 --cluster_method ahc                    # cluster the same embeddings again
 #
 # Stages: 1 data prep (local/data.sh: recording dirs with wav.scp, rttm, uem), checked;
-#         2 speech regions (oracle | energy | silero) and sliding windows as a data dir with segments;
+#         2 speech regions (oracle | silero | energy) and sliding windows as a data dir with segments;
 #         3 window embeddings (scripts/spk/extract_embeddings.sh: stage 5 of spk1, unchanged);
 #         4 clustering (the pipeline, and the plain baseline beside it; with --overlap oracle also the
 #           pipeline with a second speaker in the reference's overlapped speech) -> one RTTM per set;
