@@ -13,6 +13,7 @@
 >>> emb.diarize("meeting.flac", gallery="team.npz").speakers      # named by a saved enrolment (identify --save)
 >>> Embedder.from_pretrained("spkrec-ecapa-voxceleb")             # SpeechBrain, ESPnet, WeSpeaker: detected
 >>> Embedder.from_pretrained("resnet34.onnx", toolkit="wespeaker")  # or named
+>>> Embedder.from_pretrained(os.path.dirname(resemblyzer.__file__))  # Resemblyzer's pretrained.pt
 
 What it guarantees
 ------------------
@@ -29,15 +30,19 @@ What it guarantees
 * **Any model stage 5 takes, opened as stage 5 opens it** (:func:`spkflow.embed.open_embedder`):
   a model dir, a packed file (verified by checksum, unpacked once into a cache) or an ONNX export
   (onnxruntime and numpy only, no torch), CPU or CUDA; an ESPnet speaker model dir, a SpeechBrain
-  pretrained folder or a WeSpeaker ONNX model (``toolkit=``, or detected from the files) through
+  pretrained folder, a WeSpeaker ONNX model or Resemblyzer's ``.pt`` (``toolkit=``, or detected
+  from the files) through
   the same adapter as ``extract_embeddings.sh``: waveforms resampled to the model's rate, batches
   equal to single-utterance inference (docs/toolkits.md).
 * **Bad input is named**: a missing or corrupted model file, a waveform with NaN, several
   channels in a 2-D array other than ``[T, C]``, or audio shorter than one frame raise an
   error saying which.
 * **Every format, one reader**: files (``embed_file``, ``embed_files``, ``verify``,
-  ``score_matrix``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac / wma / webm
-  (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+  ``score_matrix``, ``diarize``) are read by :func:`spkflow.data.audio.read_audio`, so m4a / aac /
+  wma / webm (the pinned ffmpeg, with make_data_dir's pipe arguments) work as in a data dir.
+* **A path is a path**: ``embed_file("cmd |")`` looks for a file of that name and runs nothing;
+  Kaldi's ``cmd |`` and ``file.ark:offset`` are honoured only in a data dir's ``wav.scp``
+  (``read_audio(entry, table=True)`` then :meth:`Embedder.embed`, for a caller who means it).
 * **No decision on too little speech**: ``verify`` and ``score_matrix`` refuse a recording with
   fewer than ``min_speech`` seconds of voiced speech (:mod:`spkflow.features.speech`), naming it.
 * **A lone pair** is centred on the mean of the recordings the calibration was fitted on
@@ -120,14 +125,23 @@ class Embedder:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], device: str = "cpu", toolkit: str | None = None) -> Embedder:
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        device: str = "cpu",
+        toolkit: str | None = None,
+        *,
+        trim_silences: bool | None = None,
+    ) -> Embedder:
         """Load a model onto ``device`` (``cpu``, ``cuda``, ``cuda:N``): a stage-4 model dir
         (``config.yaml`` + ``model.pth``), a packed model file (``python -m spkflow.bin.pack``) or
         an exported ``.onnx`` file (``python -m spkflow.bin.export``; run by onnxruntime, without
         torch); or another toolkit's model (``toolkit``: ``espnet``, ``speechbrain``,
-        ``wespeaker``; None: told from the files).  Opened by :func:`spkflow.embed.open_embedder`."""
+        ``wespeaker``, ``resemblyzer``; None: told from the files).  ``trim_silences``: Resemblyzer
+        only, False to skip its webrtcvad trimming (default: trimmed, as its ``preprocess_wav``).
+        Opened by :func:`spkflow.embed.open_embedder`."""
         info = inspect_model(path, toolkit)  # the toolkit, a pack unpacked; refusals named
-        backend = open_embedder(info, info.toolkit, device)
+        backend = open_embedder(info, info.toolkit, device, trim_silences=trim_silences)
         return cls(backend, info.path, info.meta, info.scoring())
 
     # ------------------------------------------------------------------ frontend
@@ -158,8 +172,8 @@ class Embedder:
 
     def embed_file(self, path: str | os.PathLike[str]) -> np.ndarray:
         """Embedding ``[dim]`` of an audio file (any format ``make_data_dir`` takes: libsndfile's,
-        and m4a / aac / wma / webm through the pinned ffmpeg), or of any other ``wav.scp`` entry
-        (``cmd |``, ``file.ark:offset``)."""
+        and m4a / aac / wma / webm through the pinned ffmpeg).  ``path`` is a file name, never a
+        ``cmd |`` or ``file.ark:offset`` (those: ``read_audio(entry, table=True)``, then :meth:`embed`)."""
 
         spec = os.fspath(path)
         wave, rate = read_audio(spec, utt=spec)
@@ -260,7 +274,7 @@ class Embedder:
     def verify(
         self, a: Any, b: Any, *, sample_rate: int | None = None, domain: Any = PAIR, min_speech: float = MIN_SPEECH
     ) -> Verdict:
-        """Same speaker or not: ``a`` and ``b`` audio files (any ``wav.scp`` entry) or waveforms
+        """Same speaker or not: ``a`` and ``b`` audio files (paths, as :meth:`embed_file`) or waveforms
         at ``sample_rate``.  Returns a :class:`~spkflow.score.model_scoring.Verdict` with ``score``
         (plain cosine), ``norm_score``, ``llr`` and ``same_speaker`` (see :meth:`score`).  A
         recording of fewer than ``min_speech`` seconds of voiced speech (the energy VAD,
@@ -330,8 +344,9 @@ class Embedder:
         gallery: Any = None,
         progress: bool = False,
     ) -> Diarization:
-        """Who spoke when in one audio file: a :class:`spkflow.diar.result.Diarization` (its
-        ``turns``, ``Turn(recording, start, end, speaker)`` on 10 ms frames; ``speakers``;
+        """Who spoke when in one audio file (a path, as :meth:`embed_file`): a
+        :class:`spkflow.diar.result.Diarization` (its ``turns``, ``Turn(recording, start, end,
+        speaker)`` on 10 ms frames; ``speakers``;
         ``to_rttm(path)``; ``to_annotation()``, a ``pyannote.core.Annotation``; iterating over it
         gives the turns), the recording id being the file's stem (whitespace made ``_``).
         ``speech``: a detector (``silero``, ``energy``; None: the default,
@@ -341,7 +356,8 @@ class Embedder:
         ``ahc`` stopped at the calibrated LLR, the default when the model has a calibration; else
         ``spectral``), resegmented.  ``domain``: recordings like this one to centre on (raw
         embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved by ``identify
-        --save``), as the recipe centres on the windows of its set; None: the training mean.
+        --save``), as the recipe centres on the windows of its set; None: the training mean, which
+        merges speakers of corpora unlike the training data's (egs/speechocean762/diar1/RESULTS.md).
         ``threshold``: where ``ahc`` stops (an LLR; a score without calibration), tuned on
         held-out recordings; None: the calibrated decision.  ``num_speakers`` forces the count (a
         warning when the windows cannot give it); ``max_speakers`` bounds an estimated one.

@@ -8,7 +8,8 @@
 # with `exec`, so the pid its caller knows is the supervisor's: SIGINT, SIGTERM or SIGHUP sent to
 # that pid stops everything the script started (its children, run.pl / queue.pl / slurm.pl jobs,
 # DataLoader workers) within SPKFLOW_STOP_GRACE seconds (default 5), after which what is left is
-# killed.  Under the supervisor it sets
+# killed (later while the trainer writes its checkpoint at the signal: spkflow.core.procs).
+# Under the supervisor it sets
 #
 #     spkflow_run_pid    the pid to name as this run's (the supervisor's; $$ when unsupervised),
 #                        e.g. as the holder of an output dir's lock (scripts/lib/jobs.sh)

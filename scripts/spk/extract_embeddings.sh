@@ -2,9 +2,9 @@
 # Speaker embeddings for a data dir: --nj parallel jobs through $cmd, batched, CPU or GPU, resumable.
 #
 #   scripts/spk/extract_embeddings.sh [--cmd run.pl] [--nj 4] [--batch-size 32] [--max-frames 3000] \
-#       [--device cpu|cuda] [--toolkit spkflow|espnet|speechbrain|wespeaker] [--skip-bad false] [--num-workers 1] \
-#       [--num-threads 1] [--dtype float32|bfloat16|float16] [--fbank-on auto|workers|device] \
-#       [--spk-mean raw|l2] [--model-file F] [--feats-dir D] \
+#       [--device cpu|cuda] [--toolkit spkflow|espnet|speechbrain|wespeaker|resemblyzer] [--skip-bad false] \
+#       [--num-workers 1] [--num-threads 1] [--dtype float32|bfloat16|float16] [--fbank-on auto|workers|device] \
+#       [--spk-mean raw|l2] [--model-file F] [--feats-dir D] [--trim-silences true|false] \
 #       --model-dir DIR DATA_DIR OUT_DIR
 #
 # Writes (float32 Kaldi vectors; ESPnet reads them as type kaldi_ark):
@@ -28,6 +28,10 @@
 #   copy of speechbrain/spkrec-ecapa-voxceleb), loaded with no network (pip install '.[speechbrain]' in the checkout).
 # --toolkit wespeaker: DIR holds a WeSpeaker ONNX export (feats -> embs) and optionally its training
 #   config.yaml (fbank settings; default 80 bins, 25/10 ms, 16 kHz), or DIR is the .onnx file.
+# --toolkit resemblyzer: DIR is Resemblyzer's pretrained.pt (GE2E LSTM d-vector) or the folder holding
+#   it, e.g. the installed package's: $(python -c 'import resemblyzer, os; print(os.path.dirname(resemblyzer.__file__))')
+#   (pip install '.[resemblyzer]' in the checkout); each utterance as embed_utterance(preprocess_wav(wav)),
+#   webrtcvad's trimming of long silences included unless --trim-silences false.
 # Every toolkit: batched so that each utterance gets its single-utterance embedding (docs/toolkits.md).
 # --device cuda gives every job one GPU (--gpu 1 to $cmd; run.pl/queue.pl/slurm.pl set
 #   CUDA_VISIBLE_DEVICES; the job uses the first visible device).
@@ -54,8 +58,9 @@ max_frames=         # bound on padded 10 ms frames per batch (batch size x longe
                     # divided by the encoder's frames per 10 ms (RawNet3 reads 1 ms frames: 300 / 6000)
 device=cpu          # cpu | cuda (one GPU per job)
 toolkit=            # spkflow (stage-4 model dir or pack) | espnet (ESPnet speaker model) |
-                    # speechbrain (pretrained folder) | wespeaker (ONNX export); empty: told from the files
-model_dir=          # the model (required): a dir, a pack (.zip) or a WeSpeaker .onnx
+                    # speechbrain (pretrained folder) | wespeaker (ONNX export) | resemblyzer (its .pt);
+                    # empty: told from the files
+model_dir=          # the model (required): a dir, a pack (.zip), a WeSpeaker .onnx or a Resemblyzer .pt
 model_file=         # espnet: weights file (default: DIR/model.pth or the only *.pth in DIR);
                     # wespeaker: the .onnx (default: the only *.onnx in DIR)
 feats_dir=          # spkflow: read features (feats.scp + vad.scp) from here instead of the audio
@@ -68,6 +73,8 @@ fbank_on=auto       # spkflow: fbank/VAD in the loader workers (numpy) | on the 
                     # batched) | auto (device on cuda without --feats-dir); same numbers within 1e-5
 num_threads=1       # torch threads per job (also passed to $cmd as --num-threads)
 spk_mean=raw        # speaker means of raw vectors (ESPnet's convention) | l2 (of L2-normalised vectors)
+trim_silences=      # resemblyzer: webrtcvad's trimming of long silences, as its preprocess_wav (true, the
+                    # default) | false (the whole audio: windows of speech already found); in the stamp
 python=             # python interpreter (default: utils/spkflow_python.sh: $SPKFLOW_PYTHON, python, .venv)
 
 help_message=$(cat <<EOF
@@ -80,8 +87,9 @@ Options:
   --max-frames F       padded 10 ms frames per batch at most (default: 3000 on cpu, 60000 on cuda,
                        divided by the encoder's frames per 10 ms)
   --device DEV         cpu | cuda (default: ${device})
-  --toolkit T          spkflow | espnet | speechbrain | wespeaker (default: told from the model's files)
-  --model-dir DIR      model directory (spkflow: or a packed model .zip; wespeaker: or the .onnx) (required)
+  --toolkit T          spkflow | espnet | speechbrain | wespeaker | resemblyzer (default: told from the files)
+  --model-dir DIR      model directory (spkflow: or a packed model .zip; wespeaker: or the .onnx;
+                       resemblyzer: or the .pt) (required)
   --model-file F       espnet / wespeaker: the weights file, when DIR has several
   --feats-dir D        spkflow: features from D/feats.scp (+ vad.scp) instead of audio
   --skip-bad BOOL      leave bad utterances out instead of failing (default: ${skip_bad})
@@ -90,6 +98,7 @@ Options:
   --fbank-on W         spkflow: auto | workers | device, where fbank runs (default: ${fbank_on})
   --num-threads N      torch threads per job (default: ${num_threads})
   --spk-mean M         raw | l2 speaker means (default: ${spk_mean})
+  --trim-silences B    resemblyzer: trim long silences as its preprocess_wav (default: true)
 EOF
 )
 
@@ -122,6 +131,7 @@ if [ "${dtype}" = float16 ] && [[ "${device}" != cuda* ]]; then
 fi
 case "${fbank_on}" in auto|workers|device) ;; *) log "Error: --fbank-on must be auto, workers or device, got '${fbank_on}'"; exit 1 ;; esac
 case "${spk_mean}" in raw|l2) ;; *) log "Error: --spk-mean must be raw or l2, got '${spk_mean}'"; exit 1 ;; esac
+case "${trim_silences}" in ''|true|false) ;; *) log "Error: --trim-silences must be true or false, got '${trim_silences}'"; exit 1 ;; esac
 if [ -z "${model_dir}" ]; then
     log "Error: --model-dir is required"
     echo "${help_message}" >&2
@@ -132,7 +142,7 @@ fi
 model=${model_dir}
 info=$("${python}" -m spkflow.bin.model_info --jobs true ${toolkit:+--toolkit "${toolkit}"} --dtype "${dtype}" \
     ${model_file:+--model-file "${model_file}"} ${feats_dir:+--feats-dir "${feats_dir}"} \
-    --fbank-on "${fbank_on}" "${model}") || exit 1
+    --fbank-on "${fbank_on}" ${trim_silences:+--trim-silences "${trim_silences}"} "${model}") || exit 1
 model_toolkit=; model_ours=  # set by:
 eval "${info}"  # model_toolkit, model_ours, model_dir (a pack: its unpacked copy), ...
 if [ -n "${feats_dir}" ] && [ ! -f "${feats_dir}/feats.scp" ]; then
@@ -159,7 +169,8 @@ jobs_lock "${out}"   # from here to the merge, no other run writes into ${out}
 # The model's stamp: the toolkit and the hashes of the files that make its embeddings (config and
 # weights; a missing or ambiguous file is named here, before anything is written).
 stamp=$("${python}" -m spkflow.bin.model_stamp "${model_toolkit}" "${model_dir}" \
-    ${model_file:+--model-file "${model_file}"} --dtype "${dtype}") || exit 1
+    ${model_file:+--model-file "${model_file}"} --dtype "${dtype}" ${trim_silences:+--trim-silences "${trim_silences}"}) \
+    || exit 1
 mkdir -p "${jobs}" "${out}/log"
 if ${model_ours} && [ -z "${feats_dir}" ]; then  # recordings the jobs will upsample: named
     "${python}" -m spkflow.bin.audio_rates --model-dir "${model_dir}" "${data}" 2>&1 \
@@ -198,7 +209,7 @@ if ! ${cmd} ${gpu_opt} --num-threads "${num_threads}" JOB=1:"${nj}" "${out}/log/
             --keys "${jobs}/split${nj}/utts.JOB" --job-id JOB --device "${device}" \
             --batch-size "${batch_size}" ${max_frames:+--max-frames "${max_frames}"} --num-workers "${num_workers}" \
             --dtype "${dtype}" --fbank-on "${fbank_on}" --num-threads "${num_threads}" \
-            --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
+            ${trim_silences:+--trim-silences "${trim_silences}"} --skip-bad "${skip_bad}" "${data}" "${jobs}"; then
     jobs_report_failed "${out}/log/extract_${name}"
     if grep -q "cannot load the model: " "${out}/log/extract_${name}".*.log 2>/dev/null; then
         log "Error: the model cannot be used (see above); re-running with the same model will fail again"

@@ -378,7 +378,7 @@ class AudioBank:
             need = int(math.ceil(n * rate / self.sample_rate)) + 64
             start = int(rng.integers(0, frames - need + 1))
 
-            data, _ = read_file(self.reader.entry(key).strip(), key, start, start + need)
+            data, _ = read_file(self.reader.entry(key).strip(), key, start, start + need, table=True)
             x = resample(to_mono_float(data, key, key), rate, self.sample_rate)[:n]
             if len(x) == n:
                 return x

@@ -71,6 +71,16 @@ def int_at_least(lo: int) -> Callable[[str], int]:
     return parse
 
 
+def int_at_least_or_all(lo: int) -> Callable[[str], int | None]:
+    """An integer >= ``lo``, or ``all`` (no limit: None)."""
+    number = int_at_least(lo)
+
+    def parse(text: str) -> int | None:
+        return None if text == "all" else number(text)
+
+    return parse
+
+
 def float_at_least(lo: float) -> Callable[[str], float]:
     """A float type that refuses values below ``lo`` (and NaN)."""
 

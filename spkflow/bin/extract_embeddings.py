@@ -4,7 +4,7 @@
         [--keys exp/spk_x/embed/test/jobs/utts.3 --job-id 3] [--device cpu|cuda] \\
         [--batch-size 32] [--max-frames 3000] [--num-workers 1] [--num-threads 1] \\
         [--dtype float32|bfloat16|float16] [--fbank-on auto|workers|device] [--skip-bad false] \\
-        [--model-file F] [--feats-dir D] DATA_DIR JOB_DIR
+        [--model-file F] [--feats-dir D] [--trim-silences true|false] DATA_DIR JOB_DIR
 
 Normally started by ``scripts/spk/extract_embeddings.sh`` through ``$cmd JOB=1:N``; the merge
 (``spkflow.bin.merge_embeddings``) writes the final ``xvector.scp``.  Utterances already
@@ -88,6 +88,7 @@ def get_parser() -> argparse.ArgumentParser:
         "auto (device on cuda when reading audio, else workers)",
     )
     p.add_argument("--num-threads", type=_positive, default=1, help="torch threads of the model")
+    p.add_argument("--trim-silences", type=boolean, default=None, help="resemblyzer: webrtcvad trimming (default true)")
     p.add_argument("--skip-bad", type=boolean, default=False, help="list unreadable utterances instead of failing")
     add_bool_option(p, "--progress", default=True, old_negative="--no-progress", help="tqdm progress bar")
     p.add_argument("data_dir", help="Kaldi data directory")
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 dtype=args.dtype,
                 num_threads=args.num_threads,
                 fbank_on=args.fbank_on,
+                trim_silences=args.trim_silences,
             )
         except (InputError, ConfigError, FileNotFoundError, ValueError) as err:
             logging.error("cannot load the model: %s", err)  # the stage script looks for this phrase

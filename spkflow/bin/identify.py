@@ -15,10 +15,11 @@ enrolment (:mod:`spkflow.deploy.gallery`: every utterance's embedding and the mo
 test recording (files, or the utterances of ``--data``, or those ``--list`` names) gets one
 JSON line: ``speaker`` (the best one, ``unknown``, or null with a ``warning`` when it holds too
 little voiced speech, ``--min-speech``), ``file``, ``top`` (the ``--top-k`` speakers with ``llr``,
-``norm_score`` and ``posterior``) and ``p_unknown``.  "unknown" is Bayes' decision with the prior
-``--p-known`` that the speaker is enrolled (or a fixed ``--threshold`` on the best LLR): see
-:mod:`spkflow.deploy.decisions`.  Without a calibration the ranking is by score and no "unknown" is
-decided (said in the log).  Exit status 1 with a line naming the file on bad input.
+``norm_score`` and ``posterior``), ``p_unknown``, and ``note`` for a file cut short.  "unknown"
+is Bayes' decision with the prior ``--p-known`` that the speaker is enrolled (or a fixed
+``--threshold`` on the best LLR): see :mod:`spkflow.deploy.decisions`.  Without a calibration the
+ranking is by score and no "unknown" is decided (said in the log).  Exit status 1 with a line
+naming the file on bad input.
 """
 
 from __future__ import annotations

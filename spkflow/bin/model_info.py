@@ -1,7 +1,7 @@
 """What a model path is, for the shell scripts: one ``name=value`` line each, quoted for ``eval``.
 
     python -m spkflow.bin.model_info [--toolkit T] [--jobs true] [--model-file F] [--feats-dir D]
-        [--fbank-on W] [--dtype D] MODEL
+        [--fbank-on W] [--dtype D] [--trim-silences B] MODEL
 
 prints (:func:`spkflow.embed.inspect_model`; a pack is verified and unpacked once into the cache)::
 
@@ -24,7 +24,7 @@ import argparse
 import shlex
 import sys
 
-from spkflow.bin.argtypes import add_bool_option
+from spkflow.bin.argtypes import add_bool_option, boolean
 from spkflow.core.errors import InputError
 from spkflow.embed import TOOLKITS, inspect_model
 from spkflow.embed.base import DTYPES
@@ -40,10 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--feats-dir", default=None, help="checked: spkflow only")
     p.add_argument("--fbank-on", default="workers", help="checked: device is for spkflow only")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="checked: wespeaker runs float32 only")
+    p.add_argument("--trim-silences", type=boolean, default=None, help="checked: resemblyzer only")
     a = p.parse_args(argv)
     try:
         info = inspect_model(a.model, a.toolkit, jobs=a.jobs)
-        check_options(info.toolkit, model_file=a.model_file, feats_dir=a.feats_dir, fbank_on=a.fbank_on, dtype=a.dtype)
+        opts = {"model_file": a.model_file, "feats_dir": a.feats_dir, "fbank_on": a.fbank_on, "dtype": a.dtype}
+        check_options(info.toolkit, **opts, trim_silences=a.trim_silences)
     except (InputError, ValueError, OSError) as err:
         print(f"{p.prog}: error: {err}", file=sys.stderr)
         return 1

@@ -11,7 +11,8 @@ Several processes: ``torchrun --nproc_per_node P -m spkflow.bin.train ...`` (DDP
 NCCL on GPU; several nodes: scripts/spk/train.sh --num-nodes K).  Under DDP each rank also logs
 at INFO to ``<out-dir>/log/train.rank<R>.log``; the console gets rank 0's INFO, others' warnings.
 Exit status: 0 done (or stopped by --max-steps, with a checkpoint), 128 + N
-stopped by signal N (SIGINT/SIGTERM, with a checkpoint: rerun to resume), 1 bad input, a
+stopped by signal N (SIGINT/SIGTERM/SIGHUP: the checkpoint of the last completed step is written at
+the signal and the process ends without finishing the step in progress; rerun to resume), 1 bad input, a
 non-finite loss, a failed write (the message names the file/line or the batch) or a resume
 refused because the config differs from the checkpoint's (the message names each key and
 both values), 2 bad arguments.  Errors are one line ``python -m spkflow.bin.train: error: ...``.
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             trace_batches=args.trace_batches,
             config_source=args.config,
         )
-        trainer = Trainer(opts)
+        trainer = Trainer(opts, exit_on_signal=True)
         trainer.run()
         if trainer.stopped_by == "signal":
             stopped = 128 + trainer.stop_signal  # the shell convention: the pipeline must not go on

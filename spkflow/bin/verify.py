@@ -15,8 +15,9 @@ Each line of the output: ``a``, ``b``, ``score`` (the model's plain cosine),
 ``norm_score`` (after the model's backend, centring and AS-norm: stage 6's score), ``llr`` (the
 calibrated log-likelihood ratio) and ``same_speaker`` (``llr`` above the threshold for
 ``--p-target``), plus ``label`` for labelled pairs and ``warning`` (with ``same_speaker`` null) for a
-pair with a recording of too little voiced speech (``--min-speech``); a summary goes to the log (for labelled
-pairs: EERs, Cllr and the decisions' error rates).  A model without a calibration (an older
+pair with a recording of too little voiced speech (``--min-speech``), and ``note`` for a file cut short
+(scored on what decodes); a summary goes to the log (for labelled pairs: EERs, Cllr and the
+decisions' error rates).  A model without a calibration (an older
 pack, ONNX) gives ``llr`` and ``same_speaker`` null and says so.  Work and guarantees:
 :mod:`spkflow.deploy.decisions`.  Exit status 1 with a line naming the file on bad input.
 """

@@ -1,5 +1,5 @@
 """The command that installs one of spkflow's optional extras (``pyproject.toml``'s
-``[project.optional-dependencies]``: export, tensorboard, speechbrain).
+``[project.optional-dependencies]``: export, tensorboard, speechbrain, resemblyzer).
 
 spkflow is installed from a clone (``tools/setup.sh``), not from a package index, so
 ``pip install 'spkflow[speechbrain]'`` would look for a ``spkflow`` on PyPI that is not this

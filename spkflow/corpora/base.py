@@ -171,6 +171,7 @@ def write_data_dir(
     trials: bool = False,
     nontarget_ratio: float = 10.0,
     seed: int = 0,
+    max_targets_per_spk: int | None = None,
     text: bool = True,
     progress: bool = False,
     overwrite: bool = False,
@@ -183,7 +184,8 @@ def write_data_dir(
     Files: ``wav.scp``, ``utt2spk``, ``spk2utt``; ``text`` when ``text`` and every utterance has
     a transcript; ``spk2gender`` when the corpus gives a gender for every speaker; ``utt2dur``
     when ``utt2dur``; ``trials``: the corpus's own list when it gives one, else a sampled list
-    when ``trials`` (both is an error); ``extra``: more files (name -> text), e.g. ``bad_files``.
+    when ``trials`` (both is an error; ``max_targets_per_spk``: see :func:`make_trials`);
+    ``extra``: more files (name -> text), e.g. ``bad_files``.
     Put in place by :func:`~spkflow.corpora.destination.data_dir_destination` (``overwrite``,
     ``sources``, ``files``: see there) after :meth:`DataDir.validate` passed on the new files.
     """
@@ -208,9 +210,13 @@ def write_data_dir(
         if data.trials is not None:  # the corpus's own list, in its order
             write_lines(tmp / "trials", [format_trial(t) + "\n" for t in data.trials])
         elif trials:
-            write_trials(
-                tmp / "trials", make_trials({u.utt: u.spk for u in utts}, nontarget_ratio=nontarget_ratio, seed=seed)
+            pairs = make_trials(
+                {u.utt: u.spk for u in utts},
+                nontarget_ratio=nontarget_ratio,
+                seed=seed,
+                max_targets_per_spk=max_targets_per_spk,
             )
+            write_trials(tmp / "trials", pairs)
         for name, content in (extra or {}).items():
             write_text_atomic(tmp / name, content)
         try:

@@ -14,7 +14,8 @@ so ``make_data_dir`` and ``prepare_corpus``) puts a data dir in place.  What it 
 * **Complete or not at all.**  The files are written into a temporary folder beside
   ``DATA_DIR`` (same file system), checked there (:meth:`~spkflow.data.datadir.DataDir.validate`)
   and only then renamed into place, so a data dir that fails its checks never replaces the
-  previous valid one.  A failed run leaves no temporary folder and no empty ``DATA_DIR``.
+  previous valid one.  It gets the mode a ``mkdir`` would (0777 less the umask).  A failed run
+  leaves no temporary folder and no empty ``DATA_DIR``.
 * **One run at a time.**  ``DATA_DIR`` is locked (:mod:`spkflow.core.lock`) from the check of
   its contents to the rename; a second run is refused naming the first one's pid and command.
   The lock travels into the new folder before the rename and is released after it.
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from spkflow.core import lock
+from spkflow.core.atomic import make_temp_dir
 from spkflow.core.errors import InputError, OutputError
 
 __all__ = ["MARKER", "check_apart", "check_destination", "data_dir_destination", "read_marker"]
@@ -169,7 +171,7 @@ def data_dir_destination(
             if not overwrite and (foreign := _foreign(out)):  # written meanwhile by someone else
                 raise _refuse(given, foreign)
             try:
-                tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp.", dir=out.parent))
+                tmp = make_temp_dir(f".{out.name}.tmp.", out.parent)
             except OSError as exc:
                 raise OutputError(out.parent, exc.strerror or str(exc)) from None
             try:

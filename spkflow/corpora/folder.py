@@ -25,11 +25,14 @@ Rules
   becomes ``_``.  Unique, or an error naming both files.
 * **Checked**: each file's header (libsndfile; ffmpeg's stream line for the piped formats) gives
   its rate and duration, so a folder of hours is read in seconds; a file whose header cannot be
-  read, a WAV shorter than its header says, or a name with a line break (no wav.scp line can
-  hold it) is bad.  With ``skip_bad`` every file is also decoded to its end
-  (:func:`decode_check`: a FLAC or MP3 cut short passes the header check) and the bad ones are
-  left out and listed (:attr:`FolderReport.bad`); without it, all bad files are found in one pass
-  and raised together (:class:`BadFilesError`, one line per file), not the first one alone.
+  read, a WAV shorter than its header says, a name with a line break (no wav.scp line can
+  hold it), one ending in ``|`` or white space (a wav.scp line would run it as a command or cut
+  it: a list of files never becomes a command) or a name that is not UTF-8 (the ids are made of
+  it) is bad.  With ``skip_bad``
+  every file is also decoded to its end (:func:`decode_check`: a FLAC or MP3 cut short passes
+  the header check) and the bad ones are left out and listed (:attr:`FolderReport.bad`);
+  without it, all bad files are found in one pass and raised together (:class:`BadFilesError`,
+  one line per file), not the first one alone.
 * :class:`FolderReport` gives the counts, durations and rates seen, and names the files whose
   rate is below the model's (they are upsampled: no energy above half their rate, and the same
   recording at 8 and 16 kHz scores only 0.78-0.84 cosine with the demo model).
@@ -53,7 +56,7 @@ import soundfile as sf
 
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.corpora.base import CorpusData, Utterance
-from spkflow.data.audio import spec_duration
+from spkflow.data.audio import shown_path, spec_duration, truncation
 from spkflow.data.ffmpeg import FFMPEG_EXTENSIONS, ffmpeg_pipe, probe_ffmpeg
 from spkflow.data.steps import is_sorted_k2
 from spkflow.data.tables import WHITESPACE, c_key
@@ -130,8 +133,9 @@ class FolderReport:
 
 
 def _show(path: str) -> str:
-    """A path as one line: with its line breaks escaped (as Python writes them) when it has any."""
-    return repr(path)[1:-1] if "\n" in path or "\r" in path else path
+    """A path as one line: with its line breaks escaped (as Python writes them) when it has any,
+    bytes that are not UTF-8 as ``\\xNN``."""
+    return repr(path)[1:-1] if "\n" in path or "\r" in path else shown_path(path)
 
 
 class BadFilesError(InputError):
@@ -151,6 +155,15 @@ def _clean(s: str) -> str:
     return "".join("_" if c in WHITESPACE else c for c in s)
 
 
+def _utf8(text: str) -> bool:
+    """Whether a name read from the file system (``surrogateescape``) is UTF-8 text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _header(path: Path, ffmpeg: str | None) -> tuple[str, int, float]:
     """(wav.scp entry, native rate, seconds) of one file."""
     if path.suffix.lower() in FFMPEG_EXTENSIONS:
@@ -161,7 +174,7 @@ def _header(path: Path, ffmpeg: str | None) -> tuple[str, int, float]:
         rate, seconds = probe_ffmpeg(ffmpeg, str(path))
         return ffmpeg_pipe(ffmpeg, str(path), rate), rate, seconds
     try:
-        info = sf.info(str(path))
+        info = sf.info(os.fsencode(path))
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
         why = getattr(exc, "error_string", None) or str(exc)
         if getattr(exc, "code", None) == 7 or "possibly a pipe" in why:  # said of any file it cannot decode
@@ -191,7 +204,7 @@ def decode_check(path: Path, wav: str, rate: int, seconds: float, ffmpeg: str | 
         return
     frames = 0
     try:
-        with sf.SoundFile(str(path)) as f:
+        with sf.SoundFile(os.fsencode(path)) as f:
             while True:
                 block = f.read(1 << 13, dtype="float32", always_2d=True)
                 if not len(block):
@@ -199,11 +212,8 @@ def decode_check(path: Path, wav: str, rate: int, seconds: float, ffmpeg: str | 
                 frames += len(block)
     except Exception as exc:  # LibsndfileError: "flac decoder lost sync", ...
         raise InputError(path, None, f"damaged: decoding stops after {frames / rate:.2f} s: {exc}") from None
-    expected = round(seconds * rate)
-    if expected - frames > max(2048, expected // 100):
-        raise InputError(
-            path, None, f"truncated: decodes to {frames / rate:.2f} s of the {seconds:.2f} s its header says"
-        )
+    if (short := truncation(frames, round(seconds * rate), rate)) is not None:
+        raise InputError(path, None, short)
 
 
 def _walk(root: Path, report: FolderReport) -> list[Path]:
@@ -322,6 +332,13 @@ def collect_folder(
         try:
             if "\n" in str(path) or "\r" in str(path):
                 raise InputError(path, None, "its name holds a line break, which a wav.scp line cannot: rename it")
+            if str(path).rstrip().endswith("|") or str(path) != str(path).strip():
+                raise InputError(  # Kaldi strips the line, and runs an entry ending in '|'
+                    path,
+                    None,
+                    "its name ends in '|' or white space, which a wav.scp line would run as a command "
+                    "or cut off: rename it",
+                )
             if not path.is_file():
                 raise InputError(where, None, f"audio file not found: {path}")
             wav, rate, seconds = _header(path, ffmpeg)
@@ -331,6 +348,13 @@ def collect_folder(
             report.bad[str(path)] = exc.message
             continue
         stem = _clean(path.name[: -len(path.suffix)] if path.suffix else path.name)
+        if not _utf8(f"{spk or ''}{stem}"):
+            what = "file name" if not _utf8(stem) else f"speaker ({_show(spk or '')})"
+            report.bad[str(path)] = (
+                f"its {what} is not UTF-8 text, and utterance and speaker ids must be: rename it "
+                "(convmv -f latin1 -t utf-8 -r DIR, for names from Latin-1)"
+            )
+            continue
         if not spk:
             report.own_speaker += 1
             spk = stem

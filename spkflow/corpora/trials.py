@@ -7,15 +7,26 @@ so listing ``(b, a)`` next to ``(a, b)`` would only count the same comparison tw
 
 Guarantees of :func:`make_trials`:
 
-* **all** target pairs (same speaker) are present: ``sum_s C(n_s, 2)`` of them;
+* **all** target pairs (same speaker) are present: ``sum_s C(n_s, 2)`` of them, unless
+  ``max_targets_per_spk`` caps them: a speaker with more keeps a seeded uniform sample of that
+  many of its pairs (drawn from the pair indices, without listing the pairs, by a generator
+  seeded from (seed, speaker): a speaker's choice does not depend on the others);
 * non-target pairs are a uniform sample without replacement of all cross-speaker pairs, of size
   ``min(#non-target pairs, floor(nontarget_ratio * #targets))`` (all of them when there are
   fewer);
-* the list is a pure function of (utterance -> speaker map, ratio, seed, max_per_spk): same
-  inputs, same bytes, on any machine (numpy's PCG64 ``default_rng(seed)``);
+* the list is a pure function of (utterance -> speaker map, ratio, seed, max_per_spk,
+  max_targets_per_spk): same inputs, same bytes, on any machine (numpy's PCG64 ``default_rng``);
 * ``max_per_spk`` bounds a big set (a training set calibrating stage 6): each speaker keeps a
   seeded sample of that many utterances (chosen by a generator seeded from (seed, speaker), so a
   speaker's choice does not depend on the others) before pairs are made.
+
+Why a cap (the commands' default, :data:`DEFAULT_MAX_TARGETS_PER_SPK`): every pair of a folder
+of 4,000 recordings of 10 speakers is about 800,000 target trials (and ten times as many others)
+where a few thousand measure an EER to a few tenths of a percent; VoxCeleb1-O, the list most
+papers report, has 18,860 target trials over 40 speakers (472 per speaker on average, 1,040 at
+most) and as many non-target ones.  500 per speaker keeps every pair of a speaker with up to 32
+recordings (the shipped recipes' test sets: at most 40 per speaker, 780 pairs, are listed by
+``prepare_corpus``, which does not cap).  The library's default stays every pair.
 
 Anchor: the VoxCeleb1 trial lists and Kaldi's ``egs/sre*/`` trials (``utt1 utt2 target``,
 each pair once).  Unlike lists sampled with Python's ``random`` over all O(n^2) pairs, the
@@ -36,18 +47,27 @@ from spkflow.data.tables import c_key, read_lines, split_fields, write_lines
 
 Trial = tuple[str, str, bool]  # (utt1, utt2, is_target), utt1 < utt2 in C order
 
+#: target trials per speaker that ``make_trials`` and ``make_data_dir`` keep by default (module doc)
+DEFAULT_MAX_TARGETS_PER_SPK = 500
+
 
 def _ordered(a: str, b: str) -> tuple[str, str]:
     return (a, b) if c_key(a) < c_key(b) else (b, a)
 
 
 def make_trials(
-    utt2spk: Mapping[str, str], nontarget_ratio: float = 10.0, seed: int = 0, max_per_spk: int | None = None
+    utt2spk: Mapping[str, str],
+    nontarget_ratio: float = 10.0,
+    seed: int = 0,
+    max_per_spk: int | None = None,
+    max_targets_per_spk: int | None = None,
 ) -> list[Trial]:
-    """All target pairs and a seeded uniform sample of non-target pairs (see module doc),
-    sorted like ``LC_ALL=C sort`` sorts the written lines."""
+    """All target pairs (at most ``max_targets_per_spk`` per speaker) and a seeded uniform sample
+    of non-target pairs (see module doc), sorted like ``LC_ALL=C sort`` sorts the written lines."""
     if nontarget_ratio < 0:
         raise ValueError(f"nontarget_ratio must be >= 0, got {nontarget_ratio}")
+    if max_targets_per_spk is not None and max_targets_per_spk < 1:
+        raise ValueError(f"max_targets_per_spk must be >= 1, got {max_targets_per_spk}")
     if max_per_spk is not None:
         if max_per_spk < 2:
             raise ValueError(f"max_per_spk must be >= 2 (a target pair), got {max_per_spk}")
@@ -62,15 +82,24 @@ def make_trials(
     bounds = np.flatnonzero(np.diff(spk[order])) + 1
     tgt_i: list[np.ndarray] = []
     tgt_j: list[np.ndarray] = []
+    same_speaker = 0  # every same-speaker pair, listed or not
     for members in np.split(order, bounds):
-        if len(members) > 1:
-            a, b = np.triu_indices(len(members), k=1)
-            tgt_i.append(members[a])
-            tgt_j.append(members[b])
+        m = len(members)
+        if m < 2:
+            continue
+        pairs = m * (m - 1) // 2
+        same_speaker += pairs
+        if max_targets_per_spk is not None and pairs > max_targets_per_spk:
+            rng = np.random.default_rng([seed, _digest(spk_names[spk[members[0]]]), 1])
+            a, b = _pairs_at(np.sort(rng.choice(pairs, size=max_targets_per_spk, replace=False)), m)
+        else:
+            a, b = np.triu_indices(m, k=1)
+        tgt_i.append(members[a])
+        tgt_j.append(members[b])
     ti = np.concatenate(tgt_i) if tgt_i else np.zeros(0, np.int64)
     tj = np.concatenate(tgt_j) if tgt_j else np.zeros(0, np.int64)
     num_target = len(ti)
-    num_nontarget = n * (n - 1) // 2 - num_target
+    num_nontarget = n * (n - 1) // 2 - same_speaker
     want = min(num_nontarget, int(np.floor(nontarget_ratio * num_target + 1e-9)))
     ni, nj = _sample_nontarget(spk, want, num_nontarget, seed)
 
@@ -88,6 +117,19 @@ def make_trials(
     return trials
 
 
+def _digest(spk: str) -> int:
+    return int.from_bytes(hashlib.sha256(spk.encode("utf-8")).digest()[:8], "little")
+
+
+def _pairs_at(index: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (i < j) of ``m`` items at positions ``index`` of the row-major list of all
+    ``C(m, 2)`` pairs (what ``np.triu_indices(m, k=1)`` lists), without listing them."""
+    rows = np.arange(m - 1, dtype=np.int64)
+    first = rows * (2 * m - rows - 1) // 2  # position of (i, i + 1)
+    i = np.searchsorted(first, index, side="right") - 1
+    return i, i + 1 + (index - first[i])
+
+
 def _at_most_per_speaker(utt2spk: Mapping[str, str], k: int, seed: int) -> dict[str, str]:
     """A seeded sample of at most ``k`` utterances per speaker (of the C-sorted utterances)."""
     by_spk: dict[str, list[str]] = {}
@@ -96,8 +138,7 @@ def _at_most_per_speaker(utt2spk: Mapping[str, str], k: int, seed: int) -> dict[
     keep: dict[str, str] = {}
     for spk, utts in by_spk.items():
         if len(utts) > k:
-            digest = int.from_bytes(hashlib.sha256(spk.encode("utf-8")).digest()[:8], "little")
-            pick = np.random.default_rng([seed, digest]).choice(len(utts), size=k, replace=False)
+            pick = np.random.default_rng([seed, _digest(spk)]).choice(len(utts), size=k, replace=False)
             utts = [utts[i] for i in sorted(pick)]
         keep.update((u, spk) for u in utts)
     return keep

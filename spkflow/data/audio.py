@@ -6,9 +6,17 @@ What it guarantees
   sample rate, whatever the source: a path in any format libsndfile reads (WAV, FLAC, OGG,
   MP3, ...) or of an extension only ffmpeg decodes (m4a, aac, wma, webm: :mod:`spkflow.data.ffmpeg`,
   the arguments of make_data_dir's ``wav.scp`` pipes, so a file named directly gives stage 5's
-  samples), a Kaldi ``command |`` pipe whose stdout is audio bytes, or a Kaldi extended filename
-  ``file.ark:OFFSET`` (wav data written by ``wav-copy``; read with kaldiio).  Every entry point
-  (data dirs, ``verify``, ``identify``, the API) reads through :func:`read_audio`.
+  samples), and in a Kaldi table also a ``command |`` pipe whose stdout is audio bytes or a Kaldi
+  extended filename ``file.ark:OFFSET`` (wav data written by ``wav-copy``; read with kaldiio).
+  Every entry point (data dirs, ``verify``, ``identify``, the API) reads through :func:`read_audio`.
+* **Who may run commands.**  A ``cmd |`` entry is run (``sh -c``), and ``file.ark:OFFSET`` read
+  from an ark, only where a ``wav.scp`` is read as a Kaldi table: :class:`AudioReader` over a
+  data dir (the stages, ``--data``, ``--enrol``), and the callers that pass ``table=True`` for a
+  recording dir's ``wav.scp``.  A path a user types, lists (a pairs file, a list) or passes to
+  the API is a path (``table=False``, the default): ``"touch x |"`` is a file of that name or
+  "not found", never a command (Kaldi's readers and ``kaldiio.load_mat`` run any ``... |``).
+* A file that cannot be read says why in words: not found, a directory, permission denied (for
+  this user); names that are not UTF-8 are read as the bytes they are.
 * ``segments`` (``utt rec start end``, seconds) are honoured; ``end == -1`` means "to the end of
   the recording", and an ``end`` at most 0.5 s past the end is truncated silently (both as
   Kaldi's ``extract-segments``).  Sample positions are *rounded* (``round(t * rate)``), where
@@ -23,7 +31,9 @@ What it guarantees
   utterance and its source (path, or command with its exit status and the tail of its stderr):
   a missing file, an unreadable or corrupt file, a WAV file shorter than its header says (an
   interrupted copy, which libsndfile would read silently as a shorter utterance), a failing
-  pipe, empty audio, a segment outside its recording.
+  pipe, empty audio, a segment outside its recording.  A compressed file (MP3, OGG) that decodes
+  to clearly less than its header says is read as far as it goes: :func:`truncation` is the one
+  rule that names it (``make_data_dir``'s decode check; the ``note`` of ``verify`` / ``identify``).
 * Resampling (:func:`resample`) is band-limited polyphase filtering (``scipy.signal.resample_poly``)
   with exact integer ratios: ``len(out) == ceil(len(x) * new / orig)``; its measured passband
   and image rejection against torchaudio's default are in docs/audio.md.
@@ -43,6 +53,7 @@ import io
 import math
 import os
 import re
+import stat
 import struct
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -58,13 +69,17 @@ from spkflow.data.tables import read_kv, write_kv
 
 __all__ = [
     "AudioReader",
+    "check_file",
     "decode_audio_bytes",
     "known_durations",
     "Segment",
     "load_audio",
     "read_audio",
     "resample",
+    "shown_path",
+    "shortfall",
     "spec_duration",
+    "truncation",
     "utt2dur",
     "write_utt2dur",
     "format_duration",
@@ -95,6 +110,46 @@ def _is_pipe(spec: str) -> bool:
 
 def _pipe_command(spec: str) -> str:
     return spec.rstrip()[:-1].strip()
+
+
+def shown_path(path: str) -> str:
+    """A path as text for a message: bytes that are not UTF-8 (read with ``surrogateescape``)
+    written as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _not_found_hint(path: str) -> str:
+    """What a path that is no file but reads like a Kaldi table entry is: a command or an ark
+    offset is honoured only in a wav.scp (see the module doc)."""
+    if _is_pipe(path):
+        return (
+            f"; {path.strip()!r} is not a file: commands ('cmd |') are run only from a data dir's wav.scp "
+            "(verify / identify --data DATA_DIR; AudioReader in Python), never from a path"
+        )
+    if _ARK_RE.match(path.strip()):
+        return "; Kaldi's 'file.ark:offset' is read only from a data dir's wav.scp (verify / identify --data DATA_DIR)"
+    return ""
+
+
+def check_file(path: str, utt: str, *, table: bool = False) -> None:
+    """:class:`UtteranceError` naming ``path`` and why, unless it is a file this process can read:
+    not found (for a path that is no ``table`` entry, saying that a ``cmd |`` or
+    ``file.ark:offset`` is honoured only in a wav.scp), a directory, a device or named pipe given
+    as a path (a ``table`` entry may name one, as Kaldi's may), permission denied."""
+    shown = shown_path(path)
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        hint = "" if table else _not_found_hint(path)
+        raise UtteranceError(utt, shown, "audio file not found" + hint) from None
+    except OSError as exc:  # EACCES on a folder of the path, ELOOP, ...
+        raise UtteranceError(utt, shown, f"cannot open it: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UtteranceError(utt, shown, "is a directory, not an audio file")
+    if not table and not stat.S_ISREG(st.st_mode):
+        raise UtteranceError(utt, shown, "is not a regular file (a device or a named pipe): give an audio file")
+    if not os.access(path, os.R_OK):
+        raise UtteranceError(utt, shown, "permission denied: this user may not read it")
 
 
 def _ark_location(spec: str) -> tuple[str, int] | None:
@@ -193,14 +248,37 @@ def _wav_truncation(path: str) -> str | None:
     return None
 
 
-def read_file(path: str, utt: str, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, int]:
-    if not os.path.exists(path):
-        raise UtteranceError(utt, path, "audio file not found")
+def truncation(decoded: int, header: int, rate: int) -> str | None:
+    """The note for a file that decodes to clearly fewer samples than its header states (short by
+    more than 2048 samples and 1 %: an MP3 or OGG cut short, which decodes without an error), or
+    None.  The one rule of ``make_data_dir``'s decode check and of :func:`shortfall`."""
+    if header - decoded > max(2048, header // 100):
+        return f"truncated: decodes to {decoded / rate:.2f} s of the {header / rate:.2f} s its header says"
+    return None
+
+
+def shortfall(path: str, decoded: int, rate: int) -> str | None:
+    """:func:`truncation` of a file read whole (``decoded`` samples at ``rate``) against its header
+    (libsndfile's, no decoding); None when it is whole or its header cannot be read."""
+    try:
+        header = int(sf.info(os.fsencode(path)).frames)
+    except Exception:  # noqa: BLE001  (then it could not have been read: the reader named it)
+        return None
+    return truncation(decoded, header, rate)
+
+
+def read_file(
+    path: str, utt: str, start: int = 0, stop: int | None = None, *, table: bool = False
+) -> tuple[np.ndarray, int]:
+    """Samples ``[start, stop)`` of an audio file libsndfile reads -> ([frames, channels] float32,
+    rate); :class:`UtteranceError` naming the file (:func:`check_file`, a WAV cut short, a
+    decoder error).  ``table``: ``path`` is a wav.scp entry (only changes the messages)."""
+    check_file(path, utt, table=table)
     problem = _wav_truncation(path)
     if problem is not None:
-        raise UtteranceError(utt, path, problem)
+        raise UtteranceError(utt, shown_path(path), problem)
     try:
-        with sf.SoundFile(path) as f:
+        with sf.SoundFile(os.fsencode(path)) as f:
             rate = f.samplerate
             if start:
                 f.seek(start)
@@ -209,36 +287,39 @@ def read_file(path: str, utt: str, start: int = 0, stop: int | None = None) -> t
     except UtteranceError:
         raise
     except Exception as exc:
-        raise UtteranceError(utt, path, f"cannot read audio: {exc}") from exc
+        raise UtteranceError(utt, shown_path(path), f"cannot read audio: {exc}") from exc
     return data, int(rate)
 
 
-def _decode_spec(spec: str, utt: str) -> tuple[np.ndarray, int, str]:
-    """Decode a whole wav.scp entry -> ([frames, channels] float32, rate, source name)."""
-    spec = spec.strip()
-    if not spec:
-        raise UtteranceError(utt, "wav.scp", "empty wav.scp entry")
-    if _is_pipe(spec):
-        command = _pipe_command(spec)
-        data, rate = _decode_bytes(_run_pipe(command, utt), utt, f"{command} |")
-        return data, rate, f"{command} |"
-    ark = _ark_location(spec)
-    if ark is not None:
-        try:
-            import kaldiio
+def _decode_spec(spec: str, utt: str, table: bool) -> tuple[np.ndarray, int, str]:
+    """Decode a whole recording -> ([frames, channels] float32, rate, source name): a wav.scp
+    entry (``table``: stripped; a pipe is run, an ark offset read) or a path (as it is)."""
+    if table:
+        spec = spec.strip()
+        if not spec:
+            raise UtteranceError(utt, "wav.scp", "empty wav.scp entry")
+        if _is_pipe(spec):
+            command = _pipe_command(spec)
+            data, rate = _decode_bytes(_run_pipe(command, utt), utt, f"{command} |")
+            return data, rate, f"{command} |"
+        ark = _ark_location(spec)
+        if ark is not None:
+            try:
+                import kaldiio
 
-            rate, data = kaldiio.load_mat(spec)
-        except Exception as exc:
-            raise UtteranceError(utt, spec, f"cannot read wav from ark: {exc}") from exc
-        data = np.asarray(data)
-        return (data if data.ndim == 2 else data[:, None]), int(rate), spec
+                rate, data = kaldiio.load_mat(spec)
+            except Exception as exc:
+                raise UtteranceError(utt, spec, f"cannot read wav from ark: {exc}") from exc
+            data = np.asarray(data)
+            return (data if data.ndim == 2 else data[:, None]), int(rate), spec
+    elif not spec:
+        raise UtteranceError(utt, "''", "empty path")
     if is_ffmpeg_file(spec):
-        if not os.path.exists(spec):
-            raise UtteranceError(utt, spec, "audio file not found")
-        data, rate = _decode_bytes(decode_file(spec, utt), utt, spec)
-        return data, rate, spec
-    data, rate = read_file(spec, utt)
-    return data, rate, spec
+        check_file(spec, utt, table=table)
+        data, rate = _decode_bytes(decode_file(spec, utt), utt, shown_path(spec))
+        return data, rate, shown_path(spec)
+    data, rate = read_file(spec, utt, table=table)
+    return data, rate, shown_path(spec)
 
 
 def decode_audio_bytes(raw: bytes, utt: str, source: str) -> tuple[np.ndarray, int]:
@@ -254,19 +335,23 @@ def decode_audio_bytes(raw: bytes, utt: str, source: str) -> tuple[np.ndarray, i
     return wave, int(rate)
 
 
-def read_audio(spec: str, utt: str = "<audio>") -> tuple[np.ndarray, int]:
-    """Decode one wav.scp entry at its native rate -> (float32 mono [-1, 1], rate)."""
-    data, rate, source = _decode_spec(spec, utt)
+def read_audio(spec: str, utt: str = "<audio>", *, table: bool = False) -> tuple[np.ndarray, int]:
+    """Decode one recording at its native rate -> (float32 mono [-1, 1], rate).
+
+    ``spec`` is a path; with ``table=True`` it is an entry of a ``wav.scp`` read as a Kaldi table,
+    where ``cmd |`` is run and ``file.ark:OFFSET`` read (see "Who may run commands" above)."""
+    data, rate, source = _decode_spec(spec, utt, table)
     wave = to_mono_float(data, utt, source)
     if wave.size == 0:
         raise UtteranceError(utt, source, "audio has no samples")
     return wave, rate
 
 
-def load_audio(spec: str, sample_rate: int | None = 16000, utt: str = "<audio>") -> np.ndarray:
-    """Decode one wav.scp entry (path, ``cmd |`` or ``file.ark:offset``) to float32 mono in
-    [-1, 1], resampled to ``sample_rate`` (None: keep the native rate)."""
-    wave, rate = read_audio(spec, utt)
+def load_audio(spec: str, sample_rate: int | None = 16000, utt: str = "<audio>", *, table: bool = False) -> np.ndarray:
+    """Decode one recording (a path; with ``table=True`` a wav.scp entry: also ``cmd |`` or
+    ``file.ark:offset``) to float32 mono in [-1, 1], resampled to ``sample_rate`` (None: keep
+    the native rate)."""
+    wave, rate = read_audio(spec, utt, table=table)
     return wave if sample_rate is None else resample(wave, rate, sample_rate)
 
 
@@ -308,27 +393,29 @@ def polyphase_filter(up: int, down: int) -> np.ndarray:
 # --------------------------------------------------------------------------- durations
 
 
-def spec_duration(spec: str, utt: str = "<audio>") -> float:
-    """Duration in seconds of one wav.scp entry: header only for files, decoding for pipes/arks."""
-    spec = spec.strip()
-    if not _is_pipe(spec) and _ark_location(spec) is None:
-        if not os.path.exists(spec):
-            raise UtteranceError(utt, spec, "audio file not found")
+def spec_duration(spec: str, utt: str = "<audio>", *, table: bool = False) -> float:
+    """Duration in seconds of one recording (a path; with ``table=True`` a wav.scp entry):
+    header only for files, decoding for pipes/arks."""
+    if table:
+        spec = spec.strip()
+    if not table or (not _is_pipe(spec) and _ark_location(spec) is None):
+        check_file(spec, utt, table=table)
+        shown = shown_path(spec)
         if is_ffmpeg_file(spec):
             try:
                 return probe_ffmpeg(default_ffmpeg(), spec)[1]
             except (InputError, FileNotFoundError) as exc:
-                raise UtteranceError(utt, spec, getattr(exc, "message", str(exc))) from None
+                raise UtteranceError(utt, shown, getattr(exc, "message", str(exc))) from None
         try:
-            info = sf.info(spec)
+            info = sf.info(os.fsencode(spec))
         except Exception as exc:
-            raise UtteranceError(utt, spec, f"cannot read audio header: {exc}") from exc
+            raise UtteranceError(utt, shown, f"cannot read audio header: {exc}") from exc
         if info.frames <= 0 or info.samplerate <= 0:
-            raise UtteranceError(utt, spec, "audio has no samples")
+            raise UtteranceError(utt, shown, "audio has no samples")
         if info.format == "WAV" and (problem := _wav_truncation(spec)) is not None:
-            raise UtteranceError(utt, spec, problem)
+            raise UtteranceError(utt, shown, problem)
         return info.frames / info.samplerate
-    wave, rate = read_audio(spec, utt)
+    wave, rate = read_audio(spec, utt, table=True)
     return wave.shape[0] / rate
 
 
@@ -439,7 +526,7 @@ class AudioReader:
     def read_native(self, utt: str) -> tuple[np.ndarray, int]:
         """Waveform of ``utt`` at the recording's own rate -> (float32 mono, rate)."""
         if self._segments is None:
-            return read_audio(self.entry(utt), utt)
+            return read_audio(self.entry(utt), utt, table=True)
         seg = self._segment(utt)
         spec = self._wav[seg.recording].strip()
         if not _is_pipe(spec) and _ark_location(spec) is None and not is_ffmpeg_file(spec):
@@ -451,7 +538,7 @@ class AudioReader:
     def _decoded_recording(self, rec: str, spec: str, utt: str) -> tuple[np.ndarray, int, str]:
         if self._cache is not None and self._cache[0] == rec:
             return self._cache[1], self._cache[2], self._cache[3]
-        data, rate, source = _decode_spec(spec, utt)
+        data, rate, source = _decode_spec(spec, utt, table=True)
         self._cache = (rec, data, rate, source)
         return data, rate, source
 
@@ -475,14 +562,13 @@ class AudioReader:
         return start, stop
 
     def _read_file_segment(self, utt: str, seg: Segment, path: str) -> tuple[np.ndarray, int]:
-        if not os.path.exists(path):
-            raise UtteranceError(utt, path, "audio file not found")
+        check_file(path, utt, table=True)
         try:
-            info = sf.info(path)
+            info = sf.info(os.fsencode(path))
         except Exception as exc:
             raise UtteranceError(utt, path, f"cannot read audio header: {exc}") from exc
         start, stop = self._segment_bounds(utt, seg, info.frames, info.samplerate, path)
-        data, rate = read_file(path, utt, start, stop)
+        data, rate = read_file(path, utt, start, stop, table=True)
         wave = to_mono_float(data, utt, path)
         if wave.shape[0] != stop - start:
             raise UtteranceError(
@@ -496,7 +582,7 @@ class AudioReader:
     def recording_duration(self, rec: str) -> float:
         """Duration in seconds of recording ``rec`` of wav.scp (cached; header only for files)."""
         if rec not in self._rec_dur:
-            self._rec_dur[rec] = spec_duration(self._wav[rec], rec)
+            self._rec_dur[rec] = spec_duration(self._wav[rec], rec, table=True)
         return self._rec_dur[rec]
 
     def duration(self, utt: str) -> float:
@@ -604,7 +690,7 @@ def native_rates(data_dir: str | os.PathLike[str], limit: int = 20000) -> tuple[
             rate = int(m.group(1)) if m else None
         elif _ark_location(spec) is None:
             try:
-                rate = int(sf.info(spec).samplerate)
+                rate = int(sf.info(os.fsencode(spec)).samplerate)
             except Exception:  # noqa: BLE001  (a missing or unreadable file is named when read)
                 rate = None
         if rate is None:

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from spkflow.core.atomic import make_temp_dir
 from spkflow.core.errors import InputError
 from spkflow.data.fix import fix_data_dir
 from spkflow.data.steps import (
@@ -161,7 +162,7 @@ def combine_data(
 
     parent = t.parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}.", dir=parent))
+    tmp = make_temp_dir(f".{t.name}.", parent)
     try:
         for name, lines in out.items():
             write_lines(tmp / name, lines)

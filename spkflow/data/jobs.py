@@ -49,7 +49,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from spkflow.core.atomic import atomic_write
+from spkflow.core.atomic import atomic_write, umask
 from spkflow.core.errors import InputError, OutputError
 from spkflow.data.audio import known_durations
 from spkflow.data.tables import RAW_BYTE_RE, read_kv
@@ -372,7 +372,7 @@ class StagedOutputs:
         with writing(final):
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.out_dir)
             self._tmp[name] = tmp
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~umask())
             kw = {} if "b" in mode else {"encoding": "utf-8", "errors": "surrogateescape"}
             with os.fdopen(fd, mode, **kw) as f:
                 yield f
@@ -404,12 +404,6 @@ class StagedOutputs:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         self._tmp.clear()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 # --------------------------------------------------------------------------- stamps

@@ -1,9 +1,10 @@
 """Verification and identification of new recordings with a trained model: the work behind
 ``python -m spkflow.bin.verify`` and ``python -m spkflow.bin.identify``.
 
-Recordings are named by audio path (any ``wav.scp`` entry), by utterance id of a data dir
-(``wav.scp`` + ``segments``), or by key of an embedding scp (stage 5's ``xvector.scp``: no audio
-read, the numbers stage 6 scored).  Each distinct recording is read and embedded once, in
+Recordings are named by audio path (a file: a name ending in ``|`` is a file name, never a
+command), by utterance id of a data dir (``wav.scp`` + ``segments``, whose ``cmd |`` entries are
+run as Kaldi runs them), or by key of an embedding scp (stage 5's ``xvector.scp``: no audio read,
+the numbers stage 6 scored).  Each distinct recording is read and embedded once, in
 batches (:meth:`spkflow.api.Embedder.embed_batch`, a progress bar on a terminal), and every pair
 is scored at once by the model's :class:`~spkflow.score.model_scoring.Scoring`: thousands of pairs
 take the time of embedding their recordings plus milliseconds.
@@ -25,6 +26,10 @@ What it guarantees
 * **No decision on too little speech**: a recording with fewer than ``min_speech`` seconds of
   voiced speech (:mod:`spkflow.features.speech`) gets a null decision and a ``warning`` in its
   JSON line, and every line is valid JSON (a non-finite number is null, with no decision).
+* **A file cut short is said**: one that decodes to clearly less than its header states (an MP3
+  or OGG cut short decodes without an error; ``make_data_dir`` calls it truncated by the same
+  rule, :func:`spkflow.data.audio.truncation`) is scored on what decodes, with a ``note`` in its
+  JSON lines and a warning on stderr.
 * **A lone pair is not centred on itself**: ``domain="pairs"`` needs :data:`MIN_DOMAIN`
   recordings; under ``auto`` fewer are centred on the calibration set's mean (``PAIR``).
 * **Saved enrolment** (:mod:`spkflow.deploy.gallery`): :func:`identify` embeds the test
@@ -56,7 +61,7 @@ import numpy as np
 
 from spkflow.core import jsonsafe
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.data.audio import AudioReader, read_audio
+from spkflow.data.audio import AudioReader, read_audio, shortfall
 from spkflow.data.datadir import DataDir
 from spkflow.data.tables import read_kv
 from spkflow.deploy.gallery import Gallery, embedder_stamp
@@ -96,6 +101,13 @@ class Recordings:
     #: seconds of voiced speech of each recording read (:func:`~spkflow.features.speech.speech_seconds`;
     #: none for an embedding scp: no audio is read)
     speech: dict[str, float] = field(default_factory=dict)
+    #: what to say of a recording read by path: cut short (:func:`~spkflow.data.audio.shortfall`)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def note(self, names: Sequence[str]) -> str | None:
+        """The JSON ``note`` of a row naming ``names``: what :attr:`notes` says of them, or None."""
+        said = [f"{n}: {self.notes[n]}" for n in dict.fromkeys(names) if n in self.notes]
+        return "; ".join(said) or None
 
     def embed(
         self,
@@ -139,7 +151,13 @@ class Recordings:
             chunk, waves, rates = [], [], []
             for name in names[start : start + _CHUNK]:
                 try:
-                    wave, rate = reader.read_native(key[name]) if reader is not None else read_audio(name, utt=name)
+                    if reader is not None:
+                        wave, rate = reader.read_native(key[name])
+                    else:
+                        wave, rate = read_audio(name, utt=name)
+                        if (short := shortfall(name, wave.shape[0], rate)) is not None:
+                            self.notes[name] = short
+                            log.warning("%s: %s; scored on what decodes", name, short)
                     if wave.shape[0] < rate * 0.025:
                         raise UtteranceError(name, name, f"shorter than one 25 ms frame ({wave.shape[0]} samples)")
                     self.speech[name] = speech_seconds(wave, rate)
@@ -289,6 +307,8 @@ def verify_pairs(
             row["same_speaker"] = None
             row["warning"] = warn
             flagged += 1
+        if (note := source.note((x, y))) is not None:
+            row["note"] = note
         out.write(jsonsafe.dumps(row) + "\n")
     summary: dict[str, Any] = {
         "pairs": len(kept),
@@ -319,7 +339,7 @@ def domain_embeddings(embedder: Any, path: str, *, progress: bool = True) -> np.
     if p.is_dir():
         emb, _ = Recordings(str(p)).embed(embedder, DataDir(p).utts(), progress=progress)
     elif p.is_file() and p.suffix == ".npz":
-        g = Gallery.load(p, embedder_stamp(embedder))
+        g = Gallery.load(p, embedder_stamp(embedder), embedder.dim)
         emb = {str(i): v for i, v in enumerate(g.emb)}  # utterance ids of two enrolments may repeat
     elif p.is_file():
         emb = read_embeddings(p)
@@ -368,7 +388,7 @@ def enrolment(
     another model is refused before anything is embedded), with the speakers of ``enrol_dir``
     added (or replacing theirs) and ``remove`` taken out, written to ``save`` when given."""
     stamp = embedder_stamp(embedder)
-    saved = Gallery.load(gallery, stamp) if gallery is not None else None
+    saved = Gallery.load(gallery, stamp, embedder.dim) if gallery is not None else None
     if enrol_dir is None and saved is None:
         raise ValueError("give an enrolment data dir or a gallery")
 
@@ -475,6 +495,8 @@ def identify(
             row["p_unknown"] = _num(p_unknown)
         if warn is not None:
             row["warning"] = warn
+        if (note := test_source.note((name,))) is not None:
+            row["note"] = note
         out.write(jsonsafe.dumps(row) + "\n")
     return {
         "tests": len(names),

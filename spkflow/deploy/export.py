@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spkflow.core.atomic import umask
 from spkflow.core.extras import install_hint
 from spkflow.nnet.models import DVectorLSTM, EcapaTdnn, SpeakerEmbedder, lengths_to_mask
 
@@ -277,15 +278,9 @@ def export_onnx(
                 f"onnxruntime output differs from PyTorch by {worst:.3g} of the embedding's norm (> {tol:g}; "
                 f"{absolute:.3g} absolute): not written"
             )
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, out)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return worst, absolute
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

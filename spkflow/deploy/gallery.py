@@ -14,6 +14,9 @@ What it guarantees
 * **Only with the model that made it**: the header carries the model's stamp (the SHA-256 of the
   files that make its embeddings, :func:`spkflow.embed.base.model_stamp`; a packed model and the
   model dir it was packed from share it); another model is refused, naming both.
+* **A damaged gallery is named, not scored**: embeddings of another size than its header's (or
+  the model's), or holding NaN or infinite values, are refused naming the file, and for a bad
+  value the speaker and the utterance.
 * **Speakers added, replaced and removed without re-embedding the others**
   (:meth:`Gallery.merge`, :meth:`Gallery.remove`).
 
@@ -154,9 +157,10 @@ class Gallery:
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], stamp: str | None = None) -> Gallery:
-        """Read a gallery; with ``stamp``, refuse one made with another model.  :class:`InputError`
-        naming the file on anything wrong."""
+    def load(cls, path: str | os.PathLike[str], stamp: str | None = None, dim: int | None = None) -> Gallery:
+        """Read a gallery; with ``stamp``, refuse one made with another model, with ``dim``, one
+        whose embeddings are of another size.  :class:`InputError` naming the file on anything
+        wrong (the speaker and utterance of an embedding that is not finite)."""
         p = Path(path)
         if not p.is_file():
             raise InputError(p, None, "gallery not found (make one with identify --enrol DATA_DIR --save GALLERY)")
@@ -180,12 +184,32 @@ class Gallery:
                 "--enrol DATA_DIR --save GALLERY",
             )
         try:
-            return cls(
+            g = cls(
                 str(meta["model"]),
                 [str(u) for u in arr["utts"]],
                 [str(s) for s in arr["speakers"]],
                 arr["emb"].astype(np.float32),
                 arr["speech"].astype(np.float64),
             )
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise InputError(p, None, f"bad gallery: {exc}") from None
+        size = g.emb.shape[1]
+        if size != meta.get("dim") or (dim is not None and size != dim):
+            raise InputError(
+                p,
+                None,
+                f"bad gallery: embeddings of dimension {size}, its header says {meta.get('dim')!r}"
+                + (f" and the model makes {dim}" if dim is not None else "")
+                + ": enrol again with --enrol DATA_DIR --save GALLERY",
+            )
+        bad = ~np.isfinite(g.emb).all(axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(
+                p,
+                None,
+                f"bad gallery: the embedding of speaker {g.speakers[i]!r} (utterance {g.utts[i]!r}) holds NaN or "
+                f"infinite values ({int(bad.sum())} of {len(g.utts)} utterances): enrol again with --enrol DATA_DIR "
+                "--save GALLERY",
+            )
+        return g

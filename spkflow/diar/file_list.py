@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from spkflow.core.errors import InputError
-from spkflow.data.audio import read_audio, spec_duration
+from spkflow.data.audio import check_file, read_audio, spec_duration
 from spkflow.deploy.decisions import domain_embeddings
 from spkflow.deploy.gallery import Gallery, embedder_stamp
 from spkflow.diar.naming import Naming, name_clusters
@@ -116,19 +116,6 @@ class Done:
     seconds: float = 0.0
     kept: bool = False
     names: tuple[Naming, ...] = ()
-
-
-def _check_audio_file(path: str) -> None:
-    if path.rstrip().endswith("|"):
-        raise InputError(path, None, "a file name ending in '|' would be read as a command: rename the file")
-    if not os.path.lexists(path):
-        raise InputError(path, None, "no such file")
-    if os.path.isdir(path):
-        raise InputError(path, None, "is a folder, not an audio file")
-    if not os.path.isfile(path):
-        raise InputError(path, None, "is not a regular file (a broken link, a device or a pipe)")
-    if not os.access(path, os.R_OK):
-        raise InputError(path, None, "permission denied: this user cannot read it")
 
 
 def _turns_of(src: str | os.PathLike[str], rttm: Rttm, rec: str, duration: float) -> list[Turn]:
@@ -193,9 +180,9 @@ def check_files(
     cache: dict[str, Rttm] = {}
     for f in files:
         path = os.fspath(f)
-        _check_audio_file(path)
         stem = Path(path).stem
         rid = safe_id(stem)
+        check_file(path, rid)  # a path is a path: found, a regular file, readable (never a command)
         if rid in ids:
             raise InputError(path, None, f"same recording id {rid!r} as {ids[rid]}: their RTTMs would be one file")
         ids[rid] = path

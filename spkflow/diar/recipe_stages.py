@@ -61,7 +61,7 @@ def speech_regions(rs: RecordingSet, rec: str, method: str, silero: SileroOption
     if method != "oracle":
         from spkflow.data.audio import load_audio
 
-        wave = load_audio(rs.wav[rec], 16000, utt=rec)
+        wave = load_audio(rs.wav[rec], 16000, utt=rec, table=True)
     elif rs.turns is None:
         raise InputError(rs.path / "rttm", None, "no such file: oracle speech needs the reference turns")
     regions = detect_speech(

@@ -103,7 +103,7 @@ def load_recordings(data_dir: str | os.PathLike[str], *, need_rttm: bool = False
             except ValueError:
                 raise InputError(r2d_path, n, f"duration {v!r} of {k!r} is not a number") from None
     else:
-        durations = {k: spec_duration(v, k) for k, v in wav.items()}
+        durations = {k: spec_duration(v, k, table=True) for k, v in wav.items()}
     out = RecordingSet(d, wav, durations)
     rttm_path = d / "rttm"
     if rttm_path.is_file():

@@ -7,7 +7,8 @@ opens a model goes through them.  ``base`` holds the interface every model runs 
 planning; ``masking`` makes encoders that take no lengths blind to a batch's padding; one module
 per kind of model: ``native`` spkflow's own, ``packed`` our packs (verified, unpacked once into
 a cache), ``exported`` our ONNX exports (onnxruntime, no torch), ``espnet`` ESPnet's speaker
-models, ``speechbrain`` SpeechBrain's pretrained folders, ``wespeaker`` WeSpeaker's ONNX exports;
+models, ``speechbrain`` SpeechBrain's pretrained folders, ``wespeaker`` WeSpeaker's ONNX exports,
+``resemblyzer`` Resemblyzer's pretrained GE2E encoder;
 ``run`` is one job of stage 5 (resumable, sorted, aligned outputs) and the merge.
 
 May import: ``core``, ``data``, ``features``, ``nnet``, ``score``.

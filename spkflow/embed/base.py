@@ -4,8 +4,9 @@
 per-utterance input maker run in DataLoader workers, a length in 10 ms frames and a batched
 forward.  :class:`spkflow.embed.native.SpkflowEmbedder` runs a stage-4 model dir; the other
 toolkits' adapters are :class:`~spkflow.embed.espnet.EspnetEmbedder`,
-:class:`~spkflow.embed.speechbrain.SpeechbrainEmbedder` and
-:class:`~spkflow.embed.wespeaker.WespeakerEmbedder`; :func:`spkflow.embed.open_embedder` picks
+:class:`~spkflow.embed.speechbrain.SpeechbrainEmbedder`,
+:class:`~spkflow.embed.wespeaker.WespeakerEmbedder` and
+:class:`~spkflow.embed.resemblyzer.ResemblyzerEmbedder`; :func:`spkflow.embed.open_embedder` picks
 one.  :func:`model_files` names the files that make a model's embeddings (what its stamp
 hashes), :class:`WavePreparer` reads a data dir's audio at the model's rate in the workers.
 
@@ -87,7 +88,7 @@ class ModelError(InputError):
 
 
 #: ``--toolkit`` choices: the model formats stage 5 and the API run
-TOOLKITS = ("spkflow", "espnet", "speechbrain", "wespeaker")
+TOOLKITS = ("spkflow", "espnet", "speechbrain", "wespeaker", "resemblyzer")
 
 #: ``--dtype`` choices: the precision the model runs in (outputs are always written float32)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -114,16 +115,18 @@ def model_files(
     * ``speechbrain``: ``hyperparams.yaml`` and every ``*.ckpt`` beside it (the files its
       ``Pretrainer`` loads; label and example files do not change an embedding);
     * ``wespeaker``: ``config.yaml`` when there is one (the frontend's settings), then
-      ``model_file``, else the only ``*.onnx``; ``model_dir`` may be the ``.onnx`` file itself.
+      ``model_file``, else the only ``*.onnx``; ``model_dir`` may be the ``.onnx`` file itself;
+    * ``resemblyzer``: the only ``*.pt`` (the installed package's folder holds ``pretrained.pt``);
+      ``model_dir`` may be the ``.pt`` file itself.
 
     Raises :class:`ModelError` naming what is missing or ambiguous.  Reads no file.
     """
     d = Path(model_dir)
-    if toolkit == "wespeaker" and d.is_file():
+    if toolkit in ("wespeaker", "resemblyzer") and d.is_file():
         return [d]
     if not d.is_dir():
         raise ModelError(d, None, "model directory not found" if not d.exists() else "not a directory")
-    if model_file is not None and toolkit in ("spkflow", "speechbrain"):
+    if model_file is not None and toolkit in ("spkflow", "speechbrain", "resemblyzer"):
         raise ModelError(Path(model_file), None, f"--model-file is for --toolkit espnet or wespeaker, not {toolkit}")
     chosen = Path(model_file) if model_file is not None else None
     if chosen is not None and not chosen.is_file():
@@ -155,6 +158,12 @@ def model_files(
     if toolkit == "wespeaker":
         side = [d / "config.yaml"] if (d / "config.yaml").is_file() else []
         return [*side, chosen if chosen is not None else only("*.onnx")]
+    if toolkit == "resemblyzer":
+        pts = sorted(d.glob("*.pt"))
+        if len(pts) != 1:
+            what = "no *.pt file" if not pts else f"several: {' '.join(p.name for p in pts)}"
+            raise ModelError(d, None, f"cannot tell which weights to use ({what}); give the .pt file as the model")
+        return pts
     raise ValueError(f"--toolkit must be one of {', '.join(TOOLKITS)}, got {toolkit!r}")
 
 

@@ -18,6 +18,7 @@ ONNX export of ours (``.onnx``)     ``spkflow``  :class:`~spkflow.embed.exported
 ESPnet speaker model dir            ``espnet``   :class:`~spkflow.embed.espnet.EspnetEmbedder`
 SpeechBrain pretrained folder       ``speechbrain``  :class:`~spkflow.embed.speechbrain.SpeechbrainEmbedder`
 WeSpeaker ONNX export (dir or file) ``wespeaker``  :class:`~spkflow.embed.wespeaker.WespeakerEmbedder`
+Resemblyzer ``.pt`` (dir or file)   ``resemblyzer``  :class:`~spkflow.embed.resemblyzer.ResemblyzerEmbedder`
 ==================================  ==========  ==============================================
 
 What it guarantees: the toolkit is told from the files when not given (:func:`detect_toolkit`,
@@ -27,7 +28,8 @@ stage 5's jobs, a corrupted pack) is an :class:`~spkflow.core.errors.InputError`
 naming the path, raised before any model is built; a pack is verified member by member and
 unpacked once, under a lock, keyed by its content.  ESPnet's ``Speech2Embedding.from_pretrained``
 and SpeechBrain's ``from_hparams`` each open their own toolkit's files only; WeSpeaker's
-``load_model`` its own.
+``load_model`` its own; Resemblyzer's ``VoiceEncoder`` takes any ``.pt`` and loads it with
+``strict=False``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from spkflow.embed.espnet import EspnetEmbedder
 from spkflow.embed.exported import OnnxBackend
 from spkflow.embed.native import SpkflowEmbedder
 from spkflow.embed.packed import check_model_path, unpacked
+from spkflow.embed.resemblyzer import ResemblyzerEmbedder, is_encoder_checkpoint
 from spkflow.embed.speechbrain import SpeechbrainEmbedder
 from spkflow.embed.wespeaker import INPUT, WespeakerEmbedder
 from spkflow.score.model_scoring import SCORING_FILES, Scoring, has_scoring
@@ -99,10 +102,13 @@ def detect_toolkit(path: str | os.PathLike[str]) -> str:
 
     * a ``.onnx`` file: ``wespeaker`` when its only input is ``feats``, else ``spkflow`` (an export
       of ``python -m spkflow.bin.export``, inputs ``feats`` and ``lengths``);
+    * a ``.pt`` file holding a GE2E encoder's ``model_state``: ``resemblyzer``;
     * a dir with ``hyperparams.yaml``: ``speechbrain``;
     * a dir with ``config.yaml``: ``wespeaker`` when it has ``dataset_args`` beside an ``.onnx``,
       ``espnet`` when it has an ``encoder``, ``spkflow`` when it has a ``model`` section;
     * a dir with one ``.onnx`` and no config: ``wespeaker``;
+    * a dir with one ``.pt`` and no config, that checkpoint a GE2E encoder's: ``resemblyzer`` (the
+      installed ``resemblyzer`` package's folder is one);
     * any other file: ``spkflow`` (a packed model, ``python -m spkflow.bin.pack``).
 
     Raises :class:`InputError` naming the path when none fits."""
@@ -113,6 +119,10 @@ def detect_toolkit(path: str | os.PathLike[str]) -> str:
         if p.suffix == ".onnx":
             names = [i.name for i in onnx_session(p).get_inputs()]
             return "wespeaker" if names == [INPUT] else "spkflow"
+        if p.suffix == ".pt":
+            if is_encoder_checkpoint(p):
+                return "resemblyzer"
+            raise InputError(p, None, "not a Resemblyzer (GE2E encoder) checkpoint: no 'model_state' with an LSTM")
         return "spkflow"
     if (p / "hyperparams.yaml").is_file():
         return "speechbrain"
@@ -128,12 +138,16 @@ def detect_toolkit(path: str | os.PathLike[str]) -> str:
                 return "spkflow"
     elif len(onnx) == 1:
         return "wespeaker"
+    else:
+        pts = sorted(p.glob("*.pt"))
+        if len(pts) == 1 and is_encoder_checkpoint(pts[0]):
+            return "resemblyzer"
     raise InputError(
         p,
         None,
         "cannot tell the toolkit of this model (spkflow: config.yaml with 'model' + model.pth; espnet: config.yaml "
-        "with 'encoder' + *.pth; speechbrain: hyperparams.yaml + *.ckpt; wespeaker: *.onnx [+ config.yaml]); "
-        "give the toolkit",
+        "with 'encoder' + *.pth; speechbrain: hyperparams.yaml + *.ckpt; wespeaker: *.onnx [+ config.yaml]; "
+        "resemblyzer: one *.pt); give the toolkit",
     )
 
 
@@ -178,11 +192,14 @@ def check_options(
     feats_dir: str | os.PathLike[str] | None = None,
     fbank_on: str = "workers",
     dtype: str = "float32",
+    trim_silences: bool | None = None,
 ) -> None:
     """``ValueError`` for an option ``toolkit``'s models cannot take (before anything is built)."""
+    if trim_silences is not None and toolkit != "resemblyzer":
+        raise ValueError(f"--trim-silences is for --toolkit resemblyzer (Resemblyzer's preprocess_wav), not {toolkit}")
     if feats_dir is not None and toolkit != "spkflow":
         raise ValueError(f"--feats-dir is for --toolkit spkflow; {toolkit} models read audio")
-    if model_file is not None and toolkit in ("spkflow", "speechbrain"):
+    if model_file is not None and toolkit in ("spkflow", "speechbrain", "resemblyzer"):
         raise ValueError(f"--model-file is for --toolkit espnet or wespeaker; a {toolkit} model dir names its files")
     if fbank_on == "device" and toolkit != "spkflow":
         raise ValueError(f"--fbank-on device is for --toolkit spkflow (a {toolkit} model computes its own frontend)")
@@ -201,6 +218,7 @@ def open_embedder(
     feats_dir: str | os.PathLike[str] | None = None,
     num_threads: int | None = None,
     fbank_on: str = "workers",
+    trim_silences: bool | None = None,
 ) -> Embedder:
     """The model at ``path`` (or what :func:`inspect_model` said of it) on ``device`` in ``dtype``,
     behind stage 5's interface (:class:`~spkflow.embed.base.Embedder`; our ONNX export: the API's).
@@ -208,9 +226,17 @@ def open_embedder(
     ``model_file``: ESPnet / WeSpeaker weights when the dir has several; ``feats_dir``: stage-2
     features instead of audio (ours); ``num_threads``: onnxruntime's threads (WeSpeaker; torch's
     are the caller's); ``fbank_on``: where our models' frontend runs (:mod:`spkflow.embed.native`);
+    ``trim_silences``: Resemblyzer's webrtcvad trimming (None: its default, on);
     ``jobs``: refuse what stage 5's jobs cannot run."""
     info = path if isinstance(path, ModelInfo) else inspect_model(path, toolkit, jobs=jobs)
-    check_options(info.toolkit, model_file=model_file, feats_dir=feats_dir, fbank_on=fbank_on, dtype=dtype)
+    check_options(
+        info.toolkit,
+        model_file=model_file,
+        feats_dir=feats_dir,
+        fbank_on=fbank_on,
+        dtype=dtype,
+        trim_silences=trim_silences,
+    )
     d = info.model_dir
     if info.kind == "onnx":
         return OnnxBackend(d, device)
@@ -220,6 +246,8 @@ def open_embedder(
         return SpeechbrainEmbedder(d, device, dtype=dtype)
     if info.toolkit == "wespeaker":
         return WespeakerEmbedder(d, device, model_file=model_file, dtype=dtype, num_threads=num_threads)
+    if info.toolkit == "resemblyzer":
+        return ResemblyzerEmbedder(d, device, dtype=dtype, trim_silences=trim_silences is not False)
     try:
         return SpkflowEmbedder(d, device, feats_dir=feats_dir, dtype=dtype, fbank_on=fbank_on)
     except Exception as exc:  # a pack's: named by the pack, not by its unpacked copy

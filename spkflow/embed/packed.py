@@ -5,7 +5,8 @@ plus ``meta.yaml`` (format, versions, the sha256 and size of every member).  Thi
 reading side, which every consumer goes through (:func:`spkflow.embed.open.inspect_model`):
 
 * :func:`read_packed` checks the zip structure (a file cut short is named as such, not read as
-  the torch file inside it), the format name and version, that members are plain file names, and
+  the torch file inside it), the format name and version, that members, listed or not, are plain
+  file names (``../x`` or ``/etc/x`` is refused, though unpacking writes listed members only), and
   each member's sha256 against ``meta.yaml``; a failure is an
   :class:`~spkflow.core.errors.InputError` naming the file and the member.  No pickle code runs:
   ``model.pth`` is read later with ``weights_only=True``.
@@ -31,7 +32,6 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from spkflow.core.atomic import make_temp_dir
 from spkflow.core.errors import InputError
 from spkflow.core.lock import LockError, hold
 from spkflow.score.model_scoring import SCORING_FILES, Scoring
@@ -168,6 +169,14 @@ def read_packed(path: str | os.PathLike[str]) -> PackedModel:
                     None,
                     f"pack format version {meta.get('format_version')!r}; this spkflow reads version {FORMAT_VERSION}",
                 )
+            for name in sorted(names):  # what unzip would write outside a folder (spkflow extracts none of it)
+                if not _MEMBER_RE.fullmatch(name):
+                    raise InputError(
+                        p,
+                        None,
+                        f"member {name!r}: members are plain file names, not paths (absolute or with '..'): not "
+                        "a pack spkflow.bin.pack made, and unsafe to unzip",
+                    )
             listed = meta.get("files")
             if not isinstance(listed, dict) or not {"config.yaml", "model.pth"} <= set(listed):
                 raise InputError(p, None, f"{META} does not list config.yaml and model.pth")
@@ -264,13 +273,12 @@ def _write(packed: PackedModel, out: Path) -> None:
     """The members, ``meta.yaml`` and the stamp into ``out``, which appears (or replaces the old
     one) only when complete."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = make_temp_dir(f".{out.name}.", out.parent)
     try:
         for member, data in packed.members.items():
             (tmp / member).write_bytes(data)
         (tmp / META).write_text(yaml.safe_dump({k: v for k, v in packed.meta.items() if k != "sha256"}))
         (tmp / _STAMP).write_text(packed.meta["sha256"] + "\n")
-        os.chmod(tmp, 0o777 & ~_umask())
         old = None
         if out.exists():
             old = out.parent / f".{out.name}.old.{os.getpid()}"
@@ -282,9 +290,3 @@ def _write(packed: PackedModel, out: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(tmp)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

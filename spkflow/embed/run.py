@@ -14,8 +14,8 @@ What it guarantees
 ------------------
 * **Batched = alone, bounded batches:** see :mod:`spkflow.embed.base` (spkflow models),
   :mod:`spkflow.embed.masking` and the toolkits' modules (:mod:`~spkflow.embed.espnet`,
-  :mod:`~spkflow.embed.speechbrain`, :mod:`~spkflow.embed.wespeaker`; their encoders do not
-  honour lengths), and docs/toolkits.md.
+  :mod:`~spkflow.embed.speechbrain`, :mod:`~spkflow.embed.wespeaker`,
+  :mod:`~spkflow.embed.resemblyzer`; their encoders do not honour lengths), and docs/toolkits.md.
 * **Keys in data-dir order.**  Outputs are written in ``utt2spk`` order, which must be
   ``LC_ALL=C`` sorted (checked).  The merge fails, listing them, when a data-dir utterance has
   no embedding or an embedding has no utterance.

@@ -7,8 +7,12 @@ of stage 4 instead of a quietly wasted run.
   the run.  A warm-up over more than half the run is warned about too.
 * **A model large for its data**: more than :data:`PARAMS_PER_UTTERANCE` parameters per
   training utterance (a 6.19 M-parameter ECAPA-TDNN on 240 one-second clips: 25,800; the
-  speechocean762 demo's: about 250; VoxCeleb2's ECAPA-512: about 6), with the parameter count,
-  the utterances and the smaller template configs to try.
+  speechocean762 demo's: about 250; VoxCeleb2's ECAPA-512: about 6), or more than
+  :data:`PARAMS_PER_SPEAKER` per training speaker (the same ECAPA on 20 speakers: 310,000; the
+  demo: about 3,000; VoxCeleb2's: about 1,000; LibriSpeech's 251 train-clean-100 speakers, a set
+  such models are still trained on: 24,700), with the parameter count, the utterances and
+  speakers, and the smaller template configs to try.  Stage 3 says it too, before planning
+  (:mod:`spkflow.train.preflight`).
 
 ESPnet and WeSpeaker take a warm-up in steps or epochs and any model size without comment.
 """
@@ -21,10 +25,12 @@ from typing import Any
 
 from spkflow.train.optim import describe_schedule, lr_factor, lr_scale, warmup_steps
 
-__all__ = ["PARAMS_PER_UTTERANCE", "log_run_scale", "model_size_warning", "warmup_warning"]
+__all__ = ["PARAMS_PER_SPEAKER", "PARAMS_PER_UTTERANCE", "log_run_scale", "model_size_warning", "warmup_warning"]
 
 #: parameters per training utterance above which the model is called large for the data
 PARAMS_PER_UTTERANCE = 5000
+#: parameters per training speaker above which it is too (what the embedding must separate is speakers)
+PARAMS_PER_SPEAKER = 50000
 
 
 def warmup_warning(
@@ -48,12 +54,17 @@ def warmup_warning(
 
 def model_size_warning(n_params: int, n_utts: int, n_spk: int) -> str | None:
     """A warning when the model has more than :data:`PARAMS_PER_UTTERANCE` parameters per training
-    utterance (else None)."""
-    if n_utts <= 0 or n_params <= PARAMS_PER_UTTERANCE * n_utts:
+    utterance or :data:`PARAMS_PER_SPEAKER` per training speaker (else None)."""
+    over = []
+    if n_utts > 0 and n_params > PARAMS_PER_UTTERANCE * n_utts:
+        over.append(f"{n_params // n_utts:,} per utterance, above {PARAMS_PER_UTTERANCE:,}")
+    if n_spk > 0 and n_params > PARAMS_PER_SPEAKER * n_spk:
+        over.append(f"{n_params // n_spk:,} per speaker, above {PARAMS_PER_SPEAKER:,}")
+    if not over:
         return None
     return (
         f"{n_params / 1e6:.2f} M parameters for {n_utts} training utterances of {n_spk} speakers "
-        f"({n_params // n_utts:,} per utterance, above {PARAMS_PER_UTTERANCE:,}): the model is large for the data "
+        f"({'; '.join(over)}): the model is large for the data "
         "and will learn the recordings rather than the voices; a smaller one (fewer channels, e.g. "
         "conf/train_dvector_lstm_small.yaml or model.channels 128) or more data"
     )

@@ -7,8 +7,8 @@ What it guarantees (the reasoning behind it: docs/training.md):
   raw``, augmented audio crops from :class:`spkflow.train.raw_loader.NxMWaveDataset`) seeded by (seed, epoch,
   batch), and the global torch generator (SpecAugment masks) is re-seeded with :func:`step_seed` before every step.
 * **Resume**: ``checkpoint.pth`` (tensors and plain containers only, ``weights_only=True``) is
-  written atomically at the end of every epoch and mid-epoch when ``max_steps`` or
-  SIGINT/SIGTERM stops training at a step boundary; a resumed run continues the exact batch
+  written atomically at the end of every epoch and mid-epoch when ``max_steps`` or a signal
+  stops training; a resumed run continues the exact batch
   sequence and ends with the weights of an uninterrupted one (``test/train/test_trainer.py``).
   ESPnet's and WeSpeaker's trainers resume at epoch boundaries only and re-draw the order.
   The checkpoint records its config: a resume with another one is refused, or takes a new
@@ -20,7 +20,12 @@ What it guarantees (the reasoning behind it: docs/training.md):
 * **Non-finite loss** (without AMP also a non-finite gradient norm): :class:`TrainingDiverged`
   names the epoch, the batch list line and its first utterances; nothing is written, the last
   good checkpoint stays.
-* **Signals**: SIGINT/SIGTERM checkpoint, and ``spkflow.bin.train`` exits 128 + signal number.
+* **Signals**: SIGINT / SIGTERM / SIGHUP write ``checkpoint.pth`` at once with the state of the last
+  completed step (:class:`~spkflow.train.state.StopFlag`'s thread, while the step in progress runs
+  on: it is dropped and trained again on resume, so the resumed run still ends with the weights of an
+  uninterrupted one); ``spkflow.bin.train`` then exits 128 + signal number without finishing it.
+  A step's changes (weights, optimiser, schedule, step count, losses, the BatchNorm statistics its
+  forward pass updates) are taken under one lock, so the checkpoint never holds half a step.
 * **Validation** on rank 0 after every ``train.valid_every``-th epoch and the last, with stage 5's
   input and stage 6's scoring (:mod:`spkflow.train.validation`); it draws no random numbers, so how often
   it runs never changes the weights; **model selection** by ``train.select`` (average of the last
@@ -46,6 +51,7 @@ import logging
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -98,8 +104,17 @@ def step_seed(seed: int, epoch: int, batch: int) -> int:
 class Trainer:
     """Runs stage 4; see the module docstring.  ``Trainer(opts).run()`` returns the history."""
 
-    def __init__(self, opts: TrainOptions) -> None:
+    def __init__(self, opts: TrainOptions, exit_on_signal: bool = False) -> None:
+        """``exit_on_signal``: after the checkpoint a signal ends the process at once (128 + N), as the
+        command line wants; else :meth:`run` returns at the next step boundary."""
         self.opts = opts
+        self.exit_on_signal = exit_on_signal
+        # What a checkpoint holds changes only under this lock: a step's update and bookkeeping, an
+        # epoch's end; the signal thread (StopFlag) writes checkpoint.pth holding it.
+        self._lock = threading.Lock()
+        self._position = 0  # the next batch of run.epoch that no step has been taken on
+        self._buffers: dict[str, dict[str, torch.Tensor]] | None = None  # during a step: buffers before it
+        self._saved: tuple[int, int] | None = None  # (epoch, batch) that checkpoint.pth holds
         self.cfg = normalize_train_config(opts.config, source=opts.config_source)
         self.ranks = Ranks.from_env()
         self.world_size, self.rank = self.ranks.world_size, self.ranks.rank
@@ -124,12 +139,15 @@ class Trainer:
     # ----------------------------------------------------------------- main loop
     def run(self) -> list[dict[str, Any]]:
         run = setup(self.opts, self.cfg, self.ranks)
-        with StopFlag() as stop:
+        if self.opts.resume and (self.out / CHECKPOINT).is_file():
+            self._saved = (run.epoch, run.start_batch)
+        with StopFlag(on_stop=lambda: self._checkpoint_on_signal(run), exit_after=self.exit_on_signal) as stop:
             try:
                 while run.epoch <= self.opts.num_epochs:
                     outcome = self._train_epoch(run, stop)
                     if outcome == "mid":  # stopped inside the epoch; the checkpoint is written
-                        return run.history
+                        remember_partial(run.history, run.epoch, run.losses, run.monitor.norms)
+                        return run.history  # with the epoch's losses so far, as the checkpoint has them
                     self._end_epoch(run)
                     if self._stop_between_epochs(run, stop, requested=outcome == "end"):
                         return run.history
@@ -167,42 +185,31 @@ class Trainer:
         assert run.net is not None
         run.net.train()
         run.epoch_start = time.time()
-        run.losses = [] if run.start_batch == 0 else partial_losses(run.history, epoch)
-        run.monitor.start_epoch([] if run.start_batch == 0 else partial_losses(run.history, epoch, "grad_norms"))
+        with self._lock:
+            run.losses = [] if run.start_batch == 0 else partial_losses(run.history, epoch)
+            run.monitor.start_epoch([] if run.start_batch == 0 else partial_losses(run.history, epoch, "grad_norms"))
+            self._position = run.start_batch
         bar = progress_bar(len(batches), run.start_batch, epoch, opts.progress and self.is_main)
         aug_counts: collections.Counter[str] = collections.Counter()  # raw path: crops per augmentation
         try:
             for index, (x, utts, *wave_speed) in enumerate(loader, start=run.start_batch):
                 if len(wave_speed) > 1:
                     aug_counts.update(wave_speed[1])
-                flags = self._step(run, x, utts, index, stop, wave_speed[0] if wave_speed else None)
-                run.losses.append(float(flags[0]) / self.world_size)
+                flags = self._step(run, x, utts, index, len(batches), stop, wave_speed[0] if wave_speed else None)
+                if flags[1] > 0:  # a signal on some rank: this step was not taken
+                    self.stopped_by, self.stop_signal = "signal", stop.signum or int(signal.SIGTERM)
+                    with self._lock:
+                        self._checkpoint_here(run)
+                        _put_buffers(run.objective, self._buffers)  # the model as the checkpoint holds it
+                        self._buffers = None
+                    return "mid"
                 bar.update(1)
-                run.monitor.step(
-                    epoch=epoch,
-                    step=run.step,
-                    batch=index + 1,
-                    num_batches=len(batches),
-                    loss=run.losses[-1],
-                    lr=run.step_lr,
-                    grad_norm=run.grad_norm,
-                    scalars=run.objective.loss.scalars(),
-                )
-                if flags[1] > 0 or flags[2] > 0:
-                    self.stopped_by = "signal" if flags[1] > 0 else "max_steps"
-                    self.stop_signal = (stop.signum or int(signal.SIGTERM)) if flags[1] > 0 else 0
+                if flags[2] > 0:
+                    self.stopped_by, self.stop_signal = "max_steps", 0
                     if index + 1 == len(batches):
                         return "end"  # finish the epoch's bookkeeping, then stop
-                    remember_partial(run.history, epoch, run.losses, run.monitor.norms)
-                    self._save_checkpoint(run, epoch, index + 1)
-                    log.info(
-                        "stopped by %s at epoch %d batch %d (step %d); checkpoint %s",
-                        self._why(),
-                        epoch,
-                        index + 1,
-                        run.step,
-                        self.out / CHECKPOINT,
-                    )
+                    with self._lock:
+                        self._checkpoint_here(run)
                     return "mid"
         finally:
             bar.close()
@@ -249,11 +256,13 @@ class Trainer:
         x: torch.Tensor,
         utts: list[str],
         index: int,
+        num_batches: int,
         stop: StopFlag,
         wave_speed: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One optimiser step on batch ``index``.  Returns the flags all ranks agree on: summed
-        loss, stop requested, max_steps reached.  Raises TrainingDiverged on a non-finite loss."""
+        loss, stop requested (then the step is not taken: nothing changed but the gradients),
+        max_steps reached.  Raises TrainingDiverged on a non-finite loss."""
         opts, epoch = self.opts, run.epoch
         torch.manual_seed(step_seed(run.seed, epoch, index))
         labels = self._labels(run, utts, epoch, index)
@@ -268,6 +277,8 @@ class Trainer:
         if run.wave_fbank is not None:  # audio crops: their fbank here, then the feature-domain channel
             x = run.wave_fbank(x) if run.channel is None else run.channel(run.wave_fbank(x))
         assert run.net is not None
+        with self._lock:  # the forward pass updates buffers (BatchNorm statistics): keep them as they are
+            self._buffers = _buffers(run.objective)
         run.objective.loss.schedule(run.step, len(run.first))  # e.g. the AAM margin warm-up
         loss = run.net(x, labels, run.num_spk, run.num_utt, run.amp_dtype if run.amp else None)
         bad = loss.detach().float().item()
@@ -277,9 +288,8 @@ class Trainer:
             if math.isfinite(bad):
                 self._diverged(f"non-finite loss on another rank at epoch {epoch}, batch {index}")
             self._diverged(f"non-finite loss {bad} at {self._where(epoch, index, utts)}")
-        if opts.trace_batches:
-            with open(self.out / f"batch_trace.rank{self.rank}.txt", "a", encoding="utf-8") as tf:
-                tf.write(f"{epoch} {index} {self._line(index)} {' '.join(utts)}\n")
+        if flags[1] > 0:
+            return flags  # a stop: the step is not taken (the checkpoint puts the buffers back)
         run.optimizer.zero_grad(set_to_none=True)
         run.scaler.scale(loss).backward()
         run.scaler.unscale_(run.optimizer)
@@ -288,11 +298,27 @@ class Trainer:
         run.grad_norm = float(norm)  # before clipping: train.log, history.json, TensorBoard
         if not run.scaler.is_enabled() and not math.isfinite(float(norm)):  # (a scaler skips such steps)
             self._diverged(f"non-finite gradient norm {float(norm)} at {self._where(epoch, index, utts)}")
-        run.step_lr = float(run.optimizer.param_groups[0]["lr"])
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
-        run.scheduler.step()
-        run.step += 1
+        with self._lock:  # the step's update and its bookkeeping, all or nothing for a checkpoint
+            run.step_lr = float(run.optimizer.param_groups[0]["lr"])
+            run.scaler.step(run.optimizer)
+            run.scaler.update()
+            run.scheduler.step()
+            run.step += 1
+            run.losses.append(float(flags[0]) / self.world_size)
+            run.monitor.step(
+                epoch=epoch,
+                step=run.step,
+                batch=index + 1,
+                num_batches=num_batches,
+                loss=run.losses[-1],
+                lr=run.step_lr,
+                grad_norm=run.grad_norm,
+                scalars=run.objective.loss.scalars(),
+            )
+            self._position, self._buffers = index + 1, None
+            if opts.trace_batches:  # the steps taken: a step dropped by a stop is not listed
+                with open(self.out / f"batch_trace.rank{self.rank}.txt", "a", encoding="utf-8") as tf:
+                    tf.write(f"{epoch} {index} {self._line(index)} {' '.join(utts)}\n")
         return flags
 
     def _line(self, index: int) -> int:
@@ -324,7 +350,6 @@ class Trainer:
         }
         row.update({k: float(v) for k, v in run.objective.loss.scalars().items() if math.isfinite(v)})
         row.update(run.monitor.epoch_stats())
-        forget_partial(run.history, epoch)
         if self.is_main:
             save_checkpoint(self.out / f"epoch{epoch}.pth", run.objective.model.state_dict())
             if any(True for _ in run.objective.loss.parameters()):  # the classifier, chosen as the model is
@@ -339,9 +364,12 @@ class Trainer:
                 row["valid_seconds"] = round(time.time() - tv, 1)
             log.info("epoch %d done: %s", epoch, json.dumps(row))
             run.monitor.end_epoch(row)
-        run.history.append(row)
-        run.epoch, run.start_batch = epoch + 1, 0
-        self._save_checkpoint(run, run.epoch, 0)
+        with self._lock:  # a signal until here checkpoints the epoch's last batch; from here, the next epoch
+            forget_partial(run.history, epoch)
+            run.history.append(row)
+            run.epoch, run.start_batch = epoch + 1, 0
+            self._position = 0
+            self._save_checkpoint(run, run.epoch, 0)
         if self.world_size > 1:
             torch.distributed.barrier()
 
@@ -363,19 +391,58 @@ class Trainer:
             )
         return requested
 
-    def _save_checkpoint(self, run: Run, next_epoch: int, next_batch: int) -> None:
-        """Rank 0 writes ``checkpoint.pth``: everything needed to go on at (next_epoch, next_batch)."""
+    def _checkpoint_on_signal(self, run: Run) -> None:
+        """(StopFlag's thread, at the signal) ``checkpoint.pth`` of the last completed step, on rank 0."""
+        self.stopped_by = "signal"
+        with self._lock:
+            self._checkpoint_here(run)
+
+    def _checkpoint_here(self, run: Run) -> None:
+        """(Holding the lock) ``checkpoint.pth`` of the last step taken: ``run.epoch`` at the batch after
+        it, with the epoch's losses so far; during a step, with the buffers as they were before it.
+        Nothing when it holds that already, or nothing has been trained."""
+        where = (run.epoch, self._position)
+        if run.step == 0:
+            log.info("stopped by %s before the first step: nothing to save", self._why())
+            return
+        took = ""
+        if self._saved != where:
+            t0 = time.monotonic()
+            history = list(run.history)
+            remember_partial(history, run.epoch, run.losses, run.monitor.norms)
+            self._save_checkpoint(run, *where, history=history, buffers=self._buffers)
+            took = f" (written in {time.monotonic() - t0:.1f} s)" if self.is_main else ""
+        log.info(
+            "stopped by %s at epoch %d batch %d (step %d); checkpoint %s%s",
+            self._why(),
+            run.epoch,
+            self._position,
+            run.step,
+            self.out / CHECKPOINT,
+            took,
+        )
+
+    def _save_checkpoint(
+        self,
+        run: Run,
+        next_epoch: int,
+        next_batch: int,
+        history: list[dict[str, Any]] | None = None,
+        buffers: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+    ) -> None:
+        """Rank 0 writes ``checkpoint.pth``: everything needed to go on at (next_epoch, next_batch);
+        ``buffers`` replace the model's and the loss's (as they were before a step in progress)."""
         if not self.is_main:
             return
         state = {
-            "model": run.objective.model.state_dict(),
-            "loss": run.objective.loss.state_dict(),
+            "model": {**run.objective.model.state_dict(), **(buffers or {}).get("model", {})},
+            "loss": {**run.objective.loss.state_dict(), **(buffers or {}).get("loss", {})},
             "optimizer": run.optimizer.state_dict(),
             "scheduler": run.scheduler.state_dict(),
             "epoch": next_epoch,
             "batch": next_batch,
             "step": run.step,
-            "history": run.history,
+            "history": run.history if history is None else history,
             "rng": rng_state(),
             "world_size": self.world_size,
             "sampler": {"seed": run.seed, "epoch": next_epoch, "position": next_batch},
@@ -384,7 +451,27 @@ class Trainer:
         if run.amp:
             state["scaler"] = run.scaler.state_dict()
         save_checkpoint(self.out / CHECKPOINT, state)
+        self._saved = (next_epoch, next_batch)
 
     def _finish(self, history: list[dict[str, Any]], cfg: Mapping[str, Any]) -> None:
         chosen = write_final(self.out, history, cfg["train"])
         log.info("model.pth = %s of epoch(s) %s", "average" if len(chosen) > 1 else "weights", chosen)
+
+
+def _buffers(objective: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+    """Copies of the model's and the loss's buffers that a state dict holds, by part."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for part in ("model", "loss"):
+        module = getattr(objective, part)
+        keys = module.state_dict(keep_vars=True).keys()
+        out[part] = {k: b.detach().clone() for k, b in module.named_buffers() if k in keys}
+    return out
+
+
+def _put_buffers(objective: nn.Module, buffers: Mapping[str, Mapping[str, torch.Tensor]] | None) -> None:
+    """Put back the buffers :func:`_buffers` copied."""
+    for part, values in (buffers or {}).items():
+        live = dict(getattr(objective, part).named_buffers())
+        with torch.no_grad():
+            for k, v in values.items():
+                live[k].copy_(v)

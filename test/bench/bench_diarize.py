@@ -3,7 +3,7 @@ windows, embeddings, clustering, RTTM) on long simulated meetings, against Resem
 diarization route in the same run.
 
     OMP_NUM_THREADS=2 .venv/bin/python test/bench/bench_diarize.py --model MODEL \\
-        [--minutes 10 60] [--peer-python egs/speechocean762/spk1/.venv_resemblyzer/bin/python]
+        [--minutes 10 60] [--peer-python PYTHON]
 
 Recordings: conversations of 4 LibriSpeech mini speakers (db.sh's LIBRISPEECH) simulated with the
 AMI turn-taking statistics (egs/TEMPLATE/diar1/conf/turn_stats_ami.json), one per --minutes.
@@ -59,7 +59,7 @@ def main() -> int:
         "--model", required=True, help="model dir or pack (the demo's: egs/speechocean762/spk1/exp/spk_train)"
     )
     p.add_argument("--minutes", type=float, nargs="+", default=[10.0, 60.0])
-    p.add_argument("--peer-python", default=str(ROOT / "egs/speechocean762/spk1/.venv_resemblyzer/bin/python"))
+    p.add_argument("--peer-python", default=sys.executable, help="a Python with resemblyzer (default: this one)")
     p.add_argument("--work", default=None, help="keep the recordings here (default: a temporary folder)")
     args = p.parse_args()
     from helpers.paths import db_var
@@ -67,8 +67,8 @@ def main() -> int:
     libri = Path(os.environ.get("LIBRISPEECH") or db_var("LIBRISPEECH"))
     if not libri.is_dir():
         raise SystemExit(f"LibriSpeech mini not found at {libri} (set LIBRISPEECH)")
-    if not Path(args.peer_python).is_file():
-        raise SystemExit(f"{args.peer_python} not found: egs/speechocean762/spk1/local/setup_resemblyzer.sh makes it")
+    if subprocess.run([args.peer_python, "-c", "import resemblyzer"], capture_output=True).returncode != 0:
+        raise SystemExit(f"{args.peer_python} cannot import resemblyzer: pip install '.[resemblyzer]' in the checkout")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_diarize-"))
     py = sys.executable

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -182,6 +183,68 @@ sleep 305
     assert "not reached" not in err
     assert wait_until(lambda: not any(process_alive(q) for q in tree), 1)
     assert not (out / LOCK_NAME).exists()
+
+
+def test_one_grace_for_the_whole_tree_not_one_per_level(tmp_path: Path) -> None:
+    """Three supervised levels; the innermost runs a process that ignores SIGTERM, and the inner
+    levels have a grace of 60 s each (SPKFLOW_STOP_GRACE exported by the outer script): SIGTERM
+    to the outer pid ends everything after the outer's grace (2 s here), as the outermost
+    supervisor kills every descendant at its own deadline, never after a grace per level."""
+    stubborn = script(tmp_path, "stage.sh", "trap '' TERM\nsleep 305 &\necho $! > \"$1.pid\"\nwait\n")
+    middle = script(tmp_path, "spk.sh", f'"{stubborn}" "$1"\n')
+    outer = script(tmp_path, "run.sh", f'export SPKFLOW_STOP_GRACE=60\n"{middle}" "$1"\n')
+    p = start(outer, str(tmp_path / "x"))
+    try:
+        sleeper = int(wait_file(tmp_path / "x.pid"))
+        tree = process_tree(p.pid)
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=40)  # one inner grace would be 60 s
+    finally:
+        p.kill()
+    err = p.stderr.read()
+    assert code == 143, err
+    assert wait_until(lambda: not any(process_alive(q) for q in tree), 10) and not process_alive(sleeper)
+    assert "run.sh: killing" in err and "60 s after" not in err, err
+
+
+SAVER = """import os, signal, sys, threading, time
+from spkflow.core.procs import SAVING_THREAD, name_this_thread
+
+def save():
+    name_this_thread(SAVING_THREAD)  # as the trainer's thread writing its checkpoint at the signal
+    time.sleep(5)  # longer than the grace (2 s)
+    with open(sys.argv[1] + ".saved", "w") as f:
+        f.write("ok\\n")
+    os._exit(143)
+
+signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=save).start())
+with open(sys.argv[1] + ".ready", "w") as f:
+    f.write("ok\\n")
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_process_writing_its_checkpoint_is_waited_for_beyond_the_grace(tmp_path: Path) -> None:
+    """A process that takes SIGTERM and writes, in a thread named spkflow-saving, what it must not
+    lose for longer than the grace (2 s) is left to finish (it ends by itself, its file written);
+    beside it, a process that ignores the signal is still killed, once the writer is done."""
+    (tmp_path / "saver.py").write_text(SAVER)
+    body = f'"{sys.executable}" "{tmp_path}/saver.py" "$1" &\n(trap \'\' TERM; sleep 305) &\necho $! > "$1.pid"\nwait\n'
+    p = start(script(tmp_path, "stage.sh", body), str(tmp_path / "x"))
+    try:
+        wait_file(tmp_path / "x.ready")
+        stubborn = int(wait_file(tmp_path / "x.pid"))
+        tree = process_tree(p.pid)
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=50)  # SAVE_GRACE is 60 s
+    finally:
+        p.kill()
+    err = p.stderr.read()
+    assert code == 143, err
+    assert (tmp_path / "x.saved").read_text() == "ok\n", err  # not killed at the grace
+    assert "waiting for 1 process(es) writing a checkpoint" in err and "killing" in err, err
+    assert wait_until(lambda: not any(process_alive(q) for q in tree), 10) and not process_alive(stubborn)
 
 
 def test_ctrl_z_suspends_the_whole_tree_and_fg_resumes_it(tmp_path: Path) -> None:

@@ -278,13 +278,36 @@ def test_every_bad_file_is_named_and_skip_bad_decodes_each(tmp_path: Path) -> No
     assert "2 file(s) skipped as not audio by their extension" in p.stderr
 
 
-def test_a_truncated_mp3_is_caught_by_skip_bad(tmp_path: Path) -> None:
+def test_a_truncated_mp3_is_caught_by_skip_bad_and_noted_by_verify(tmp_path: Path) -> None:
+    """An MP3 cut short decodes without an error: make_data_dir --skip-bad leaves it out, verify
+    and identify score what decodes and say the same words (one rule) in the JSON line and on stderr."""
+    import json
+
+    from helpers.audio import write_data_dir
+    from helpers.models import make_spkflow_model_dir
+
     rec = recordings(tmp_path / "rec", {"ann": 2})
-    sf.write(rec / "ann" / "long.mp3", voice(30, 3.0), 16000, format="MP3", subtype="MPEG_LAYER_III")
-    whole = (rec / "ann" / "long.mp3").read_bytes()
-    (rec / "ann" / "long.mp3").write_bytes(whole[: len(whole) // 2])
+    mp3 = rec / "ann" / "long.mp3"
+    sf.write(mp3, voice(30, 3.0), 16000, format="MP3", subtype="MPEG_LAYER_III")
+    whole = mp3.read_bytes()
+    mp3.write_bytes(whole[: len(whole) // 2])
     p = run([rec, tmp_path / "data", "--skip-bad", "true"])
-    assert "long.mp3: truncated: decodes to" in (tmp_path / "data" / "bad_files").read_text(), p.stderr
+    left = (tmp_path / "data" / "bad_files").read_text()
+    assert "long.mp3: truncated: decodes to" in left, p.stderr
+    said = left.split("long.mp3: ", 1)[1].strip()
+    model = make_spkflow_model_dir(tmp_path / "model")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LC_ALL="C")
+    other = rec / "ann" / "u0.wav"
+    v = subprocess.run([PY, "-m", "spkflow.bin.verify", "--model", model, mp3, other], env=env, capture_output=True,
+                       text=True, check=True)  # fmt: skip
+    (row,) = [json.loads(line) for line in v.stdout.splitlines()]
+    assert row["note"] == f"{mp3}: {said}" and f"{mp3}: {said}; scored on what decodes" in v.stderr
+    assert row["score"] is not None
+    enrol = write_data_dir(tmp_path / "enrol", {"ann-u1": str(rec / "ann" / "u1.wav")}, {"ann-u1": "ann"})
+    i = subprocess.run([PY, "-m", "spkflow.bin.identify", "--model", model, "--enrol", enrol, mp3, other], env=env,
+                       capture_output=True, text=True, check=True)  # fmt: skip
+    rows = [json.loads(line) for line in i.stdout.splitlines()]
+    assert rows[0]["note"] == f"{mp3}: {said}" and "note" not in rows[1]
 
 
 def test_a_nested_layout_says_which_speaker_regex(tmp_path: Path) -> None:
@@ -330,3 +353,40 @@ def test_a_run_stopped_while_writing_leaves_nothing_behind(tmp_path: Path) -> No
             assert tree(old) == before
         else:
             assert not out.exists()
+
+
+def test_a_users_tmp_file_is_not_taken_for_a_lock_temporary(tmp_path: Path) -> None:
+    """Only the lock's own names are skipped when a folder is checked (spkflow.core.lock.is_lock_file):
+    a user's ``notes.tmp`` makes the folder the user's, a contender's lock temporary does not."""
+    from spkflow.core.errors import InputError
+    from spkflow.corpora.destination import check_destination
+
+    assert lock.is_lock_file(lock.LOCK_NAME) and lock.is_lock_file(f"{lock.LOCK_NAME}.node3.4711.tmp")
+    assert not any(map(lock.is_lock_file, ("notes.tmp", ".tmp", f"x{lock.LOCK_NAME}.1.tmp", f"{lock.LOCK_NAME}.1")))
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.tmp").write_text("mine\n")
+    with pytest.raises(InputError, match=r"mine: exists and was not written by spkflow \(notes.tmp\)"):
+        check_destination(out)
+    (out / "notes.tmp").unlink()
+    (out / f"{lock.LOCK_NAME}.node3.4711.tmp").write_text("host=node3\n")  # a contender killed mid-lock
+    assert check_destination(out) == out.resolve()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_a_new_data_dir_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    """As any mkdir: 0777 less the umask (the temporary folder it is written in is made 0700)."""
+    rec = recordings(tmp_path / "rec", {"ann": 2})
+    out = tmp_path / "data"
+    for _ in range(2):  # made, then replaced
+        run([rec, out], preexec_fn=lambda: os.umask(umask))
+        assert out.stat().st_mode & 0o777 == 0o777 & ~umask
+    both = tmp_path / "both"  # utils/combine_data.sh writes its folder the same way
+    subprocess.run(
+        ["bash", ROOT / "utils" / "combine_data.sh", both, out, out],
+        env=dict(os.environ, PYTHONPATH=str(ROOT), LC_ALL="C"),
+        preexec_fn=lambda: os.umask(umask),
+        capture_output=True,
+        check=True,
+    )
+    assert both.stat().st_mode & 0o777 == 0o777 & ~umask

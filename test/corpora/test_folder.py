@@ -161,3 +161,23 @@ def test_librispeech_folder(corpus, tmp_path):
     ref = tmp_path / "ref"
     run([PY, "-m", "spkflow.bin.prepare_corpus", "librispeech", "--trials", "true", libri, ref])
     assert (out / "trials").read_text() == (ref / "trials").read_text()  # the corpus front end's ids and trials
+
+
+def test_a_name_that_is_not_utf8_is_named_for_what_it_is(tmp_path):
+    """A Latin-1 file name or speaker folder: its header is read (libsndfile was handed UTF-8 and
+    "cannot read the audio header" blamed the file), and the file is refused for its name, which
+    utterance and speaker ids are made of (they must be UTF-8), shown as \\xNN."""
+    import os
+
+    root = tmp_path / "rec"
+    (root / "ann").mkdir(parents=True)
+    sf.write(root / "ann" / "fine.wav", voice(0), 16000)
+    sf.write(bytes(root) + b"/ann/caf\xe9.wav", voice(1), 16000)
+    os.mkdir(bytes(root) + b"/jos\xe9")
+    sf.write(bytes(root) + b"/jos\xe9/a.wav", voice(2), 16000)
+    p = run([PY, "-m", "spkflow.bin.make_data_dir", root, tmp_path / "d"], check=False)
+    assert p.returncode == 1 and "header" not in p.stderr
+    assert "ann/caf\\xe9.wav: its file name is not UTF-8 text" in p.stderr
+    assert "jos\\xe9/a.wav: its speaker (jos\\xe9) is not UTF-8 text" in p.stderr
+    data, report = collect_folder(root, skip_bad=True)
+    assert [u.utt for u in data.utterances] == ["ann-fine"] and len(report.bad) == 2

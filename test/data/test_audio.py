@@ -76,7 +76,7 @@ def test_pipe_with_unknown_sizes_in_wav_header(tmp_path: Path) -> None:
     header += (16000).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
     header += b"data" + (0).to_bytes(4, "little")
     (tmp_path / "stream.bin").write_bytes(bytes(header) + x.tobytes())
-    y = load_audio(f"cat {tmp_path / 'stream.bin'} |", sample_rate=None)
+    y = load_audio(f"cat {tmp_path / 'stream.bin'} |", sample_rate=None, table=True)
     assert np.allclose(y, x / 32768.0)
 
 
@@ -90,7 +90,7 @@ def test_wav_in_kaldi_ark(tmp_path: Path) -> None:
     reader = AudioReader(write_dir(tmp_path / "data", {"s-u1": spec}), sample_rate=None)
     assert np.allclose(reader.read("s-u1"), x / 32768.0)
     assert reader.duration("s-u1") == pytest.approx(0.5)
-    assert len(load_audio(spec, 16000)) == 8000
+    assert len(load_audio(spec, 16000, table=True)) == 8000
 
 
 def test_failing_pipe_names_utt_command_stderr_and_exit_code(tmp_path: Path) -> None:
@@ -105,9 +105,9 @@ def test_failing_pipe_names_utt_command_stderr_and_exit_code(tmp_path: Path) -> 
 
 def test_pipe_writing_no_audio(tmp_path: Path) -> None:
     with pytest.raises(UtteranceError, match="no audio"):
-        load_audio("true |", utt="u")
+        load_audio("true |", utt="u", table=True)
     with pytest.raises(UtteranceError, match="cannot decode"):
-        load_audio("echo not-audio |", utt="u")
+        load_audio("echo not-audio |", utt="u", table=True)
 
 
 def test_missing_file_names_utt_and_path(tmp_path: Path) -> None:
@@ -272,7 +272,7 @@ def test_a_file_only_ffmpeg_decodes_reads_as_its_wav_scp_pipe(tmp_path: Path, ex
     subprocess.run([default_ffmpeg(), "-nostdin", "-v", "error", "-i", src, "-c:a", codec, f], check=True)
     wave, rate = read_audio(str(f), utt="u1")
     rate_hdr, seconds = probe_ffmpeg(default_ffmpeg(), str(f))
-    piped, piped_rate = read_audio(ffmpeg_pipe(default_ffmpeg(), str(f), rate_hdr), utt="u1")
+    piped, piped_rate = read_audio(ffmpeg_pipe(default_ffmpeg(), str(f), rate_hdr), utt="u1", table=True)
     assert rate == piped_rate == rate_hdr and np.array_equal(wave, piped) and wave.dtype == np.float32
     assert abs(wave.size / rate - 1.3) < 0.1 and spec_duration(str(f)) == pytest.approx(seconds)
     corrupt = tmp_path / f"corrupt{ext}"

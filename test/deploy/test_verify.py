@@ -379,6 +379,7 @@ def test_m4a_works_on_every_entry_point_and_identify_checks_tests_first(scored, 
     ffmpeg) and give what make_data_dir's wav.scp pipe gives; identify fails on an unreadable test
     recording before it embeds the enrolment (a pipe in the enrolment's wav.scp would leave a mark)."""
     from spkflow import Embedder
+    from spkflow.data.audio import read_audio
     from spkflow.data.ffmpeg import default_ffmpeg, ffmpeg_pipe
 
     d = scored
@@ -388,7 +389,7 @@ def test_m4a_works_on_every_entry_point_and_identify_checks_tests_first(scored, 
     b = _to_m4a(wavs[utts[4]].strip(), tmp_path / "b.m4a")
     (row,) = jsonl(run([PY, "-m", "spkflow.bin.verify", "--model", d["pack"], a, b]).stdout)
     emb = Embedder.from_pretrained(d["pack"])
-    piped = emb.embed_file(ffmpeg_pipe(default_ffmpeg(), str(a), 16000))
+    piped = emb.embed(*read_audio(ffmpeg_pipe(default_ffmpeg(), str(a), 16000), table=True))  # a wav.scp's pipe
     assert np.abs(emb.embed_file(a) - piped).max() <= 1e-5 * np.linalg.norm(piped)
     both = emb.embed_files([a, b])
     assert both.shape == (2, emb.dim) and np.abs(both[0] - piped).max() <= 1e-4 * np.linalg.norm(piped)

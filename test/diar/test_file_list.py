@@ -16,7 +16,7 @@ from helpers.diar import write_tone_speech
 from helpers.models import make_scored_model_dir
 from spkflow import Embedder
 from spkflow.bin import diarize as diarize_cmd
-from spkflow.core.errors import InputError
+from spkflow.core.errors import InputError, UtteranceError
 from spkflow.diar.file_list import MARKER
 from spkflow.diar.rttm import read_rttm
 
@@ -96,8 +96,8 @@ def test_every_input_is_checked_before_anything_is_written(model, voices, tmp_pa
     (tmp_path / "folder.wav").mkdir()
     (tmp_path / "text.wav").write_text("not audio\n")
     for bad, says in (
-        (tmp_path / "missing.wav", f"{tmp_path / 'missing.wav'}: no such file"),
-        (tmp_path / "folder.wav", f"{tmp_path / 'folder.wav'}: is a folder, not an audio file"),
+        (tmp_path / "missing.wav", f"({tmp_path / 'missing.wav'}): audio file not found"),
+        (tmp_path / "folder.wav", f"({tmp_path / 'folder.wav'}): is a directory, not an audio file"),
         (tmp_path / "text.wav", "cannot read audio header"),
     ):
         caplog.clear()
@@ -109,7 +109,7 @@ def test_every_input_is_checked_before_anything_is_written(model, voices, tmp_pa
     assert f"{a_file}: exists and is a file, not a folder" in caplog.text and a_file.read_text() == "x\n"
     monkeypatch.chdir(tmp_path)  # a path is a path: never run as a command
     assert run(model, out, "touch pwned |") == 1 and not (tmp_path / "pwned").exists() and not out.exists()
-    with pytest.raises(InputError, match="missing.wav: no such file"):
+    with pytest.raises(UtteranceError, match=r"missing.wav\): audio file not found"):
         Embedder.from_pretrained(model).diarize(tmp_path / "missing.wav")
 
 

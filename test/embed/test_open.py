@@ -101,3 +101,20 @@ def test_a_pack_is_unpacked_once_by_concurrent_processes(models, tmp_path):
     before = model.stat().st_mtime_ns
     assert _run([PY, "-c", code, models["pack"]], env).stdout.strip() == str(model.parent)
     assert model.stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("member", ["../evil.sh", "/tmp/evil.sh", "sub/../../evil.sh"])
+def test_a_pack_with_a_member_outside_its_folder_is_refused_naming_it(models, tmp_path, member):
+    """A member that unzip would write outside its folder (not listed in meta.yaml, so never
+    extracted by spkflow) still makes ``pack --check`` and every reader refuse the pack, naming it."""
+    import shutil
+    import zipfile
+
+    bad = tmp_path / "bad.zip"
+    shutil.copy(models["pack"], bad)
+    with zipfile.ZipFile(bad, "a") as z:
+        z.writestr(zipfile.ZipInfo(member), b"echo pwned\n")
+    p = _run([PY, "-m", "spkflow.bin.pack", "--check", bad], _env(tmp_path / "cache"), check=False)
+    assert p.returncode == 1 and f"{bad}: member {member!r}: members are plain file names" in p.stderr, p.stderr
+    ok = _run([PY, "-m", "spkflow.bin.pack", "--check", models["pack"]], _env(tmp_path / "cache"))
+    assert "a sound packed model" in ok.stderr

@@ -11,6 +11,7 @@ procs       processes: /proc, a small disk, running the venv's Python
 corpora     mini copies of each corpus's layout, data-dir validity
 recipes     a recipe in a mirror of the project, the extraction script and its environment
 train       a training set-up (data dir, features, batch lists, config) and the trainer's CLI arguments
+slow_step   a chosen call made slow in the processes a test starts (a step under way when a signal comes)
 schedulers  a real single-host Slurm and Grid Engine (the fixtures conftest.py imports)
 bench       what the benchmarks under test/bench share (best-of-N wall time)
 compat      work-arounds for third-party behaviour that breaks the test run itself (not spkflow)

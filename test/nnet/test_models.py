@@ -244,3 +244,28 @@ def test_load_model_dir_round_trip(tmp_path: Path) -> None:
         load_model_dir(tmp_path)
     with pytest.raises(FileNotFoundError, match="config.yaml"):
         load_model_dir(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("lengths", [[300], [300, 170, 64], [65, 300]])
+def test_a_long_input_pools_in_blocks_to_the_same_embedding(monkeypatch, lengths: list[int]) -> None:
+    """ECAPA's inference pooling in blocks (POOL_BLOCK frames of the attention at a time; a
+    10-minute clip's [3C, T] attention input took 235 MB at once) gives what espnet2's one-piece
+    pooling gives: bit for bit on one thread (as stage 5's jobs run), padded frames included, and
+    the training path (grad enabled) keeps espnet2's module.  POOL_BLOCK 64 stands for 4096 here."""
+    import spkflow.nnet.models as models
+
+    torch.manual_seed(0)
+    model = _trained_bn(build_model(ECAPA))
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(len(lengths), max(lengths), 20, generator=g) * 2 + 1
+    n = torch.tensor(lengths)
+    with torch.inference_mode():
+        one_piece = model(x, n)
+        monkeypatch.setattr(models, "POOL_BLOCK", 64)
+        blocks = model(x, n)
+    assert torch.equal(blocks, one_piece)
+    model.pooling.forward = None  # the blocks never call espnet2's module ...
+    with torch.inference_mode():
+        assert torch.equal(model(x, n), one_piece)
+    with pytest.raises(TypeError):  # ... which training (and a grad-enabled call) does
+        model(x, n)

@@ -207,3 +207,38 @@ def test_sid_takes_a_pack(pack, tmp_path):
     assert "closed set 4-way" in p.stdout + p.stderr
     p = sh(["./sid.sh", "--spk_model_dir", pack.parent, "--stage", "5"], recipe, check=False)
     assert p.returncode == 1 and f"it holds the packed model {pack.name}: give that file ({pack})" in p.stderr
+
+
+def test_stage3_checks_the_defaults_against_a_small_corpus(tmp_path):
+    """A new recipe with the template's defaults on 6 speakers of short clips: --num_spk 32 stops
+    stage 3 before any batch list is written, naming --num_spk and what fits; with a batch the
+    speakers fill, the crops (200-300 frames on clips of about 50 voiced frames) and the 6.19 M
+    model are warned about, naming the keys, and planning goes on."""
+    recipe = new_recipe(tmp_path)
+    data = make_speakers(tmp_path / "short", num_spk=6, num_utt=4, seed=3, min_sec=0.5, max_sec=0.9)
+    shutil.copytree(data, recipe / "data" / "train")
+    opts = ["--test_sets", "train", "--num_epochs", "1", "--nj", "1"]
+    p = sh(["./run.sh", "--stage", "2", "--stop_stage", "3", "--num_spk", "32", *opts], recipe, check=False)
+    log = p.stdout + p.stderr
+    assert p.returncode == 1, log[-3000:]
+    assert "Error: --num_spk 32 is more than the 0 training speakers with at least 6 utterances" in log
+    assert "stage 3 stopped before planning" in log and not list((recipe / "exp").rglob("epoch1.txt"))
+    p = sh(["./run.sh", "--stage", "3", "--stop_stage", "3", "--num_spk", "3", "--num_utt", "2", *opts], recipe)
+    log = p.stdout + p.stderr
+    assert "Warning: crops of 200-300 frames (train.crop_min_frames, train.crop_max_frames)" in log
+    assert "6.19 M parameters for 24 training utterances of 6 speakers" in log
+    assert (recipe / "exp" / "spk_train" / "batches" / "epoch1.txt").is_file()
+
+
+def test_stage1_splits_one_folder_by_speaker(tmp_path):
+    """local/data.sh --audio_dir: one folder of 5 speakers into data/train (3) and data/test (2, with
+    trials), no speaker in both; stage 1 validates both."""
+    from spkflow.data.datadir import DataDir
+
+    recipe = new_recipe(tmp_path)
+    audio = make_speakers(tmp_path / "all", num_spk=5, num_utt=3, seed=8, max_sec=0.8).parent / "audio"
+    p = sh(["./run.sh", "--stage", "1", "--stop_stage", "1", "--local_data_opts", f"--audio_dir {audio}"], recipe)
+    train, test = DataDir(recipe / "data" / "train"), DataDir(recipe / "data" / "test")
+    spk_train, spk_test = set(train.utt2spk().values()), set(test.utt2spk().values())
+    assert len(spk_train) == 3 and len(spk_test) == 2 and not spk_train & spk_test
+    assert "data/test: 2 speakers, 6 utterances" in p.stdout + p.stderr and test.has("trials")

@@ -187,3 +187,26 @@ def test_the_lr_scaling_and_tensorboard_keys_are_schedule_and_free() -> None:
     new = {"optim": {"lr_ref_batch": 128, "nesterov": True}, "train": {"tensorboard": False}}
     got = {c.key: c.kind for c in config_changes(old, new, TRAIN_DEFAULTS)}
     assert got == {"optim.lr_ref_batch": "schedule", "optim.nesterov": "schedule", "train.tensorboard": "free"}
+
+
+def test_keys_three_and_more_levels_deep_are_compared_and_named() -> None:
+    """A change of ``model.specaug.freq_width`` (the demo's SpecAugment, three levels) or of a key one
+    level further refuses the resume naming that key, with the option or without."""
+    from spkflow.train.resume import ResumeRefused, check_resume
+
+    old = {
+        "model": {"name": "ecapa_tdnn", "specaug": {"freq_width": 8, "time_width": 10}},
+        "frontend": {"fbank": {"num_mel_bins": 80}, "extra": {"deep": {"x": 1}}},
+        "optim": {"lr": 0.002},
+    }
+    for key, value in (("model.specaug.freq_width", 0), ("frontend.extra.deep.x", 2)):
+        new = copy.deepcopy(old)
+        *path, last = key.split(".")
+        d = new
+        for k in path:
+            d = d[k]
+        d[last] = value
+        assert [(c.key, c.new) for c in config_changes(old, new, TRAIN_DEFAULTS)] == [(key, value)]
+        for allow in (False, True):
+            with pytest.raises(ResumeRefused, match=rf"{key.replace('.', '[.]')} \S+ -> {value} .*{key} cannot change"):
+                check_resume(old, new, checkpoint="ck.pth", source="t.yaml", position=(2, 1, 5), allow_schedule=allow)

@@ -429,8 +429,8 @@ def test_resnet_trains_and_extracts_padding_invariant(tmp_path: Path) -> None:
 
 
 def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any], tmp_path: Path) -> None:
-    """A real signal to the command-line trainer: it finishes the step, writes a checkpoint,
-    exits 128 + 15; a rerun resumes and ends with the uninterrupted run's weights."""
+    """A real signal to the command-line trainer: it writes the checkpoint of its last completed
+    step, exits 128 + 15; a rerun resumes and ends with the uninterrupted run's weights."""
     import signal
     import time
 
@@ -464,6 +464,68 @@ def test_sigterm_checkpoints_exits_143_and_resumes_exactly(setup: dict[str, Any]
     b = torch.load(out / "model.pth", weights_only=True)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize(
+    ("slow", "at", "position"),
+    [
+        # the 3rd step is under way (forward pass done: BatchNorm statistics updated, weights not yet)
+        ("spkflow.train.build:Objective.forward", 3, (1, 2, 2)),
+        # epoch 1's validation, after its 4 steps and before its end is recorded
+        ("spkflow.train.validation:Validator.eer", 1, (1, 4, 4)),
+    ],
+    ids=["in a step", "in validation"],
+)
+def test_sigterm_in_a_step_that_does_not_end_checkpoints_at_once(
+    setup: dict[str, Any], tmp_path: Path, slow: str, at: int, position: tuple[int, int, int]
+) -> None:
+    """The trainer is stopped inside a step (or a validation) that would take an hour
+    (test/helpers/slow_step.py): SIGTERM writes the checkpoint of the last completed step at once and
+    the process exits 143 without finishing the step, where before it promised a checkpoint "after
+    this step" that a supervisor's SIGKILL, seconds later, never let it write.  The rerun trains the
+    dropped step again and ends with the uninterrupted run's weights and BatchNorm statistics."""
+    import signal
+
+    from helpers.procs import wait_until
+    from helpers.slow_step import Slow, slow_env
+    from spkflow.train.trainer import Trainer
+
+    full = tmp_path / "full"
+    Trainer(train_options(setup, full)).run()
+    config_path = tmp_path / "train.yaml"
+    config_path.write_text(yaml.safe_dump(setup["config"]))
+    out, marker = tmp_path / "exp", tmp_path / "in_the_slow_call"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    module, attr = slow.split(":")
+    args = [sys.executable, "-m", "spkflow.bin.train", *cli_args(setup, out, config_path), "--trace-batches"]
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=slow_env(tmp_path, [Slow(module, attr, at, marker)], env),
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: marker.exists() or proc.poll() is not None, 300), "the slow call was not reached"
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)  # the step sleeps for an hour: only the checkpoint at the signal ends it
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "writing the checkpoint of the last completed step now" in err and "stopped by a signal" in err
+    ck = torch.load(out / "checkpoint.pth", weights_only=True)
+    assert (ck["epoch"], ck["batch"], ck["step"]) == position and not (out / "model.pth").exists()
+    r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = [tuple(line.split()[:2]) for line in (out / "batch_trace.rank0.txt").read_text().splitlines()]
+    assert sorted(steps) == [(str(e), str(b)) for e in (1, 2) for b in range(4)]  # each step taken once
+    a = torch.load(full / "model.pth", weights_only=True)
+    b = torch.load(out / "model.pth", weights_only=True)
+    assert any("running_mean" in k for k in a)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+    history = json.loads((out / "history.json").read_text())["history"]
+    reference = json.loads((full / "history.json").read_text())["history"]
+    for mine, theirs in zip(history, reference, strict=True):
+        assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ local_data_opts=      # options passed to local/data.sh
 # Model options.
 spk_model=../spk1/exp/spk_train  # a spk1 model dir (config.yaml + model.pth, scoring.yaml) or its packed .zip
 pretrained=           # another toolkit's model instead (a dir, or a WeSpeaker .onnx), with pretrained_toolkit
-pretrained_toolkit=spkflow  # spkflow | espnet | speechbrain | wespeaker (another toolkit's: plain cosine scoring)
+pretrained_toolkit=spkflow  # spkflow | espnet | speechbrain | wespeaker | resemblyzer (another toolkit's: plain cosine)
 tag=                  # experiment tag: exp/diar_<tag> (default: the model's name)
 
 # Speech and window options (stage 2).
@@ -101,8 +101,8 @@ case "${speech}" in oracle|energy|silero) ;; *) log "Error: --speech must be ora
 case "${overlap}" in none|oracle) ;; *) log "Error: --overlap must be none or oracle, got '${overlap}'"; exit 2 ;; esac
 case "${cluster_method}" in spectral|ahc) ;; *) log "Error: --cluster_method must be spectral or ahc, got '${cluster_method}'"; exit 2 ;; esac
 case "${pretrained_toolkit}" in
-    spkflow|espnet|speechbrain|wespeaker) ;;
-    *) log "Error: --pretrained_toolkit must be spkflow, espnet, speechbrain or wespeaker, got '${pretrained_toolkit}'"; exit 2 ;;
+    spkflow|espnet|speechbrain|wespeaker|resemblyzer) ;;
+    *) log "Error: --pretrained_toolkit must be spkflow, espnet, speechbrain, wespeaker or resemblyzer, got '${pretrained_toolkit}'"; exit 2 ;;
 esac
 if [ -n "${num_speakers}" ] && [ "${num_speakers}" != oracle ] && ! [[ "${num_speakers}" =~ ^[1-9][0-9]*$ ]]; then
     log "Error: --num_speakers must be empty, a positive number or 'oracle', got '${num_speakers}'"
@@ -174,10 +174,13 @@ if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
             log "No windows in ${_windows} (no speech in data/${dset}): nothing to embed"
             continue
         fi
-        # the stage-5 extraction of spk1 (parallel, batched, resumable; segments read by seeking)
+        # the stage-5 extraction of spk1 (parallel, batched, resumable; segments read by seeking); Resemblyzer's
+        # trimming of long silences is for utterances: the windows are speech already, embedded whole
+        _trim=(); [ "${toolkit}" = resemblyzer ] && _trim=(--trim-silences false)
         # shellcheck disable=SC2086
         scripts/spk/extract_embeddings.sh --cmd "${decode_cmd}" --nj "${nj}" --batch-size "${embed_batch_size}" \
-            --toolkit "${toolkit}" ${embed_opts} --model-dir "${model_dir}" "${_windows}" "${diar_exp}/embed/${dset}.${wtag}"
+            --toolkit "${toolkit}" "${_trim[@]}" ${embed_opts} --model-dir "${model_dir}" "${_windows}" \
+            "${diar_exp}/embed/${dset}.${wtag}"
     done
 fi
 

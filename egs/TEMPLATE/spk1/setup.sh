@@ -9,7 +9,7 @@
 # ../diar1/diar.sh; scripts/, utils/ -> the project's.  Copies, yours to edit: cmd.sh (the job back end), conf/ (fbank, VAD,
 # scheduler and training configs; conf/train.yaml -> train_ecapa_ge2e_xs.yaml), and two starting
 # points: local/data.sh (a folder of recordings, one subfolder per speaker, -> data/<set> with
-# trials, by python -m spkflow.bin.make_data_dir) and run.sh (the options; ./spk.sh does the stages).
+# trials, by python -m spkflow.bin.make_data_dir; or one folder split by speaker) and run.sh (the options; ./spk.sh does the stages).
 # Nothing existing is overwritten: a NEW_DIR that already holds run.sh is refused.
 set -euo pipefail
 
@@ -57,6 +57,7 @@ if [ ! -e "${real}/local/data.sh" ]; then
 # Data preparation (stage 1 of spk.sh): folders of recordings, one subfolder per speaker, ->
 # data/<set> (wav.scp, utt2spk, spk2utt, utt2dur and, for the test sets, trials), checked.
 #   ./run.sh --stage 1 --stop_stage 1 --local_data_opts "--train_dir /data/train_audio --test_dir /data/test_audio"
+#   ./run.sh --stage 1 --stop_stage 1 --local_data_opts "--audio_dir /data/all_audio"   # split by speaker
 # Edit freely: any script that writes valid data dirs will do (docs/corpora.md).
 set -euo pipefail
 
@@ -67,13 +68,18 @@ log() {
 
 train_dir=           # folder of the training recordings (empty: no training set, e.g. with --pretrained)
 train_set=train      # its data dir: data/<train_set>
-test_dir=            # folder of the test recordings (required)
-test_set="test"      # its data dir: data/<test_set>, with trials (all target pairs + 10 others per target)
+test_dir=            # folder of the test recordings (required, unless audio_dir)
+test_set="test"      # its data dir: data/<test_set>, with trials (at most 500 target pairs per speaker + 10
+                     # others per target)
+audio_dir=           # instead of train_dir and test_dir: one folder, split by speaker into both sets
+test_speakers=0.2    # with audio_dir: the share (or the number) of its speakers held out for data/<test_set>
+split_seed=0         # with audio_dir: the seed of that choice
 speaker_regex=       # speaker = this regex's group 'spk' in the path below the folder (empty: first subfolder)
 
-help_message="Usage: $0 [--train_dir DIR] --test_dir DIR [--test_set NAME] [--speaker_regex REGEX]"
+help_message="Usage: $0 [--train_dir DIR] --test_dir DIR | --audio_dir DIR [--test_speakers 0.2] [--split_seed 0]
+         [--train_set NAME] [--test_set NAME] [--speaker_regex REGEX]"
 . utils/parse_options.sh
-if [ $# -ne 0 ] || [ -z "${test_dir}" ]; then
+if [ $# -ne 0 ] || [ -z "${test_dir}${audio_dir}" ] || { [ -n "${audio_dir}" ] && [ -n "${train_dir}${test_dir}" ]; }; then
     echo "${help_message}" >&2
     exit 1
 fi
@@ -81,10 +87,16 @@ fi
 
 opts=()
 [ -n "${speaker_regex}" ] && opts+=(--speaker-regex "${speaker_regex}")
-if [ -n "${train_dir}" ]; then
-    python -m spkflow.bin.make_data_dir "${opts[@]}" "${train_dir}" "data/${train_set}"
+if [ -n "${audio_dir}" ]; then
+    python -m spkflow.bin.make_data_dir "${opts[@]}" --split "data/${test_set}" --test-speakers "${test_speakers}" \
+        --split-seed "${split_seed}" "${audio_dir}" "data/${train_set}"
+    train_dir=${audio_dir}
+else
+    if [ -n "${train_dir}" ]; then
+        python -m spkflow.bin.make_data_dir "${opts[@]}" "${train_dir}" "data/${train_set}"
+    fi
+    python -m spkflow.bin.make_data_dir "${opts[@]}" --trials true "${test_dir}" "data/${test_set}"
 fi
-python -m spkflow.bin.make_data_dir "${opts[@]}" --trials true "${test_dir}" "data/${test_set}"
 log "Successfully finished: data/{${train_dir:+${train_set},}${test_set}}"
 EOF
     chmod +x "${real}/local/data.sh"
@@ -101,6 +113,7 @@ if [ ! -e ./spk.sh ]; then  # relative links and paths: the recipe runs from its
     echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
     exit 1
 fi
+. utils/supervise.sh  # a signal to this pid stops everything the run starts (spkflow.core.procs)
 
 train_set=train
 test_sets="test"

@@ -258,6 +258,19 @@ if [ -z "${pretrained}" ] && [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
     _spk2utt=${dumpdir}/fbank/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || _spk2utt=data/${train_set}/spk2utt
     [ -f "${_spk2utt}" ] || { log "Error: no spk2utt: ${dumpdir}/fbank/${train_set}/spk2utt nor ${_spk2utt}"; exit 1; }
+    # The settings against the corpus first (spkflow/train/preflight.py): N x M vs its speakers (an error),
+    # crops vs its voiced length and the model vs its size (warnings), each naming the option to change.
+    _world=$((num_nodes * (ngpu > 0 ? ngpu : nproc)))
+    _feats_dir=${dumpdir}/fbank/${train_set}
+    [ "${train_reads}" = audio ] && _feats_dir=data/${train_set}
+    _check=(--spk2utt "${_spk2utt}" --num-spk "${num_spk}" --num-utt "${num_utt}" --short-speakers "${short_speakers}"
+            --world-size "${_world}" --train-dir "${_feats_dir}")
+    [ -f "${train_config}" ] && _check+=(--config "${train_config}")  # (stage 4 says so when they are missing)
+    [ -f "${fbank_conf}" ] && _check+=(--fbank-conf "${fbank_conf}")
+    if ! python -m spkflow.bin.check_training "${_check[@]}" 2>&1 | while IFS= read -r _line; do log "${_line}"; done; then
+        log "Error: stage 3 stopped before planning: change what the error above says"
+        exit 1
+    fi
     # The batch lists are what a training of ${spk_exp} reads: while another run trains there
     # (stage 4 holds ${spk_exp}'s lock, scripts/spk/train.sh) they are not touched. Held for stage 3.
     trap 'python -m spkflow.bin.lock release --pid "${spkflow_run_pid}" "${spk_exp}" || true' EXIT

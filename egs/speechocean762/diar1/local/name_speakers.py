@@ -86,7 +86,7 @@ def make_meetings(emb: Embedder, pool: Path, work: Path, meetings: int, seed: in
         who += [strangers[j] for j in rng.choice(len(strangers), n_str, replace=False)]
         name = f"{pool.name}_m{i:02d}"
         c = simulate_conversation(
-            name, {s: talk[s] for s in who}, lambda u: load_audio(wav[u], 16000), stats,
+            name, {s: talk[s] for s in who}, lambda u: load_audio(wav[u], 16000, table=True), stats,
             num_speakers=k, duration=60.0, seed=seed, index=i,
         )  # fmt: skip
         sf.write(work / f"{name}.wav", c.wave, 16000, subtype="PCM_16")

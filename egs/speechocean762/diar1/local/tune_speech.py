@@ -58,7 +58,7 @@ def load_set(data: Path, cache: Path):
             z = np.load(f)
             probs, n = z["probs"], int(z["samples"])
         else:
-            x = load_audio(rs.wav[rec], 16000, utt=rec)
+            x = load_audio(rs.wav[rec], 16000, utt=rec, table=True)
             probs, n = silero_probabilities(x), len(x)
             f.parent.mkdir(parents=True, exist_ok=True)
             np.savez(f, probs=probs, samples=n)
