@@ -24,7 +24,14 @@ Figures, over the reference speech of each kind (overlap counted for every speak
 * **strangers unknown**: the share of the strangers' speech labelled ``unknown_<k>`` (the rest:
   an enrolled name given to a stranger);
 * per speaker: enrolled speakers whose name went to the cluster holding most of their speech, and
-  strangers who were given a name.
+  strangers who were given a name;
+* **of its cluster**: the naming alone, apart from the clustering: of the speech each speaker's
+  own cluster (the hypothesis speaker holding most of it) holds, the share named right (enrolled)
+  or unknown (strangers).  Speech in another speaker's turns (overlap, window edges, clustering
+  errors) is counted in the first figures, not here.
+
+``--rescore`` prints the figures of the RTTMs an earlier run left under ``--work`` (its meetings,
+gallery and hypotheses), remaking and rerunning nothing (``default`` and ``domain`` only).
 
 Prints a markdown table; writes the meetings, the gallery and the RTTMs under ``--work``.
 """
@@ -143,22 +150,29 @@ def sweep(emb: Embedder, m: dict, speech: str, thresholds: list[float]) -> list[
 def figures(m: dict, hyps: dict[str, list[Turn]]) -> dict[str, object]:
     enrolled = set(m["enrolled"])
     right = wrong = known = stranger_unknown = stranger_total = 0.0
+    own_right = own_known = own_unknown = own_stranger = 0.0
     spk_right = spk_known = str_named = str_total = 0
     for rec_id, hyp in hyps.items():
         for s in sorted({t.speaker for t in m["refs"][rec_id]}):
             mine = [t for t in m["refs"][rec_id] if t.speaker == s]
             total = sum(t.duration for t in mine)
             by_hyp = {h: overlap(mine, [t for t in hyp if t.speaker == h]) for h in {t.speaker for t in hyp}}
+            own = max(by_hyp, key=by_hyp.__getitem__) if by_hyp else None  # its cluster
+            held = by_hyp.get(own, 0.0) if own is not None else 0.0
             if s in enrolled:
                 known += total
                 right += by_hyp.get(s, 0.0)
                 wrong += sum(v for h, v in by_hyp.items() if h != s and not h.startswith("unknown_"))
                 spk_known += 1
-                spk_right += bool(by_hyp) and max(by_hyp, key=by_hyp.__getitem__) == s
+                spk_right += own == s
+                own_known += held
+                own_right += held if own == s else 0.0
             else:
                 stranger_total += total
                 stranger_unknown += sum(v for h, v in by_hyp.items() if h.startswith("unknown_"))
                 str_total += 1
+                own_stranger += held
+                own_unknown += held if own is not None and own.startswith("unknown_") else 0.0
                 str_named += any(v > 0.5 * total for h, v in by_hyp.items() if not h.startswith("unknown_"))
     return {
         "enrolled": len(m["enrolled"]),
@@ -168,7 +182,24 @@ def figures(m: dict, hyps: dict[str, list[Turn]]) -> dict[str, object]:
         "unknown": 100 * stranger_unknown / stranger_total,
         "spk": f"{spk_right} of {spk_known}",
         "str": f"{str_named} of {str_total}",
+        "own_right": 100 * own_right / max(own_known, 1e-9),
+        "own_unknown": 100 * own_unknown / max(own_stranger, 1e-9),
     }
+
+
+def rescore(work: Path, pool: Path, clusters: str) -> dict[str, object]:
+    """:func:`figures` of the hypotheses an earlier run wrote under ``work`` (nothing remade)."""
+    refs = {f.stem: read_rttm(f).turns for f in sorted(work.glob("*.rttm"))}
+    hyps = {f.stem: read_rttm(f).turns for f in sorted((work / f"rttm.{clusters}").glob("*.rttm"))}
+    if not refs or sorted(hyps) != sorted(refs):
+        raise SystemExit(f"{work}: no meetings, or not every meeting has a hypothesis in rttm.{clusters}")
+    enrolled = sorted(set(Gallery.load(work / "gallery.npz").speakers))
+    u2s = read_kv(pool / "utt2spk")
+    counts: dict[str, int] = {}
+    for s in u2s.values():
+        counts[s] = counts.get(s, 0) + 1
+    strangers = [s for s, n in counts.items() if n >= 3 and s not in enrolled]  # as make_meetings
+    return figures({"enrolled": enrolled, "strangers": strangers, "refs": refs}, hyps)
 
 
 def main() -> int:
@@ -181,12 +212,24 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default="exp/naming")
     p.add_argument("--sweep", default="", help="LLR thresholds to name perfectly clustered meetings at, e.g. '0 1 2'")
+    p.add_argument("--rescore", action="store_true", help="the figures of an earlier run's RTTMs under --work")
     a = p.parse_args()
+    if a.rescore:
+        print("| pool | speech | clusters | enrolled speech named right | of its cluster | strangers' speech unknown "
+              "| of its cluster | enrolled speakers named right | strangers given a name |")  # fmt: skip
+        print("|---" * 9 + "|")
+        for pool in a.pools.split():
+            for c in a.clusters.split():
+                r = rescore(Path(a.work) / f"{pool}.{a.speech}", Path("data") / pool, c)
+                print(f"| {pool} | {a.speech} | {c} | {r['right']:.1f} | {r['own_right']:.1f} | {r['unknown']:.1f} | "
+                      f"{r['own_unknown']:.1f} | {r['spk']} | {r['str']} |")  # fmt: skip
+        return 0
     emb = Embedder.from_pretrained(a.model)
     print(f"`{a.model}`, {a.speech} speech, {a.meetings} meetings per pool\n")
     print(
-        "| pool | clusters | enrolled / strangers | enrolled speech named right (%) | named wrong (%) | strangers' "
-        "speech unknown (%) | enrolled speakers named right | strangers given a name |"
+        "| pool | clusters | enrolled / strangers | enrolled speech named right (of its cluster) (%) | "
+        "named wrong (%) | strangers' speech unknown (of its cluster) (%) | enrolled speakers named right | "
+        "strangers given a name |"
     )
     print("|---|---|---|---|---|---|---|---|")
     pools = {}
@@ -196,8 +239,8 @@ def main() -> int:
         for c in a.clusters.split():
             r = figures(m, hypotheses(emb, m, work, a.speech, c, Path("data") / pool))
             print(
-                f"| {pool} | {c} | {r['enrolled']} / {r['strangers']} | {r['right']:.1f} | {r['wrong']:.1f} | "
-                f"{r['unknown']:.1f} | {r['spk']} | {r['str']} |",
+                f"| {pool} | {c} | {r['enrolled']} / {r['strangers']} | {r['right']:.1f} ({r['own_right']:.1f}) | "
+                f"{r['wrong']:.1f} | {r['unknown']:.1f} ({r['own_unknown']:.1f}) | {r['spk']} | {r['str']} |",
                 flush=True,
             )
     if a.sweep:
