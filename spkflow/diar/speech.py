@@ -110,9 +110,13 @@ def fbank_in_blocks(
 def _silero_model() -> Any:
     try:
         from silero_vad import load_silero_vad
-    except ImportError:
-        raise RuntimeError("speech detection 'silero' needs the silero-vad package (pip install silero-vad)") from None
-    return load_silero_vad(sequence=True)  # the wheel's ONNX model of blocks of frames (onnxruntime)
+
+        return load_silero_vad(sequence=True)  # the wheel's ONNX model of blocks of frames (onnxruntime)
+    except ImportError as err:
+        raise RuntimeError(
+            f"speech detection 'silero' needs the silero-vad and onnxruntime packages ({err}): "
+            "bash tools/setup.sh installs them; or pass --speech energy"
+        ) from None
 
 
 def silero_probabilities(x: np.ndarray, progress: Progress | None = None) -> np.ndarray:
