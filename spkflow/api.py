@@ -9,6 +9,8 @@
 >>> emb.score_matrix(["a.m4a", "b.mp3", "c.wav"]).llr             # [3, 3] (or give [N, dim] embeddings)
 >>> v = emb.verify("a.flac", "b.wav")                            # v.score, v.llr, v.same_speaker
 >>> emb.score(emb_a, emb_b)                                       # the same on embeddings ([D] or [N, D])
+>>> d = emb.diarize("meeting.flac")                              # d.speakers, d.turns, d.to_rttm("m.rttm")
+>>> emb.diarize("meeting.flac", gallery="team.npz").speakers      # named by a saved enrolment (identify --save)
 >>> Embedder.from_pretrained("spkrec-ecapa-voxceleb")             # SpeechBrain, ESPnet, WeSpeaker: detected
 >>> Embedder.from_pretrained("resnet34.onnx", toolkit="wespeaker")  # or named
 >>> Embedder.from_pretrained(os.path.dirname(resemblyzer.__file__))  # Resemblyzer's pretrained.pt
@@ -70,7 +72,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -82,6 +84,9 @@ from spkflow.embed.open import inspect_model, open_embedder
 from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
 from spkflow.features.speech import MIN_SPEECH, speech_seconds
 from spkflow.score.model_scoring import MIN_DOMAIN, PAIR, Scoring, Verdict
+
+if TYPE_CHECKING:
+    from spkflow.diar.result import Diarization
 
 __all__ = ["Embedder"]
 
@@ -328,7 +333,7 @@ class Embedder:
         self,
         path: str | os.PathLike[str],
         *,
-        speech: str | Sequence[tuple[float, float]] = "energy",
+        speech: str | Sequence[tuple[float, float]] | None = None,
         num_speakers: int | None = None,
         max_speakers: int = 8,
         method: str | None = None,
@@ -336,27 +341,46 @@ class Embedder:
         shift: float = 0.75,
         domain: Any = None,
         threshold: float | None = None,
-    ) -> list[Any]:
-        """Who spoke when in one audio file (a path, as :meth:`embed_file`): a list of :class:`spkflow.diar.rttm.Turn`
-        ``(recording, start, end, speaker)``, the recording id being the file's stem (whitespace
-        made ``_``).  ``speech``: a detector (``energy``, ``silero``), the speech regions
-        ``[(start, end), ...]`` in seconds (oracle speech), or an RTTM file or folder of them; windows
-        of ``window`` s every ``shift`` s embedded by this model, clustered in its scoring's space
-        (``method``: ``ahc`` stopped at the calibrated LLR, the default when the model has a
-        calibration; else ``spectral``), resegmented.  ``domain``: recordings like this one to
-        centre on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved
-        by ``identify --save``), as the recipe centres on the windows of its set; None: the
-        training mean, which merges speakers of corpora unlike the training data's (measured in
-        egs/speechocean762/diar1/RESULTS.md).  ``threshold``: where ``ahc`` stops (an LLR; a score
-        without calibration), tuned on held-out recordings; None: the calibrated decision.
-        ``num_speakers`` forces the count (a warning when the windows cannot give it);
-        ``max_speakers`` bounds an estimated one.  The work and the defaults are
-        :func:`spkflow.diar.file_list.diarize_file`'s (the command's, the recipe's code)."""
+        gallery: Any = None,
+        progress: bool = False,
+    ) -> Diarization:
+        """Who spoke when in one audio file (a path, as :meth:`embed_file`): a
+        :class:`spkflow.diar.result.Diarization` (its ``turns``, ``Turn(recording, start, end,
+        speaker)`` on 10 ms frames; ``speakers``;
+        ``to_rttm(path)``; ``to_annotation()``, a ``pyannote.core.Annotation``; iterating over it
+        gives the turns), the recording id being the file's stem (whitespace made ``_``).
+        ``speech``: a detector (``silero``, ``energy``; None: the default,
+        :data:`spkflow.diar.speech.DEFAULT_DETECTOR`), the speech regions ``[(start, end), ...]``
+        in seconds (oracle speech), or an RTTM file or folder of them; windows of ``window`` s
+        every ``shift`` s embedded by this model, clustered in its scoring's space (``method``:
+        ``ahc`` stopped at the calibrated LLR, the default when the model has a calibration; else
+        ``spectral``), resegmented.  ``domain``: recordings like this one to centre on (raw
+        embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved by ``identify
+        --save``), as the recipe centres on the windows of its set; None: the training mean, which
+        merges speakers of corpora unlike the training data's (egs/speechocean762/diar1/RESULTS.md).
+        ``threshold``: where ``ahc`` stops (an LLR; a score without calibration), tuned on
+        held-out recordings; None: the calibrated decision.  ``num_speakers`` forces the count (a
+        warning when the windows cannot give it); ``max_speakers`` bounds an estimated one.
+        ``gallery``: a saved enrolment (``identify --save``: its file, or a
+        :class:`~spkflow.deploy.gallery.Gallery`) to name the speakers by: each the enrolled
+        speaker the calibrated LLR says it is, two never one name, ``unknown_<k>`` otherwise
+        (:mod:`spkflow.diar.naming`).  ``progress``: bars on standard error for a long file.  The
+        work and the defaults are :func:`spkflow.diar.file_list.diarize_file`'s (the command's,
+        the recipe's code)."""
         from spkflow.diar.file_list import diarize_file
         from spkflow.diar.pipeline import Settings
+        from spkflow.diar.speech import DEFAULT_DETECTOR
 
         settings = Settings(method, num_speakers, max_speakers, threshold, window, shift)  # its field order
-        return diarize_file(self, path, speech=speech, settings=settings, domain=domain)
+        return diarize_file(
+            self,
+            path,
+            speech=DEFAULT_DETECTOR if speech is None else speech,
+            settings=settings,
+            domain=domain,
+            gallery=gallery,
+            progress=progress,
+        )
 
 
 def _groups(frames: Sequence[int], batch_size: int, max_frames: int) -> list[list[int]]:

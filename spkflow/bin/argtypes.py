@@ -85,10 +85,7 @@ def float_at_least(lo: float) -> Callable[[str], float]:
     """A float type that refuses values below ``lo`` (and NaN)."""
 
     def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+        v = _number(text)
         if not v >= lo:
             raise argparse.ArgumentTypeError(f"must be >= {lo:g}, got {text}")
         return v
@@ -96,12 +93,16 @@ def float_at_least(lo: float) -> Callable[[str], float]:
     return parse
 
 
+def _number(text: str, expected: str = "") -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{expected or 'invalid number'} {text!r}") from None
+
+
 def finite_float(text: str) -> float:
     """Any finite number (refuses NaN and infinities)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    v = _number(text)
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return v
@@ -109,10 +110,7 @@ def finite_float(text: str) -> float:
 
 def probability(text: str) -> float:
     """A prior strictly between 0 and 1 (``--p-target 0.5``)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    v = _number(text, "expected a number in (0, 1), got")
     if not 0.0 < v < 1.0:
         raise argparse.ArgumentTypeError(f"a prior must be in (0, 1), got {text}")
     return v

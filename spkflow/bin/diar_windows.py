@@ -1,7 +1,7 @@
 """Speech regions and sliding windows of a recording dir (diar.sh stage 2).
 
-    python -m spkflow.bin.diar_windows [--speech oracle|energy|silero] [--window 1.5] [--shift 0.75]
-        [--min-window 0.5] RECO_DIR OUT_DIR
+    python -m spkflow.bin.diar_windows [--speech oracle|energy|silero] [--silero-opts onset=0.2,...]
+        [--window 1.5] [--shift 0.75] [--min-window 0.5] RECO_DIR OUT_DIR
 
 Writes ``OUT_DIR/speech`` (a data dir whose ``segments`` are the speech regions) and
 ``OUT_DIR/windows`` (the data dir of windows stage 5 embeds); :func:`spkflow.diar.recipe_stages.make_windows`.
@@ -17,7 +17,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import float_at_least
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.diar.recipe_stages import make_windows
-from spkflow.diar.speech import DETECTORS
+from spkflow.diar.speech import DETECTORS, SileroOptions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("reco_dir")
     p.add_argument("out_dir")
     p.add_argument("--speech", default="oracle", choices=DETECTORS, help="speech detection")
+    p.add_argument(
+        "--silero-opts",
+        type=SileroOptions.parse,
+        default=None,
+        metavar="KEY=VALUE,...",
+        help="silero's rules: onset, offset, min_speech, min_silence, pad (default: spkflow.diar.speech.SileroOptions)",
+    )
     p.add_argument("--window", type=float_at_least(0.1), default=1.5, help="window length (s)")
     p.add_argument("--shift", type=float_at_least(0.01), default=0.75, help="window shift (s)")
     p.add_argument("--min-window", type=float_at_least(0.01), default=0.5, help="shortest window (s)")
@@ -38,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             window=args.window,
             shift=args.shift,
             min_window=args.min_window,
+            silero=args.silero_opts,
         )
     except (InputError, UtteranceError, ValueError, OSError, RuntimeError) as err:
         logging.error("%s", err)

@@ -37,7 +37,7 @@ from spkflow.data.tables import (
     show_line,
 )
 
-__all__ = ["check_data_dir", "validate_data_dir", "check_utf8_ids", "first_unsorted_k2"]
+__all__ = ["check_data_dir", "check_utf8_ids", "first_unsorted_k2"]
 
 
 def sort_k2_key(line: str) -> tuple[bytes, bytes]:
@@ -108,9 +108,10 @@ def check_data_dir(
     no_spk_sort: bool = False,
     non_print: bool = False,
 ) -> list[str]:
-    """The body of :meth:`DataDir.validate <spkflow.data.datadir.DataDir.validate>` for the data
-    dir at ``path`` (flags and deliberate differences from Kaldi are documented there); returns
-    warnings."""
+    """Check the data dir at ``path`` (the checks of ``utils/validate_data_dir.sh``; the body of
+    :meth:`DataDir.validate <spkflow.data.datadir.DataDir.validate>`, where the flags and the
+    deliberate differences from Kaldi are documented); returns warnings, raises InputError (file,
+    line) on the first problem."""
     d = Path(path)
     warnings: list[str] = []
     if not d.is_dir():
@@ -342,23 +343,6 @@ def check_utf8_ids(t: Table, name: str | None = None) -> None:
                     f"id '{shown}' holds bytes that are not UTF-8; utterance, speaker and recording ids must "
                     "be UTF-8 text (features and embeddings are stored under them); rename it",
                 )
-
-
-def validate_data_dir(
-    path: PathLike,
-    *,
-    no_feats: bool = True,
-    no_text: bool = True,
-    no_wav: bool = False,
-    no_spk_sort: bool = False,
-    non_print: bool = False,
-) -> list[str]:
-    """Check the data dir at ``path`` (:meth:`~spkflow.data.datadir.DataDir.validate`, the checks of
-    ``utils/validate_data_dir.sh``); returns warnings, raises InputError (file, line) on the
-    first problem.  What stage 2 calls on its input before any job starts."""
-    return check_data_dir(
-        path, no_feats=no_feats, no_text=no_text, no_wav=no_wav, no_spk_sort=no_spk_sort, non_print=non_print
-    )
 
 
 def _check_positive(t: Table, *, integer: bool) -> None:

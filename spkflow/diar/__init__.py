@@ -8,7 +8,9 @@
 ``cluster`` (spectral clustering with auto-tuned refinement, agglomerative clustering stopped at
 the calibrated LLR, resegmentation), ``overlap`` (a second speaker in given overlap regions),
 ``metrics`` (DER in three conditions, JER, speaker-count error with ``pyannote.metrics``),
-``plots`` (reference against hypothesis).
+``plots`` (reference against hypothesis, or the hypothesis alone), ``result`` (``Diarization``:
+what diarizing one recording returns, its RTTM and pyannote Annotation), ``naming`` (clusters
+named by a saved enrolment), ``written`` (the marker of the files spkflow wrote in a folder).
 
 The work itself, at three levels (the outer two call ``pipeline``, never each other, and nothing
 here calls back up into ``api`` or ``bin``):

@@ -1,12 +1,14 @@
 """Diarization of a list of audio files, for users without a recipe: the work behind ``python -m
 spkflow.bin.diarize`` (:func:`diarize_files`: one ``OUT_DIR/<id>.rttm`` per file) and
-``Embedder.diarize`` (:func:`diarize_file`: the turns of one file), through the pipeline and the
-defaults of :mod:`spkflow.diar.pipeline`.  The embedder is passed in (an
+``Embedder.diarize`` (:func:`diarize_file`: one file's :class:`~spkflow.diar.result.Diarization`),
+through the pipeline and the defaults of :mod:`spkflow.diar.pipeline`; with a gallery
+(``identify --save``), the speakers named by :mod:`spkflow.diar.naming`.  The embedder is passed in (an
 :class:`~spkflow.api.Embedder`: its ``embed_batch`` and ``scoring``); nothing here calls back up.
 
-Speech regions per file: a detector's (``energy``, ``silero``), the regions themselves (the API),
-or oracle speech from an RTTM file (the turns of the recording of the file's id) or a folder of
-``<id>.rttm`` files.
+Speech regions per file: a detector's (``silero``, ``energy``; the default
+:data:`~spkflow.diar.speech.DEFAULT_DETECTOR`), the regions themselves (the API), or oracle speech
+from an RTTM file (the turns of the recording of the file's id) or a folder of ``<id>.rttm`` files
+(then also the reference of the plots, ``plot_dir``).
 
 What it guarantees
 ------------------
@@ -22,14 +24,19 @@ What it guarantees
   naming the file and line, as in a recording dir's ``rttm`` (within it: cut at the end); so is a
   given region (the API); an RTTM without any turn of a recording is an error, not silence (a
   misnamed recording would otherwise look like an empty one).
-* **A user's files are never replaced**: an ``OUT_DIR/<id>.rttm`` that spkflow did not write (not
-  listed in the folder's marker :data:`MARKER`) is refused before any work, naming it, unless
-  ``overwrite``; the user's other files in ``OUT_DIR`` are never touched; one run at a time per
-  folder (:mod:`spkflow.core.lock`); ``OUT_DIR`` an existing file is named as one.
+* **A user's files are never replaced**: an ``OUT_DIR/<id>.rttm`` (or a plot ``PLOT_DIR/<id>.png``)
+  that spkflow did not write (not listed in the folder's marker :data:`MARKER`,
+  :mod:`spkflow.diar.written`) is refused before any work, naming it, unless ``overwrite``; the
+  user's other files in ``OUT_DIR`` are never touched; one run at a time per folder
+  (:mod:`spkflow.core.lock`); ``OUT_DIR`` an existing file is named as one.
 * **Resumable**: each RTTM is written atomically as soon as its recording is done, and entered in
   the marker with a fingerprint of what made it (the model, the settings, the speech, the domain,
-  the file's path, size and time).  A rerun keeps the RTTMs whose fingerprint matches (and says
-  how many) and redoes the others.
+  the gallery, the file's path, size and time).  A rerun keeps the RTTMs whose fingerprint
+  matches (and says how many) and redoes the others.
+* **Progress that moves** (``progress``): a bar over the recordings and, for a recording of a
+  minute or more, one over its speech detection (seconds) and its windows (the windows are
+  embedded :data:`~spkflow.diar.pipeline.EMBED_CHUNK` at a time, the bar moving after each);
+  one log line per recording as it is written (speakers, turns, seconds of speech, seconds taken).
 
 pyannote.core's ``Annotation.write_rttm`` refuses a URI or label holding a space, and its
 ``Pipeline`` diarizes one file per call and leaves writing to the caller; here a list of files is
@@ -43,68 +50,86 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from spkflow.core import lock
-from spkflow.core.atomic import write_text_atomic
-from spkflow.core.errors import InputError, OutputError
+from spkflow.core.errors import InputError
 from spkflow.data.audio import check_file, read_audio, spec_duration
 from spkflow.deploy.decisions import domain_embeddings
-from spkflow.deploy.gallery import embedder_stamp
+from spkflow.deploy.gallery import Gallery, embedder_stamp
+from spkflow.diar.naming import Naming, name_clusters
 from spkflow.diar.pipeline import Settings, diarize_recording, embed_windows
 from spkflow.diar.recordings import MAX_OVERSHOOT
 from spkflow.diar.regions import Regions, union
+from spkflow.diar.result import Diarization
 from spkflow.diar.rttm import Rttm, Turn, read_rttm, safe_id, write_rttm
-from spkflow.diar.speech import DETECTORS
+from spkflow.diar.speech import DEFAULT_DETECTOR, DETECTORS
+from spkflow.diar.written import MARKER, PENDING, holding, refuse_foreign, write_marker
 
-__all__ = ["MARKER", "Done", "FileRecording", "check_files", "check_out_dir", "diarize_file", "diarize_files"]
+__all__ = [
+    "LONG_RECORDING",
+    "MARKER",
+    "Done",
+    "FileRecording",
+    "check_files",
+    "check_out_dir",
+    "diarize_file",
+    "diarize_files",
+]
 
 log = logging.getLogger(__name__)
 
-#: the file in ``OUT_DIR`` that lists the RTTMs spkflow wrote there, each with its fingerprint
-MARKER = ".spkflow-rttm"
-_HEADER = "# written by spkflow (spkflow.diar.file_list): the RTTMs it wrote here, each with a fingerprint\n"
-_PENDING = "-"
+#: a recording at least this long (s) gets its own progress bar (speech detection, then windows)
+LONG_RECORDING = 60.0
 
 
 @dataclass(frozen=True)
 class FileRecording:
-    """One file to diarize, checked: ``path`` as given, its recording ``id``, ``duration`` (s)
-    and its ``speech`` (a detector's name, or regions in seconds)."""
+    """One file to diarize, checked: ``path`` as given, its recording ``id``, ``duration`` (s),
+    its ``speech`` (a detector's name, or regions in seconds) and, when the speech came from an
+    RTTM, that RTTM's turns of the recording (``reference``, for the plots)."""
 
     path: str
     id: str
     duration: float
     speech: str | Regions
+    reference: tuple[Turn, ...] | None = None
 
 
 @dataclass(frozen=True)
 class Done:
-    """One RTTM of :func:`diarize_files`: its path, speakers and turns; ``kept``: finished by an
-    earlier run with the same fingerprint, not redone."""
+    """One RTTM of :func:`diarize_files`: its path, speakers, turns, seconds of speech and seconds
+    taken; ``kept``: finished by an earlier run with the same fingerprint, not redone; ``names``:
+    how each cluster was named (with a gallery)."""
 
     rttm: Path
     speakers: int
     turns: int
+    speech: float = 0.0
+    seconds: float = 0.0
     kept: bool = False
+    names: tuple[Naming, ...] = ()
 
 
-def _regions_of(src: str | os.PathLike[str], rttm: Rttm, rec: str, duration: float) -> Regions:
-    spans = []
+def _turns_of(src: str | os.PathLike[str], rttm: Rttm, rec: str, duration: float) -> list[Turn]:
+    out = []
     for t, n in zip(rttm.turns, rttm.lines, strict=True):
         if t.recording != rec:
             continue
         if t.end > duration + MAX_OVERSHOOT:
             raise InputError(src, n, f"turn ends at {t.end:.3f} s, after the end of {rec!r} ({duration:.3f} s)")
-        spans.append((t.start, min(t.end, duration)))
-    if not spans:
+        if min(t.end, duration) > t.start:
+            out.append(t._replace(end=min(t.end, duration)))
+    if not out:
         raise InputError(src, None, f"no turns of recording {rec!r} (the recording id is the file's stem)")
-    return union(s for s in spans if s[1] > s[0])
+    return out
 
 
 def _given_regions(path: str, regions: Sequence[tuple[float, float]], duration: float) -> Regions:
@@ -119,32 +144,34 @@ def _given_regions(path: str, regions: Sequence[tuple[float, float]], duration: 
     return union(r for r in out if r[1] > r[0])
 
 
-def _speech_of(
+def _with_speech(
     speech: str | Sequence[tuple[float, float]], rec: FileRecording, cache: dict[str, Rttm]
-) -> str | Regions:
+) -> FileRecording:
     if not isinstance(speech, str):
-        return _given_regions(rec.path, speech, rec.duration)
+        return dataclasses.replace(rec, speech=_given_regions(rec.path, speech, rec.duration))
     if speech in DETECTORS:
         if speech == "oracle":
             raise ValueError("--speech oracle: give the reference as an RTTM file or a folder of <id>.rttm")
-        return speech
+        return dataclasses.replace(rec, speech=speech)
     p = Path(speech)
     if p.is_dir():
         f = p / f"{rec.id}.rttm"
         if not f.is_file():
             raise InputError(f, None, f"no such file: the speech regions of recording {rec.id!r}")
-        return _regions_of(f, read_rttm(f), rec.id, rec.duration)
-    if p.is_file():
+        turns = _turns_of(f, read_rttm(f), rec.id, rec.duration)
+    elif p.is_file():
         if speech not in cache:
             cache[speech] = read_rttm(p)
-        return _regions_of(p, cache[speech], rec.id, rec.duration)
-    raise InputError(
-        p, None, f"--speech must be {', '.join(d for d in DETECTORS if d != 'oracle')}, an RTTM file or a folder"
-    )
+        turns = _turns_of(p, cache[speech], rec.id, rec.duration)
+    else:
+        raise InputError(
+            p, None, f"--speech must be {', '.join(d for d in DETECTORS if d != 'oracle')}, an RTTM file or a folder"
+        )
+    return dataclasses.replace(rec, speech=union((t.start, t.end) for t in turns), reference=tuple(turns))
 
 
 def check_files(
-    files: Sequence[str | os.PathLike[str]], speech: str | Sequence[tuple[float, float]] = "energy"
+    files: Sequence[str | os.PathLike[str]], speech: str | Sequence[tuple[float, float]] = DEFAULT_DETECTOR
 ) -> list[FileRecording]:
     """Every file checked (see the module doc), with its recording id, duration and speech; a
     renamed id is said in a log line.  Raises on the first bad input, before any output."""
@@ -161,40 +188,14 @@ def check_files(
         ids[rid] = path
         if rid != stem:
             log.info("%s: recording id %r (an RTTM field holds no whitespace)", path, rid)
-        rec = FileRecording(path, rid, spec_duration(path, utt=rid), "")
-        out.append(dataclasses.replace(rec, speech=_speech_of(speech, rec, cache)))
+        out.append(_with_speech(speech, FileRecording(path, rid, spec_duration(path, utt=rid), ""), cache))
     return out
-
-
-def _read_marker(out: Path) -> dict[str, str]:
-    try:
-        text = (out / MARKER).read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    rows = (line.split() for line in text.splitlines() if line and not line.startswith("#"))
-    return {r[0]: r[1] for r in rows if len(r) == 2}
 
 
 def check_out_dir(out_dir: str | os.PathLike[str], ids: Sequence[str], *, overwrite: bool = False) -> dict[str, str]:
     """Refuse an ``out_dir`` that is a file, or whose ``<id>.rttm`` of one of ``ids`` spkflow did
     not write (unless ``overwrite``); returns the marker's ``name -> fingerprint``."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(out, None, "exists and is a file, not a folder: give a folder for the RTTMs")
-    written = _read_marker(out)
-    for i in ids:
-        if (out / f"{i}.rttm").is_dir():
-            raise InputError(out / f"{i}.rttm", None, f"is a folder where the RTTM of recording {i!r} would go")
-    foreign = [f"{i}.rttm" for i in ids if os.path.lexists(out / f"{i}.rttm") and f"{i}.rttm" not in written]
-    if foreign and not overwrite:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise InputError(
-            out,
-            None,
-            f"holds {shown}, not written by spkflow (not in its {MARKER}); nothing was changed: choose another "
-            "folder, move them, or pass --overwrite true (overwrite=True) to replace them",
-        )
-    return written
+    return refuse_foreign(out_dir, [f"{i}.rttm" for i in ids], overwrite=overwrite)
 
 
 def _load_domain(embedder: Any, domain: Any) -> np.ndarray | None:
@@ -205,40 +206,136 @@ def _load_domain(embedder: Any, domain: Any) -> np.ndarray | None:
     return np.atleast_2d(np.asarray(domain, dtype=np.float64))
 
 
-def _fingerprint(stamp: str, settings: Settings, rec: FileRecording, domain: np.ndarray | None) -> str:
+def _load_gallery(embedder: Any, gallery: Any) -> Gallery | None:
+    if gallery is None or isinstance(gallery, Gallery):
+        return gallery
+    g = Gallery.load(os.fspath(gallery), embedder_stamp(embedder))
+    if embedder.scoring.calibration is None:
+        raise InputError(gallery, None, "naming speakers needs the model's calibration (scoring.yaml): it has none")
+    return g
+
+
+def _digest(a: np.ndarray | None, *more: Any) -> str | None:
+    if a is None:
+        return None
+    return hashlib.sha256(a.tobytes() + json.dumps(more).encode()).hexdigest()
+
+
+def _fingerprint(
+    stamp: str, settings: Settings, rec: FileRecording, domain: np.ndarray | None, gallery: Gallery | None
+) -> str:
     st = os.stat(rec.path)
     what = {
         "model": stamp,
         "settings": dataclasses.asdict(settings),
         "speech": rec.speech,
-        "domain": None if domain is None else hashlib.sha256(domain.tobytes()).hexdigest(),
+        "domain": _digest(domain),
+        "gallery": None if gallery is None else _digest(gallery.emb, gallery.speakers, gallery.speech.tolist()),
         "file": [os.path.abspath(rec.path), st.st_size, st.st_mtime_ns],
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _diarize(embedder: Any, rec: FileRecording, settings: Settings, domain: np.ndarray | None) -> list[Turn]:
+class _Bars:
+    """The progress bars of a run (tqdm, on standard error): recordings, and the stage of a long one."""
+
+    def __init__(self, total: int, progress: bool) -> None:
+        from tqdm import tqdm
+
+        self._tqdm = tqdm
+        self.on = progress
+        self.recs = tqdm(total=total, desc="diarizing", unit="rec", file=sys.stderr, disable=not progress or total < 2)
+        self.rec: Any = None
+
+    @contextmanager
+    def recording(self, rec: FileRecording) -> Iterator[dict[str, Any]]:
+        """Callbacks for :func:`~spkflow.diar.pipeline.embed_windows` (none for a short recording)."""
+        if not self.on or rec.duration < LONG_RECORDING:
+            yield {}
+            return
+        bar = self._tqdm(
+            total=round(rec.duration), desc=f"{rec.id}: speech", unit="s", file=sys.stderr, leave=False, position=1
+        )
+
+        def on_speech(seconds: float) -> None:
+            if int(seconds) > bar.n:
+                bar.update(int(seconds) - bar.n)
+
+        def on_windows(done: int, total: int) -> None:
+            if done == 0:
+                bar.reset(total=total)
+                bar.set_description(f"{rec.id}: windows")
+                bar.unit = "win"
+            bar.update(done - bar.n)
+
+        try:
+            yield {"on_speech": on_speech if isinstance(rec.speech, str) else None, "on_windows": on_windows}
+        finally:
+            bar.close()
+
+    def close(self) -> None:
+        self.recs.close()
+
+
+def _diarize(
+    embedder: Any,
+    rec: FileRecording,
+    settings: Settings,
+    domain: np.ndarray | None,
+    gallery: Gallery | None,
+    callbacks: dict[str, Any] | None = None,
+) -> tuple[Diarization, list[Naming]]:
     wave, rate = read_audio(rec.path, utt=rec.id)
-    w = embed_windows(wave, rate, rec.id, embedder.embed_batch, speech=rec.speech, settings=settings)
+    w = embed_windows(
+        wave, rate, rec.id, embedder.embed_batch, speech=rec.speech, settings=settings, **(callbacks or {})
+    )
     opts = settings.options(embedder.scoring, centred=domain is not None)
-    return diarize_recording(w.windows, w.x, w.regions, embedder.scoring, opts, domain)
+    d = Diarization.of(rec.id, diarize_recording(w.windows, w.x, w.regions, embedder.scoring, opts, domain))
+    if gallery is None:
+        return d, []
+    return name_clusters(d, w.windows, w.x, embedder.scoring, gallery, domain=domain)
 
 
 def diarize_file(
     embedder: Any,
     path: str | os.PathLike[str],
     *,
-    speech: str | Sequence[tuple[float, float]] = "energy",
+    speech: str | Sequence[tuple[float, float]] = DEFAULT_DETECTOR,
     settings: Settings | None = None,
     domain: Any = None,
-) -> list[Turn]:
-    """The turns of one file (``Embedder.diarize``): checked as :func:`diarize_files` checks each;
-    ``speech`` as there, or the regions ``[(start, end), ...]`` in seconds; ``domain``: raw
-    embeddings ``[M, D]`` of recordings like this one, or a path :func:`~spkflow.deploy.decisions.domain_embeddings`
-    reads (a data dir, an embedding scp, a gallery); None: the training mean."""
+    gallery: Any = None,
+    progress: bool = False,
+) -> Diarization:
+    """One file's :class:`~spkflow.diar.result.Diarization` (``Embedder.diarize``): checked as
+    :func:`diarize_files` checks each; ``speech`` as there, or the regions ``[(start, end), ...]``
+    in seconds; ``domain``: raw embeddings ``[M, D]`` of recordings like this one, or a path
+    :func:`~spkflow.deploy.decisions.domain_embeddings` reads (a data dir, an embedding scp, a
+    gallery); None: the training mean; ``gallery``: a :class:`~spkflow.deploy.gallery.Gallery`
+    or its file, to name the speakers by (:mod:`spkflow.diar.naming`)."""
     settings = settings or Settings()
     (rec,) = check_files([path], speech)
-    return _diarize(embedder, rec, settings, _load_domain(embedder, domain))
+    g = _load_gallery(embedder, gallery)
+    dom = _load_domain(embedder, domain)
+    bars = _Bars(1, progress)
+    with bars.recording(rec) as cb:
+        d, names = _diarize(embedder, rec, settings, dom, g, cb)
+    bars.close()
+    for n in names:
+        log.debug("%s: %s named %s (best %s, LLR %s)", rec.id, n.cluster, n.name, n.candidate, n.llr)
+    return d
+
+
+def _plot(path: Path, rec: FileRecording, d: Diarization) -> None:
+    from spkflow.diar.plots import plot_diarization
+
+    ref = list(rec.reference) if rec.reference is not None else None
+    mapping = None
+    if ref:
+        from spkflow.diar.metrics import optimal_mapping
+
+        mapping = optimal_mapping(ref, list(d.turns), rec.id)
+    what = "reference against hypothesis" if ref else "hypothesis"
+    plot_diarization(path, ref, list(d.turns), mapping, title=f"{rec.id}: {what}")
 
 
 def diarize_files(
@@ -246,51 +343,108 @@ def diarize_files(
     files: Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     *,
-    speech: str = "energy",
+    speech: str = DEFAULT_DETECTOR,
     settings: Settings | None = None,
     domain: Any = None,
+    gallery: Any = None,
     overwrite: bool = False,
+    plot_dir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+    on_done: Callable[[Done], None] | None = None,
 ) -> list[Done]:
     """``out_dir/<id>.rttm`` for each file, in the order given (see the module doc: inputs
-    checked first, a user's files kept, finished RTTMs of an earlier run kept)."""
+    checked first, a user's files kept, finished RTTMs of an earlier run kept), and with
+    ``plot_dir`` a timeline ``plot_dir/<id>.png`` each (against the reference when ``speech`` is
+    an RTTM); ``gallery``: the speakers named by it; ``on_done``: called with each :class:`Done`
+    as its RTTM is in place."""
     settings = settings or Settings()
     recs = check_files(files, speech)
     out = Path(out_dir)
     names = {r.id: f"{r.id}.rttm" for r in recs}
+    plots = {r.id: f"{r.id}.png" for r in recs}
+    pdir = Path(plot_dir) if plot_dir is not None else None
+    same = pdir is not None and pdir.resolve() == out.resolve()
     check_out_dir(out, list(names), overwrite=overwrite)
+    if pdir is not None:
+        refuse_foreign(pdir, list(plots.values()), overwrite=overwrite)
+    g = _load_gallery(embedder, gallery)
     dom = _load_domain(embedder, domain)
     stamp = embedder_stamp(embedder)
-    prints = {r.id: _fingerprint(stamp, settings, r, dom) for r in recs}
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(out, exc.strerror or str(exc)) from None
+    prints = {r.id: _fingerprint(stamp, settings, r, dom, g) for r in recs}
     done: list[Done] = []
-    with lock.hold(out):
-        written = check_out_dir(out, list(names), overwrite=overwrite)  # again, under the lock
-        kept = {r.id for r in recs if written.get(names[r.id]) == prints[r.id] and (out / names[r.id]).is_file()}
-        if kept:
-            log.info(
-                "%s: %d of %d RTTMs kept (an earlier run, the same model, settings and files)",
-                out,
-                len(kept),
-                len(recs),
-            )
-        for r in recs:
-            rttm = out / names[r.id]
-            if r.id in kept:
-                turns = read_rttm(rttm).turns
-                done.append(Done(rttm, len({t.speaker for t in turns}), len(turns), kept=True))
-                continue
-            written[names[r.id]] = _PENDING  # ours from now on, unfinished until its fingerprint is in
-            _write_marker(out, written)
-            turns = _diarize(embedder, r, settings, dom)
-            write_rttm(rttm, turns)
-            written[names[r.id]] = prints[r.id]
-            _write_marker(out, written)
-            done.append(Done(rttm, len({t.speaker for t in turns}), len(turns)))
+    bars = _Bars(len(recs), progress)
+    with holding(out, [*names.values(), *(plots.values() if same else [])], overwrite=overwrite) as written:
+        with _plot_folder(pdir, list(plots.values()), overwrite, same, written) as pwritten:
+            kept = {r.id for r in recs if written.get(names[r.id]) == prints[r.id] and (out / names[r.id]).is_file()}
+            if kept:
+                log.info(
+                    "%s: %d of %d RTTMs kept (an earlier run, the same model, settings and files)",
+                    out,
+                    len(kept),
+                    len(recs),
+                )
+            for r in recs:
+                rttm = out / names[r.id]
+                t0 = time.monotonic()
+                if r.id in kept:
+                    d = Diarization.from_rttm(rttm, r.id)
+                    found: list[Naming] = []
+                else:
+                    written[names[r.id]] = PENDING  # ours from now on, unfinished until its fingerprint is in
+                    write_marker(out, written)
+                    with bars.recording(r) as cb:
+                        d, found = _diarize(embedder, r, settings, dom, g, cb)
+                    write_rttm(rttm, d.turns)
+                    written[names[r.id]] = prints[r.id]
+                    write_marker(out, written)
+                if (
+                    pdir is not None
+                    and pwritten is not None
+                    and (
+                        r.id not in kept
+                        or pwritten.get(plots[r.id]) != prints[r.id]
+                        or not (pdir / plots[r.id]).is_file()
+                    )
+                ):
+                    pwritten[plots[r.id]] = PENDING
+                    write_marker(pdir, pwritten)
+                    _plot(pdir / plots[r.id], r, d)
+                    pwritten[plots[r.id]] = prints[r.id]
+                    write_marker(pdir, pwritten)
+                item = Done(rttm, len(d.speakers), len(d), d.speech, time.monotonic() - t0, r.id in kept, tuple(found))
+                done.append(item)
+                _log_done(item)
+                if on_done is not None:
+                    on_done(item)
+                bars.recs.update(1)
+    bars.close()
     return done
 
 
-def _write_marker(out: Path, written: dict[str, str]) -> None:
-    write_text_atomic(out / MARKER, _HEADER + "".join(f"{n} {p}\n" for n, p in sorted(written.items())))
+def _log_done(d: Done) -> None:
+    named = ""
+    if d.names:
+        known = [n.name for n in d.names if not n.name.startswith("unknown_")]
+        named = f"; named: {', '.join(known) or 'none'} ({len(d.names) - len(known)} unknown)"
+    log.info(
+        "%s: %d speakers, %d turns, %.1f s of speech, %s%s",
+        d.rttm,
+        d.speakers,
+        d.turns,
+        d.speech,
+        "kept (an earlier run)" if d.kept else f"{d.seconds:.1f} s taken",
+        named,
+    )
+
+
+@contextmanager
+def _plot_folder(
+    pdir: Path | None, names: list[str], overwrite: bool, same: bool, written: dict[str, str]
+) -> Iterator[dict[str, str] | None]:
+    if pdir is None:
+        yield None
+    elif same:
+        yield written
+    else:
+        with holding(pdir, names, overwrite=overwrite) as pwritten:
+            yield pwritten

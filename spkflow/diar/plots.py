@@ -3,8 +3,10 @@
 Two panels over one time axis: the reference speakers' turns (overlapped speech shows as bars
 at one instant on two rows) and the hypothesis speakers', each hypothesis speaker drawn in the
 colour of the reference speaker it is mapped to by the optimal (DER) mapping, so that confusions
-show as colour changes.  Drawn with matplotlib's object-oriented API on an Agg canvas (no
-pyplot, no global backend) and written atomically, as :mod:`spkflow.score.plots` does.
+show as colour changes.  Without a reference (``python -m spkflow.bin.diarize --plot`` on a
+detector's speech), one panel: the hypothesis, a colour per speaker.  Drawn with matplotlib's
+object-oriented API on an Agg canvas (no pyplot, no global backend) and written atomically, as
+:mod:`spkflow.score.plots` does.
 """
 
 from __future__ import annotations
@@ -20,34 +22,42 @@ __all__ = ["plot_diarization"]
 
 def plot_diarization(
     path: str | os.PathLike[str],
-    reference: Sequence[Turn],
+    reference: Sequence[Turn] | None,
     hypothesis: Sequence[Turn],
     mapping: Mapping[str, str] | None = None,
     title: str = "",
 ) -> None:
-    """Write the PNG ``path``; ``mapping``: hypothesis speaker -> reference speaker (colours)."""
+    """Write the PNG ``path``; ``mapping``: hypothesis speaker -> reference speaker (colours);
+    ``reference`` None: the hypothesis alone, a colour per speaker."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    ref_spk = sorted({t.speaker for t in reference})
     hyp_spk = sorted({t.speaker for t in hypothesis})
-    colours = {s: f"C{i % 10}" for i, s in enumerate(ref_spk)}
-    fig = Figure(figsize=(12, 1.2 + 0.35 * (len(ref_spk) + len(hyp_spk))), dpi=110, layout="constrained")
+    panels: list[tuple[Sequence[Turn], list[str], str]] = []
+    if reference is not None:
+        ref_spk = sorted({t.speaker for t in reference})
+        colours = {s: f"C{i % 10}" for i, s in enumerate(ref_spk)}
+        hyp_colours = {s: colours.get((mapping or {}).get(s, ""), "0.5") for s in hyp_spk}
+        panels.append((reference, ref_spk, "reference"))
+    else:
+        colours = {}
+        hyp_colours = {s: f"C{i % 10}" for i, s in enumerate(hyp_spk)}
+    panels.append((hypothesis, hyp_spk, "hypothesis"))
+    rows = sum(len(names) for _, names, _ in panels)
+    fig = Figure(figsize=(12, 1.2 + 0.35 * rows), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 1, sharex=True, height_ratios=[max(len(ref_spk), 1), max(len(hyp_spk), 1)])
-    for ax, turns, names, label in (
-        (axes[0], reference, ref_spk, "reference"),
-        (axes[1], hypothesis, hyp_spk, "hypothesis"),
-    ):
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False,
+                        height_ratios=[max(len(names), 1) for _, names, _ in panels])[:, 0]  # fmt: skip
+    for ax, (turns, names, label) in zip(axes, panels, strict=True):
         for row, spk in enumerate(names):
             spans = [(t.start, t.end - t.start) for t in turns if t.speaker == spk]
-            colour = colours.get(spk if label == "reference" else (mapping or {}).get(spk, ""), "0.5")
+            colour = colours.get(spk, "0.5") if label == "reference" else hyp_colours[spk]
             ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=colour)
         ax.set_yticks(range(len(names)), names)
         ax.set_ylabel(label)
         ax.set_ylim(-0.6, max(len(names), 1) - 0.4)
         ax.grid(axis="x", alpha=0.3)
-    axes[1].set_xlabel("time (s)")
+    axes[-1].set_xlabel("time (s)")
     if title:
         axes[0].set_title(title)
     with atomic_write(path, "wb") as f:

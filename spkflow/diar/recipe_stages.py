@@ -37,7 +37,7 @@ from spkflow.diar.pipeline import DiarOptions, diarize_recording
 from spkflow.diar.recordings import RecordingSet, load_recordings
 from spkflow.diar.regions import Regions, intersect, union
 from spkflow.diar.rttm import Turn, read_rttm, turns_by_recording, write_rttm
-from spkflow.diar.speech import detect_speech
+from spkflow.diar.speech import SileroOptions, detect_speech
 from spkflow.diar.windows import Window, plan_windows, read_window_dir, write_window_dir
 from spkflow.score.model_scoring import Scoring
 from spkflow.score.trial_scoring import read_embeddings
@@ -54,8 +54,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def speech_regions(rs: RecordingSet, rec: str, method: str) -> Regions:
-    """Speech regions of one recording of ``rs`` by ``method`` (inside its UEM when it has one)."""
+def speech_regions(rs: RecordingSet, rec: str, method: str, silero: SileroOptions | None = None) -> Regions:
+    """Speech regions of one recording of ``rs`` by ``method`` (inside its UEM when it has one);
+    ``silero``: silero's rules (None: the library's)."""
     wave = None
     if method != "oracle":
         from spkflow.data.audio import load_audio
@@ -63,7 +64,9 @@ def speech_regions(rs: RecordingSet, rec: str, method: str) -> Regions:
         wave = load_audio(rs.wav[rec], 16000, utt=rec, table=True)
     elif rs.turns is None:
         raise InputError(rs.path / "rttm", None, "no such file: oracle speech needs the reference turns")
-    regions = detect_speech(method, wave, 16000, turns=(rs.turns or {}).get(rec, []), duration=rs.durations[rec])
+    regions = detect_speech(
+        method, wave, 16000, turns=(rs.turns or {}).get(rec, []), duration=rs.durations[rec], silero=silero
+    )
     return intersect(regions, rs.scored(rec))
 
 
@@ -75,6 +78,7 @@ def make_windows(
     window: float = 1.5,
     shift: float = 0.75,
     min_window: float = 0.5,
+    silero: SileroOptions | None = None,
 ) -> dict[str, int]:
     """Write ``out_dir/speech`` and ``out_dir/windows`` for the recordings of ``reco_dir``;
     returns counts (recordings, without speech, regions, windows)."""
@@ -86,7 +90,7 @@ def make_windows(
     windows: list[Window] = []
     silent = []
     for rec in rs.recordings:
-        regions = speech_regions(rs, rec, speech)
+        regions = speech_regions(rs, rec, speech, silero)
         regions_seg.update(
             {f"{rec}-{round(s * 1000):08d}-{round(e * 1000):08d}": f"{rec} {s:.3f} {e:.3f}" for s, e in regions}
         )

@@ -580,18 +580,9 @@ class NxMBatchSampler:
         self.position = 0
         self.yield_indices = yield_indices
         self._len = num_batches(self.table, self.num_spk, self.num_utt, self.world_size, short_speakers)
-        if self._len == 0:
-            plan_epoch(
-                self.table,
-                self.num_spk,
-                self.num_utt,
-                self.seed,
-                self.epoch,
-                self.world_size,
-                self.rank,
-                short_speakers,
-            )  # raises the InputError that says why
         self._plan: EpochPlan | None = None
+        if self._len == 0:
+            self._make_plan()  # raises the InputError that says why
 
     def __len__(self) -> int:
         return self._len
@@ -600,17 +591,20 @@ class NxMBatchSampler:
     def plan(self) -> EpochPlan:
         """This rank's plan of the current epoch (computed once per epoch)."""
         if self._plan is None or self._plan.epoch != self.epoch or self._plan.seed != self.seed:
-            self._plan = plan_epoch(
-                self.table,
-                self.num_spk,
-                self.num_utt,
-                self.seed,
-                self.epoch,
-                self.world_size,
-                self.rank,
-                self.short_speakers,
-            )
+            self._plan = self._make_plan()
         return self._plan
+
+    def _make_plan(self) -> EpochPlan:
+        return plan_epoch(
+            self.table,
+            self.num_spk,
+            self.num_utt,
+            self.seed,
+            self.epoch,
+            self.world_size,
+            self.rank,
+            self.short_speakers,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         epoch = _check_nonneg_int("epoch", epoch)

@@ -9,7 +9,7 @@ import pytest
 
 from helpers.datadirs import input_error, snapshot, write_dir
 from spkflow.core.errors import InputError
-from spkflow.data.check import validate_data_dir
+from spkflow.data.check import check_data_dir
 from spkflow.data.combine import combine_data, copy_data_dir
 from spkflow.data.datadir import DataDir
 from spkflow.data.fix import fix_data_dir
@@ -232,7 +232,7 @@ def test_validate_rejects_ids_that_are_not_utf8(
     d = good_dir(tmp_path / "d")
     (d / name).write_bytes(content)
     with pytest.raises(InputError) as e:
-        validate_data_dir(d)
+        check_data_dir(d)
     assert e.value.path == str(d / name) and e.value.line == line, str(e.value)
     assert f"id '{shown}' holds bytes that are not UTF-8" in str(e.value)
     with pytest.raises(InputError, match="not UTF-8"):  # the class method is the same check
@@ -244,13 +244,13 @@ def test_validate_allows_other_bytes_in_values(tmp_path: Path) -> None:
     d = good_dir(tmp_path / "d")
     (d / "wav.scp").write_bytes(b"a-1 /w/caf\xe9.wav\na-2 /w/a2.wav\nb-1 /w/b1.wav\n")
     (d / "text").write_bytes(b"a-1 caf\xe9\na-2 ok\nb-1 ok\n")
-    assert validate_data_dir(d, no_text=False) == []
+    assert check_data_dir(d, no_text=False) == []
     # segments: the recording id (field 2) is an id too
     write_dir(d, segments="a-1 r1 0 1\na-2 r1 1 2\nb-1 r2 0 1\n", wav_scp="r1 /w/r1.wav\nr2 /w/r2.wav\n")
-    assert validate_data_dir(d) == []
+    assert check_data_dir(d) == []
     (d / "segments").write_bytes(b"a-1 r1 0 1\na-2 r1 1 2\nb-1 r\xff2 0 1\n")
     with pytest.raises(InputError, match=r"segments:3: id 'r\\xff2'"):
-        validate_data_dir(d)
+        check_data_dir(d)
 
 
 def test_validate_text(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from helpers.models import make_scored_model_dir
 from spkflow import Embedder
 from spkflow.bin import diarize as diarize_cmd
 from spkflow.diar.recordings import load_recordings
+from spkflow.diar.result import Diarization
 from spkflow.diar.rttm import Turn, read_rttm, write_rttm
 from spkflow.sim.conversations import load_statistics, save_statistics, simulate_conversation, turn_statistics
 
@@ -49,15 +50,23 @@ def test_turn_statistics_round_trip(convs, tmp_path):
         load_statistics(tmp_path / "bad.json")
 
 
-def test_embedder_diarize_oracle_and_energy(model, convs):
+def test_embedder_diarize_oracle_and_energy(model, convs, tmp_path):
     emb = Embedder.from_pretrained(model)
     rs = load_recordings(convs, need_rttm=True)
     path = rs.wav["conv1"]
     speech = [(t.start, t.end) for t in rs.turns["conv1"]]
     turns = emb.diarize(path, speech=speech, max_speakers=4)
+    assert isinstance(turns, Diarization) and turns.recording == "conv1"
     assert turns and all(isinstance(t, Turn) and t.recording == "conv1" for t in turns)
-    assert 1 <= len({t.speaker for t in turns}) <= 4
+    assert 1 <= len(turns.speakers) <= 4 and turns.speakers == sorted(turns.speakers, key=lambda s: int(s[3:]))
     assert turns[0].speaker == "spk1"
+    # the result's RTTM, read back by the RTTM reader: the same turns (times on the 10 ms frame)
+    out = turns.to_rttm(tmp_path / "conv1.rttm")
+    back = read_rttm(out)
+    assert [(t.recording, t.speaker) for t in back.turns] == [(t.recording, t.speaker) for t in turns]
+    assert [(round(t.start, 2), round(t.end, 2)) for t in back.turns] == [(t.start, t.end) for t in turns]
+    assert Diarization.from_rttm(out) == turns
+    assert turns.to_annotation().labels() == sorted(turns.speakers)
     # one speaker per instant, inside the speech
     assert all(a.end <= b.start + 1e-9 for a, b in zip(turns, turns[1:], strict=False))
     two = emb.diarize(path, speech=speech, num_speakers=2)
@@ -94,11 +103,11 @@ def test_short_silent_and_one_speaker_recordings(model, tmp_path):
     emb = Embedder.from_pretrained(model)
     short = write_tone_speech(tmp_path / "short.wav", 1.0)
     turns = emb.diarize(short, speech=[(0.0, 1.0)])
-    assert turns == [Turn("short", 0.0, 1.0, "spk1")]  # shorter than a window: one window, one speaker
+    assert list(turns) == [Turn("short", 0.0, 1.0, "spk1")]  # shorter than a window: one window, one speaker
     tiny = write_tone_speech(tmp_path / "tiny.wav", 0.3)
-    assert emb.diarize(tiny, speech=[(0.0, 0.3)]) == []  # shorter than the shortest window: no turn
+    assert not emb.diarize(tiny, speech=[(0.0, 0.3)]).turns  # shorter than the shortest window: no turn
     silent = write_tone_speech(tmp_path / "silent.wav", 5.0, silent=True)
-    assert emb.diarize(silent, speech="energy") == []
+    assert not emb.diarize(silent, speech="energy").turns and not emb.diarize(silent, speech="silero").turns
     rc = diarize_cmd.main(["--model", str(model), "--out", str(tmp_path / "o"), str(silent)])
     assert rc == 0 and (tmp_path / "o" / "silent.rttm").read_text() == ""
     one = write_tone_speech(tmp_path / "one.wav", 12.0)
@@ -143,6 +152,7 @@ def test_a_domain_to_centre_on(model, convs, tmp_path, caplog):
     x = emb.embed_batch([wave[round(w.start * rate) : round(w.end * rate)] for w in ws], rate)
     own = emb.diarize(path, speech=regions, method="ahc", domain=x)
     ref = diarize_recording(ws, x, regions, emb.scoring, DiarOptions(method="ahc", centre="recording"))
+    ref = Diarization.of("conv1", ref).turns  # on 10 ms frames, as every route returns them
     assert [(t.start, t.end, t.speaker) for t in own] == [(t.start, t.end, t.speaker) for t in ref]
     # and the domain is used: on the training mean (no domain) this recording is diarized otherwise,
     # so an Embedder.diarize that dropped its domain would fail the equality above
@@ -155,6 +165,4 @@ def test_a_domain_to_centre_on(model, convs, tmp_path, caplog):
     out = tmp_path / "out"
     args = ["--model", str(model), "--out", str(out), "--speech", str(convs / "rttm"), "--domain-mean", str(scp)]
     assert diarize_cmd.main([*args, "--method", "ahc", path]) == 0
-    assert [(round(t.start, 3), round(t.end, 3), t.speaker) for t in read_rttm(out / "conv1.rttm").turns] == [
-        (round(t.start, 3), round(t.end, 3), t.speaker) for t in ref
-    ]
+    assert Diarization.from_rttm(out / "conv1.rttm").turns == ref

@@ -6,6 +6,7 @@ with a tiny model that has a scoring (random weights: these check the route, not
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 
 import pytest
@@ -33,7 +34,9 @@ def voices(tmp_path_factory):
 
 
 def run(model, out, *args) -> int:
-    return diarize_cmd.main(["--model", str(model), "--out", str(out), *map(str, args)])
+    """The command; ``--speech energy`` unless the test gives another (silero, the default, rightly
+    finds no speech in the synthetic voices of these tests)."""
+    return diarize_cmd.main(["--model", str(model), "--out", str(out), "--speech", "energy", *map(str, args)])
 
 
 def inodes(*paths):
@@ -80,7 +83,7 @@ def test_recording_ids_stay_one_rttm_field(model, voices, tmp_path, caplog):
     assert f"{spaced}: recording id 'my_meeting'" in caplog.text
     lines = (out / "my_meeting.rttm").read_text().splitlines()
     assert lines and all(len(ln.split()) == 10 and ln.split()[1] == "my_meeting" for ln in lines)
-    assert {t.recording for t in Embedder.from_pretrained(model).diarize(spaced)} == {"my_meeting"}
+    assert {t.recording for t in Embedder.from_pretrained(model).diarize(spaced, speech="energy")} == {"my_meeting"}
     twin = tmp_path / "my_meeting.wav"  # another file, the same id: refused before any work
     shutil.copy(voices[1], twin)
     assert run(model, tmp_path / "o2", spaced, twin) == 1
@@ -145,3 +148,93 @@ def test_window_and_shift_reach_the_windows(model, voices, tmp_path, caplog):
     assert "0 < shift <= window" in caplog.text and not (tmp_path / "c").exists()
     got = Embedder.from_pretrained(model).diarize(voices[0], speech=[(0.0, 2.5)], num_speakers=2, window=3, shift=1.5)
     assert len({t.speaker for t in got}) == 1
+
+
+def test_a_gallery_names_the_speakers_in_the_rttm(model, voices, tmp_path, caplog):
+    """The route of ``--gallery`` (the naming itself, right and wrong, is test_naming.py's): the
+    RTTM's speaker field carries enrolled names or ``unknown_<k>``, never one twice; the gallery
+    enters the fingerprint; one made with another model, or a model without calibration, is refused."""
+    from helpers.audio import make_speakers
+    from helpers.models import make_spkflow_model_dir
+    from spkflow.bin import identify
+    from spkflow.deploy.gallery import Gallery
+
+    enrol = make_speakers(tmp_path / "enrol", num_spk=3, num_utt=2, seed=4, min_sec=2.5, max_sec=3.5)
+    gallery = tmp_path / "team.npz"
+    assert (
+        identify.main(["--model", str(model), "--enrol", str(enrol), "--save", str(gallery), "--progress", "false"])
+        == 0
+    )
+    enrolled = set(Gallery.load(gallery).speakers)
+    out = tmp_path / "out"
+    args = ["--num-speakers", "2", "--method", "ahc", *voices]
+    assert run(model, out, *args) == 0
+    plain = {p.name: p.stat().st_ino for p in out.glob("*.rttm")}
+    assert run(model, out, "--gallery", gallery, *args) == 0
+    for p in out.glob("*.rttm"):
+        assert p.stat().st_ino != plain[p.name]  # the gallery is in the fingerprint: redone, not kept
+        spk = {t.speaker for t in read_rttm(p).turns}
+        assert len(spk) == 2 and all(s in enrolled or s.startswith("unknown_") for s in spk)
+    got = Embedder.from_pretrained(model).diarize(
+        voices[0], speech="energy", num_speakers=2, method="ahc", gallery=gallery
+    )
+    assert set(got.speakers) == {t.speaker for t in read_rttm(out / "v0.rttm").turns}  # the API: the same names
+    other = tmp_path / "other.npz"
+    g = Gallery.load(gallery)
+    Gallery("toolkit=spkflow another-model", g.utts, g.speakers, g.emb, g.speech).save(other)
+    caplog.clear()
+    assert run(model, tmp_path / "o2", "--gallery", other, *voices) == 1
+    assert f"{other}: made with another model" in caplog.text and not (tmp_path / "o2").exists()
+    plain_model = make_spkflow_model_dir(tmp_path / "plain")
+    plain_gallery = tmp_path / "plain.npz"
+    assert identify.main(["--model", str(plain_model), "--enrol", str(enrol), "--save", str(plain_gallery)]) == 0
+    caplog.clear()
+    assert run(plain_model, tmp_path / "o3", "--gallery", plain_gallery, *voices) == 1
+    assert "needs the model's calibration" in caplog.text and not (tmp_path / "o3").exists()
+
+
+def test_plots_of_the_hypothesis_or_against_the_reference(model, voices, tmp_path, caplog):
+    from matplotlib.image import imread
+
+    speech = tmp_path / "speech.rttm"
+    speech.write_text(
+        "SPEAKER v0 1 0.100 1.800 <NA> <NA> A <NA> <NA>\nSPEAKER v0 1 2.000 1.900 <NA> <NA> B <NA> <NA>\n"
+    )
+    assert run(model, tmp_path / "a", "--plot", tmp_path / "pa", "--num-speakers", "2", voices[0]) == 0
+    assert (
+        run(model, tmp_path / "b", "--plot", tmp_path / "b", "--speech", speech, "--num-speakers", "2", voices[0]) == 0
+    )
+    alone, against = imread(tmp_path / "pa" / "v0.png"), imread(tmp_path / "b" / "v0.png")
+    assert against.shape[0] > alone.shape[0] > 0  # two panels (the reference's two rows) against one
+    assert (tmp_path / "b" / "v0.rttm").is_file()  # the plots beside the RTTMs: one marker, one lock
+    (tmp_path / "pc").mkdir()
+    (tmp_path / "pc" / "v0.png").write_bytes(b"my picture")
+    caplog.clear()
+    assert run(model, tmp_path / "c", "--plot", tmp_path / "pc", voices[0]) == 1
+    assert "holds v0.png, not written by spkflow" in caplog.text and not (tmp_path / "c").exists()
+    assert (tmp_path / "pc" / "v0.png").read_bytes() == b"my picture"
+
+
+def test_progress_bars_and_a_quiet_run(model, tmp_path, capfd):
+    """A recording of a minute or more gets bars over its speech detection and its windows (and a
+    log line when written); with ``--progress false`` standard output holds the RTTM paths alone
+    and standard error nothing (a separate process: the logging setup is the command's)."""
+    import subprocess
+    import sys
+
+    from helpers.paths import ROOT
+
+    long = write_tone_speech(tmp_path / "long.wav", 70.0, seed=3)
+    capfd.readouterr()
+    assert run(model, tmp_path / "a", "--progress", "true", long) == 0
+    got = capfd.readouterr()
+    assert "long: speech" in got.err and "long: windows" in got.err and "/93" in got.err  # 93 windows
+    assert got.out.splitlines() == [str(tmp_path / "a" / "long.rttm")]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "spkflow.bin.diarize", "--model", str(model), "--out", str(tmp_path / "b"), "--speech"]
+    cmd.append("energy")
+    p = subprocess.run([*cmd, "--progress", "false", str(long)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout.splitlines() == [str(tmp_path / "b" / "long.rttm")]
+    assert p.stderr == ""
+    p = subprocess.run([*cmd, str(long)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "long.rttm: 1 speakers" in p.stderr and "kept (an earlier run)" in p.stderr

@@ -1,8 +1,9 @@
 """The diarization recipe (egs/speechocean762/diar1) end to end, CI-sized: two short conversations
 simulated from the real LibriSpeech mini speakers with the AMI turn-taking statistics, and the real
-AMI excerpts prepared; a tiny model with a scoring (random weights: a real model dir, real arks;
-the figures of the demo model are in the recipe's RESULTS.md); then a WeSpeaker ONNX model through
-the same stages (another toolkit: plain cosine, no scoring), and the bad inputs named."""
+AMI excerpts prepared; a tiny model with a scoring, packed as spk1's stage 7 packs it and given to
+the recipe as the pack (random weights: a real model, real arks; the figures of the demo model are
+in the recipe's RESULTS.md); then a WeSpeaker ONNX model through the same stages (another toolkit:
+plain cosine, no scoring), and the bad inputs named."""
 
 from __future__ import annotations
 
@@ -38,10 +39,15 @@ def test_diar_recipe_end_to_end(tmp_path, corpus):
     corpus("SPEECHOCEAN762")  # data/sim_so762: conversations of its test speakers
     corpus("AMI_EXCERPTS")
     recipe = _recipe(tmp_path)
-    model = make_scored_model_dir(tmp_path / "spk_model", tmp_path / "model_audio")
+    model_dir = make_scored_model_dir(tmp_path / "spk_dir", tmp_path / "model_audio")
+    model = tmp_path / "spk_model.zip"  # every stage from the pack, as the README shows
+    sh(["-c", f". ./path.sh && python -m spkflow.bin.pack --model-dir {model_dir} --out {model}"], recipe)
     data_opts = ["--local_data_opts", "--sim_recordings 2 --sim_duration 20"]
     p = sh(["run.sh", "--spk_model", model, *data_opts, "--sets", "sim"], recipe)
     assert "data/sim: 2 recordings" in p.stdout
+    # unpacked once, before stage 3 (the extraction) reads it; its scoring used by stage 4
+    unpacked = recipe / "exp" / "diar_spk_model" / "model"
+    assert p.stdout.index("Unpacking") < p.stdout.index("Stage 3:") and (unpacked / "scoring.yaml").is_file()
     so762 = (recipe / "data" / "sim_so762" / "rttm").read_text().split("\n")
     assert len({ln.split()[1] for ln in so762 if ln}) == 2  # prepared beside it, scored when in --sets
     ami = recipe / "data" / "ami"  # prepared from AMI_EXCERPTS (db.sh), never copied: wav.scp names the corpus files
@@ -93,7 +99,7 @@ def test_diar_recipe_end_to_end(tmp_path, corpus):
 
     # what bounds the figures (local/limits.py): perfect clustering of these windows is near 0 % DER
     # forgiving, far below the random-weights model's; its window EER is a rate, over real pairs
-    for embed, scoring in (("diar_spk_model", model), ("diar_wespeaker", "none")):
+    for embed, scoring in (("diar_spk_model", unpacked), ("diar_wespeaker", "none")):
         limits = f"python local/limits.py --sets sim --embed exp/{embed}/embed --scoring-dir {scoring}"
         p = sh(["-c", f". ./path.sh && {limits}"], recipe)
         row = next(ln for ln in p.stdout.splitlines() if ln.startswith("| sim |")).split("|")

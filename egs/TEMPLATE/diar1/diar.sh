@@ -8,7 +8,7 @@
 #   ./run.sh --stage 4 --cluster_method ahc                    # cluster the same embeddings again
 #
 # Stages: 1 data prep (local/data.sh: recording dirs with wav.scp, rttm, uem), checked;
-#         2 speech regions (oracle | energy | silero) and sliding windows as a data dir with segments;
+#         2 speech regions (oracle | silero | energy) and sliding windows as a data dir with segments;
 #         3 window embeddings (scripts/spk/extract_embeddings.sh: stage 5 of spk1, unchanged);
 #         4 clustering (the pipeline, and the plain baseline beside it; with --overlap oracle also the
 #           pipeline with a second speaker in the reference's overlapped speech) -> one RTTM per set;
@@ -49,7 +49,9 @@ pretrained_toolkit=spkflow  # spkflow | espnet | speechbrain | wespeaker | resem
 tag=                  # experiment tag: exp/diar_<tag> (default: the model's name)
 
 # Speech and window options (stage 2).
-speech=oracle         # speech regions: oracle (union of the reference turns) | energy (energy VAD) | silero
+speech=oracle         # speech regions: oracle (union of the reference turns) | silero (the library's default
+                      # detector) | energy (energy VAD)
+silero_opts=          # silero's rules, e.g. "onset=0.4,min_silence=0.25" (default: spkflow.diar.speech.SileroOptions)
 window=1.5            # window length (s)
 shift=0.75            # window shift (s)
 min_window=0.5        # speech regions shorter than this get no window (their time takes a neighbour's label)
@@ -145,7 +147,9 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
         _out=${dumpdir}/${dset}.${wtag}
         mkdir -p "${_out}/log"
         # spkflow/diar/recipe_stages.py make_windows: speech/ (segments = the regions), windows/ (the data dir stage 3 embeds)
-        if ! ${train_cmd} "${_out}/log/windows.log" python -m spkflow.bin.diar_windows --speech "${speech}" \
+        _sopts=()
+        [ -n "${silero_opts}" ] && _sopts=(--silero-opts "${silero_opts}")
+        if ! ${train_cmd} "${_out}/log/windows.log" python -m spkflow.bin.diar_windows --speech "${speech}" "${_sopts[@]}" \
                 --window "${window}" --shift "${shift}" --min-window "${min_window}" "data/${dset}" "${_out}"; then
             log "Error: stage 2 failed on data/${dset}, see ${_out}/log/windows.log:"
             grep -v '^#' "${_out}/log/windows.log" | tail -n 3 >&2
@@ -153,6 +157,13 @@ if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
         fi
         grep -o 'INFO: .*' "${_out}/log/windows.log" | sed 's/^INFO: //' | while read -r _line; do log "${_line}"; done
     done
+fi
+
+# A pack is verified and unpacked once, before the first stage that reads the model (3: the
+# extraction; 4: the scoring), and kept while it is the same pack (spkflow.embed.packed).
+if [ "${toolkit}" = spkflow ] && [ -f "${model}" ] && [ "${stage}" -le 4 ] && [ "${stop_stage}" -ge 3 ]; then
+    log "Unpacking ${model} -> ${model_dir}"
+    python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
 fi
 
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
@@ -177,11 +188,7 @@ fi
 _systems=("pipeline:--method ${cluster_method} --backend ${backend} --centre ${centre} --resegment ${resegment}")
 [ -n "${threshold}" ] && _systems[0]+=" --threshold ${threshold}"
 ${baseline} && _systems+=("baseline:--method spectral --backend false --centre none --resegment false")
-# the model's scoring (backend, cohort, calibration) when it has one; a pack is verified and
-# unpacked once (kept while it is the same pack)
-if [ "${toolkit}" = spkflow ] && [ -f "${model}" ] && [ "${stop_stage}" -ge 3 ]; then
-    python -m spkflow.bin.pack --unpack "${model}" --out "${model_dir}"
-fi
+# the model's scoring (backend, cohort, calibration) when it has one
 _scoring=()
 if [ "${toolkit}" = spkflow ] && [ -e "${model}" ] && [ -f "${model_dir}/scoring.yaml" ]; then
     _scoring=(--scoring-dir "${model_dir}")

@@ -5,7 +5,7 @@
 # meetings, and the real AMI excerpts; oracle speech, 1.5 s windows every 0.75 s.
 #   ./run.sh                                                 # ../spk1/exp/spk_train (train it first)
 #   ./run.sh --spk_model ../spk1/exp/spk_train/packed/spk_train.zip
-#   ./run.sh --speech energy                                 # the energy VAD instead of oracle speech
+#   ./run.sh --speech silero                                 # the default detector instead of oracle speech (or energy)
 set -euo pipefail
 if [ ! -e ./diar.sh ]; then  # relative links and paths: the recipe runs from its own folder
     echo "$0: run it from its folder: cd $(dirname "$0") && ./run.sh" >&2
