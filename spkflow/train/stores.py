@@ -200,7 +200,7 @@ class ArkStore(_Features):
         return f"{self.name}, random access"
 
 
-class _ShardReads:
+class _ShardCache:
     """Which shards each batch of a list needs, and, before batch ``b`` in this process, which to
     drop, load and read ahead (see the module doc).  Holds the loaded :class:`Shard` objects."""
 
@@ -304,13 +304,13 @@ def _open_shards(
     store.shards = shards if isinstance(shards, ShardSet) else ShardSet(shards)
     store.name = store.shards.list_path
     store.known, store.max_shards, store.prefetch_shards = known, int(most), ahead
-    store.reads = None  # a _ShardReads once bound to a batch list (serve)
+    store.reads = None  # a _ShardCache once bound to a batch list (serve)
 
 
 def _bound(store: Any, batches: Sequence[Sequence[str]]) -> Any:
     """A copy of a shard store bound to ``batches`` (its reads planned, nothing in memory)."""
     bound = copy.copy(store)
-    bound.reads = _ShardReads(store.shards, batches, store.known, store.max_shards, store.prefetch_shards)
+    bound.reads = _ShardCache(store.shards, batches, store.known, store.max_shards, store.prefetch_shards)
     return bound
 
 
@@ -320,7 +320,7 @@ def _describe(store: Any) -> str:
     return f"shards, front to back: {len(s)} shards ({sum(s.bytes) / 1e6:.1f} MB) in {s.list_path}{held}"
 
 
-def _reads(store: Any) -> _ShardReads:
+def _reads(store: Any) -> _ShardCache:
     if store.reads is None:
         raise RuntimeError(f"{store.name}: serve(batches) first (a shard store follows a batch list)")
     return store.reads
