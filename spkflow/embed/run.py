@@ -78,6 +78,7 @@ import numpy as np
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.procs import die_with_parent
+from spkflow.core.threads import worker_threads
 from spkflow.data.audio import known_durations
 from spkflow.data.datadir import DataDir
 from spkflow.data.jobs import (
@@ -231,11 +232,9 @@ def _collate(items: list[Any]) -> list[Any]:
     return items
 
 
-def _worker_init(_: int) -> None:
-    import torch
-
+def _worker_init(worker_id: int) -> None:
     die_with_parent()  # a SIGKILLed job (the OOM killer) must not leave its workers behind
-    torch.set_num_threads(1)
+    worker_threads(worker_id)  # one thread in torch, OpenMP and BLAS: the workers are the parallelism
 
 
 def run_job(
