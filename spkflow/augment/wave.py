@@ -289,6 +289,8 @@ class DecodedAudioCache:
             return got.astype(np.float32) * np.float32(1 / 32768) if got.dtype == np.int16 else got
         self.misses += 1
         x = reader.read(utt)
+        if x.size * 2 > self.max_bytes:  # cannot be kept even as int16 (the cache off): no quantising
+            return x
         q = np.round(x * 32768.0)
         store = q.astype(np.int16) if np.abs(q).max(initial=0) < 32768 and np.array_equal(q / 32768.0, x) else x
         if store.nbytes <= self.max_bytes:

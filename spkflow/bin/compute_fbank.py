@@ -16,6 +16,7 @@ import sys
 
 from spkflow.bin.argtypes import add_bool_option, boolean
 from spkflow.core.errors import InputError, OutputError, UtteranceError
+from spkflow.core.threads import job_threads, limit_threads
 from spkflow.features.fbank import FbankOptions, VadOptions
 from spkflow.features.jobs import DEFAULT_COMPRESSION_METHOD, extract_job, fbank_stamp
 
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("job")
     a = p.parse_args(argv)
+    limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
     try:
         fbank, vad = options(a)
         print(f"fbank options:\n{fbank.to_kaldi_conf()}vad options:\n{vad.to_kaldi_conf()}", file=sys.stderr, end="")

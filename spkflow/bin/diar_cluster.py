@@ -22,6 +22,7 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, finite_float, int_at_least
 from spkflow.core.errors import InputError
+from spkflow.core.threads import job_threads, limit_threads
 from spkflow.data.tables import read_kv
 from spkflow.diar.overlap import overlap_regions
 from spkflow.diar.pipeline import CENTRES, METHODS, DiarOptions
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     setup_logging()
+    limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
     try:
         scoring = Scoring.load(args.scoring_dir) if args.scoring_dir and has_scoring(args.scoring_dir) else Scoring()
         opts = DiarOptions(

@@ -16,6 +16,7 @@ import sys
 from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import float_at_least
 from spkflow.core.errors import InputError, UtteranceError
+from spkflow.core.threads import job_threads, limit_threads
 from spkflow.diar.recipe_stages import make_windows
 from spkflow.diar.speech import DETECTORS, SileroOptions
 
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-window", type=float_at_least(0.01), default=0.5, help="shortest window (s)")
     args = p.parse_args(argv)
     setup_logging()
+    limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
     try:
         n = make_windows(
             args.reco_dir,

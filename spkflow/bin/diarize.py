@@ -36,6 +36,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, finite_float, float_at_least, int_at_least
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.core.lock import LockError
+from spkflow.core.threads import job_threads, limit_threads
 from spkflow.diar.file_list import Done, diarize_files
 from spkflow.diar.pipeline import METHODS, Settings
 from spkflow.diar.speech import DEFAULT_DETECTOR
@@ -89,6 +90,7 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging(logging.INFO if args.progress else logging.WARNING)
+    limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
     try:
         a = args
         settings = Settings(a.method, a.num_speakers, a.max_speakers, a.threshold, a.window, a.shift)  # field order

@@ -26,6 +26,7 @@ from spkflow.bin import setup_logging
 from spkflow.bin.argtypes import add_bool_option, boolean, int_at_least
 from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError, OutputError, UtteranceError
+from spkflow.core.threads import limit_threads
 from spkflow.embed import TOOLKITS, open_embedder
 from spkflow.embed.base import DTYPES, default_max_frames
 from spkflow.embed.native import FBANK_ON
@@ -99,9 +100,8 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    import torch
 
-    torch.set_num_threads(args.num_threads)
+    limit_threads(args.num_threads)  # torch (loaded above), OpenMP and BLAS pools
     try:
         utts = job_utterances(args.data_dir, args.keys)
         try:

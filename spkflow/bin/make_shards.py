@@ -21,6 +21,7 @@ import sys
 
 from spkflow.bin.argtypes import add_bool_option, int_at_least
 from spkflow.core.errors import InputError, OutputError, UtteranceError
+from spkflow.core.threads import job_threads, limit_threads
 from spkflow.data.jobs import MergeError
 from spkflow.data.shard_jobs import merge, prepare, write_job
 
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     pm.add_argument("shard_dir")
     pm.add_argument("nj", type=int_at_least(1))
     a = p.parse_args(argv)
+    limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
     try:
         if a.step == "prepare":
             n = prepare(a.feats_dir, a.shard_dir, a.shard_utts, a.run, a.seed, a.audio, a.voiced and not a.audio)

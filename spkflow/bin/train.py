@@ -28,6 +28,7 @@ import sys
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.checks import ConfigError
 from spkflow.core.errors import InputError
+from spkflow.core.threads import limit_threads
 from spkflow.train.process import configure_logging, end_process, torch_threads
 
 
@@ -95,9 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.out_dir)
     if args.num_epochs < 1:
         get_parser().error("--num-epochs must be >= 1")
-    import torch
 
-    torch.set_num_threads(torch_threads(args.num_threads))
+    limit_threads(torch_threads(args.num_threads))  # torch (loaded above), OpenMP and BLAS pools
     from spkflow.train.config import load_train_config
     from spkflow.train.trainer import Trainer, TrainingDiverged, TrainOptions
 

@@ -61,6 +61,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from spkflow.core.threads import worker_threads
+
 __all__ = [
     "SAVE_GRACE",
     "SAVING_THREAD",
@@ -149,11 +151,13 @@ def saving(pids: Sequence[int]) -> list[int]:
 
 def worker_init(_worker_id: int = 0) -> None:
     """A DataLoader ``worker_init_fn`` of the trainer: the worker dies with the process that
-    started it, and ignores SIGINT / SIGTERM / SIGHUP, which a terminal or :func:`supervise` sends
-    to the whole process group: the trainer decides (it writes the checkpoint of its last
+    started it, runs one thread in each pool (:func:`spkflow.core.threads.worker_threads`), and
+    ignores SIGINT / SIGTERM / SIGHUP, which a terminal or :func:`supervise` sends to the whole
+    process group: the trainer decides (it writes the checkpoint of its last
     completed step and ends), and its workers end with it.  A worker killed by the signal would instead make
     PyTorch raise "DataLoader worker ... is killed by signal" in the trainer before its checkpoint."""
     die_with_parent()
+    worker_threads(_worker_id)  # one thread in torch, OpenMP and BLAS (spkflow.core.threads)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 

@@ -78,6 +78,7 @@ import numpy as np
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.procs import die_with_parent
+from spkflow.core.threads import worker_threads
 from spkflow.data.audio import known_durations
 from spkflow.data.datadir import DataDir
 from spkflow.data.jobs import (
@@ -101,6 +102,7 @@ __all__ = [
     "committed_entries",
     "JobWriter",
     "JobSummary",
+    "job_loader",
     "run_job",
     "MergeError",
     "MergeReport",
@@ -231,11 +233,52 @@ def _collate(items: list[Any]) -> list[Any]:
     return items
 
 
-def _worker_init(_: int) -> None:
-    import torch
-
+def _worker_init(worker_id: int) -> None:
     die_with_parent()  # a SIGKILLed job (the OOM killer) must not leave its workers behind
-    torch.set_num_threads(1)
+    worker_threads(worker_id)  # one thread in torch, OpenMP and BLAS: the workers are the parallelism
+
+
+def job_loader(
+    embedder: Embedder,
+    data_dir: str | os.PathLike[str],
+    utts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_frames: int = 60000,
+    num_workers: int = 1,
+    job_id: int | str = 1,
+) -> tuple[Any, bool]:
+    """(the DataLoader of a job's inputs, whether its batches are padded in the workers): batches
+    of ``utts`` planned by duration; spkflow models get ``(items, parts)`` of :class:`PadCollate`
+    (pinned on CUDA), other models lists of ``(utt, input, error)``.  What :func:`run_job` reads,
+    and what ``test/bench/bench_feed.py`` times without a model."""
+    from torch.utils.data import DataLoader
+
+    durations = known_durations(data_dir, utts)
+    batches = plan_batches(utts, durations, batch_size, max_frames)
+    index = {u: i for i, u in enumerate(utts)}
+    log.info(
+        "job %s: %d batches (at most %d utterances, %d padded frames each); %d DataLoader workers",
+        job_id,
+        len(batches),
+        batch_size,
+        max_frames,
+        num_workers,
+    )
+    # spkflow models: padding in the workers (PadCollate), pinned batches on CUDA; others: lists
+    collater = getattr(embedder, "collater", None)
+    worker_side = collater is not None and hasattr(embedder, "embed_padded")
+    on_cuda = str(getattr(embedder, "device", "cpu")).startswith("cuda")
+    loader = DataLoader(
+        _Inputs(utts, embedder.preparer(data_dir)),
+        batch_sampler=[[index[u] for u in b] for b in batches],
+        num_workers=num_workers,
+        collate_fn=collater(max_frames) if worker_side else _collate,
+        pin_memory=on_cuda and worker_side,
+        worker_init_fn=_worker_init if num_workers > 0 else None,
+        prefetch_factor=4 if num_workers > 0 else None,
+    )
+    return loader, worker_side
 
 
 def run_job(
@@ -255,7 +298,6 @@ def run_job(
     already committed by any job.  Raises :class:`UtteranceError` for an unreadable utterance
     unless ``skip_bad`` (then it is listed in ``job_dir/bad_utts.JOB`` with its reason), and
     :class:`InputError` when ``job_dir/model.stamp`` names another model than ``embedder``'s."""
-    from torch.utils.data import DataLoader
     from tqdm import tqdm
 
     job_dir = os.fspath(job_dir)
@@ -281,29 +323,8 @@ def run_job(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(bad_path)
         return JobSummary(len(utts), resumed, 0, bad)
-    durations = known_durations(data_dir, todo)
-    batches = plan_batches(todo, durations, batch_size, max_frames)
-    index = {u: i for i, u in enumerate(todo)}
-    log.info(
-        "job %s: %d batches (at most %d utterances, %d padded frames each); %d DataLoader workers",
-        job_id,
-        len(batches),
-        batch_size,
-        max_frames,
-        num_workers,
-    )
-    # spkflow models: padding in the workers (PadCollate), pinned batches on CUDA; others: lists
-    collater = getattr(embedder, "collater", None)
-    worker_side = collater is not None and hasattr(embedder, "embed_padded")
-    on_cuda = str(getattr(embedder, "device", "cpu")).startswith("cuda")
-    loader = DataLoader(
-        _Inputs(todo, embedder.preparer(data_dir)),
-        batch_sampler=[[index[u] for u in b] for b in batches],
-        num_workers=num_workers,
-        collate_fn=collater(max_frames) if worker_side else _collate,
-        pin_memory=on_cuda and worker_side,
-        worker_init_fn=_worker_init if num_workers > 0 else None,
-        prefetch_factor=4 if num_workers > 0 else None,
+    loader, worker_side = job_loader(
+        embedder, data_dir, todo, batch_size=batch_size, max_frames=max_frames, num_workers=num_workers, job_id=job_id
     )
     tty = sys.stderr.isatty()
     computed = 0

@@ -16,6 +16,7 @@ from helpers.paths import ROOT
 from spkflow.augment.sources import coloured_noise, simulate_rirs
 from spkflow.augment.wave import (
     AudioBank,
+    DecodedAudioCache,
     WaveAugment,
     add_at_snr,
     band_limit,
@@ -382,3 +383,25 @@ def test_reverb_noise_exclusive_and_kind_draw_by_files(sources):
         normalize_augment_config({"speed": {"factors": [0.9, 1.1], "perturb": False}})
     with pytest.raises(ConfigError, match=r"augment\.noise\.kind_draw must be uniform \| files"):
         normalize_augment_config({"noise": {"kind_draw": "weighted"}})
+
+
+def test_decoded_audio_cache_keeps_exact_samples_within_its_bound(tmp_path):
+    """16-bit files are kept as int16 and come back as the reader's float samples, bit for bit; the
+    cache holds at most its bound, least recently used out first; at 0 it keeps nothing."""
+    from spkflow.data.audio import AudioReader
+
+    data = make_speakers(tmp_path, num_spk=2, num_utt=2, min_sec=1.0, max_sec=1.0)
+    reader = AudioReader(data, sample_rate=SR)
+    keys = reader.keys()
+    want = {k: reader.read(k) for k in keys}
+    one = want[keys[0]].size * 2  # bytes of one utterance as int16
+    cache = DecodedAudioCache(2.5 * one / 2**20)  # room for two
+    for k in keys + keys[-2:]:
+        assert np.array_equal(cache.read(reader, k), want[k]), k
+    assert (cache.misses, cache.hits) == (len(keys), 2)
+    assert cache._bytes <= cache.max_bytes and len(cache._items) == 2
+    assert np.array_equal(cache.read(reader, keys[0]), want[keys[0]]) and cache.misses == len(keys) + 1  # evicted
+    off = DecodedAudioCache(0)
+    for k in keys + keys:
+        assert np.array_equal(off.read(reader, k), want[k])
+    assert off.hits == 0 and off.misses == 2 * len(keys) and not off._items

@@ -1,0 +1,357 @@
+"""Benchmark: what the loaders feed, without a model, against the per-core sum of their parts.
+
+    .venv/bin/python test/bench/bench_feed.py --json OUT [--workers N] [--data DIR] [--rirs DIR]
+        [--utt-sec 6] [--extract-utts 256] [--extract-batch 16] [--num-spk 64 --num-utt 2 --crop 200]
+        [--train-batches 12] [--part-items 48] [--workdir DIR]
+
+Paths (each through the entry point the recipes use, so that the figures follow the code):
+
+* ``extract_fbank_workers``: stage 5's loader (:func:`spkflow.embed.run.job_loader`, what
+  :func:`~spkflow.embed.run.run_job` reads) of an ECAPA model dir, fbank + VAD in the workers;
+  items: utterances of ``--utt-sec`` s;
+* ``extract_fbank_device``: the same with ``--fbank-on device`` (workers decode and pad only);
+* ``train_arks``: the VoxCeleb recipe's config (egs/voxceleb/spk1/conf/train_ecapa_c512_aam.yaml)
+  with ``frontend.feats_type: ark``, :func:`spkflow.train.data.epoch_dataset` through
+  :func:`spkflow.train.loader.make_loader`; items: crops;
+* ``train_raw_aug``: that config as it is (raw audio, speed + reverberation + noise / music /
+  babble, fbank in the workers);
+* ``train_shards``: ``train_arks`` with ``train.shards: true`` (stage 2's shards of the same
+  features, batch lists from :func:`spkflow.train.shard_plan.plan_shard_epoch`, a stream per worker).
+
+For each: ``items_per_s`` through the loader with ``workers`` = the CPUs this process may use (the
+batches after each worker's first, so worker start-up is not counted; the consumer takes each batch
+and drops it), and ``ideal_items_per_s``, the per-core sum of the path's parts x workers: each part
+timed alone in this process at one thread (a worker's share, spkflow.core.threads) on the same
+kind of items: ``decode`` (the audio file to samples), ``frontend`` (fbank + VAD + the model's
+frontend of a decoded utterance), ``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a
+crop), ``read`` (a crop's rows from the arks), ``shard_read`` (the shards read whole, per crop
+they serve).  ``share`` = items_per_s / ideal_items_per_s: what the pipeline (Python per item,
+copies, padding, collation, the main process's unpickling, worker scheduling) leaves of the ideal.
+
+Threads as a user's machine has them: nothing is set in the environment (the workers pin their own
+pools, spkflow.core.threads).  The decoded-audio cache is off (bench_gpu.py's setting:
+VoxCeleb's files do not fit in it), so every raw crop decodes its file.  Data: real speech cut
+into clips (bench_gpu.py: the corpora through db.sh, or ``--data``'s wav.scp), utterances cycling
+over them.  test/test_bench_feed.py runs it tiny so that it cannot rot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_gpu  # noqa: E402  (also puts the repository and test/ on sys.path; the audio cache off)
+
+#: reported in the JSON: a figure with one of them set is not the "nothing set" figure
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+PATHS = ("extract_fbank_workers", "extract_fbank_device", "train_arks", "train_raw_aug", "train_shards")
+
+
+def cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def one_thread() -> Any:
+    """A context: this process at a worker's share (one thread in torch, OpenMP and BLAS)."""
+    import contextlib
+
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    @contextlib.contextmanager
+    def ctx() -> Any:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with threadpool_limits(1):
+                yield
+        finally:
+            torch.set_num_threads(before)
+
+    return ctx()
+
+
+def per_item(fn: Callable[[Any], Any], items: Sequence[Any], repeat: int = 2) -> float:
+    """CPU seconds per item of ``fn`` over ``items`` at one thread, best of ``repeat`` passes (CPU
+    time: what a core spends, whatever else the machine runs)."""
+    best = float("inf")
+    with one_thread():
+        fn(items[0])  # warm (imports, caches of the options)
+        for _ in range(repeat):
+            t = time.process_time()
+            for x in items:
+                fn(x)
+            best = min(best, (time.process_time() - t) / len(items))
+    return best
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and its live descendants (the DataLoader workers)."""
+    from spkflow.core.procs import descendants
+
+    total = time.process_time()
+    for pid in descendants():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return total
+
+
+def through(loader: Iterable[Any], count: Callable[[Any], int], skip: int) -> dict[str, float]:
+    """Items/s (wall) and CPU seconds per item (this process and its workers) of ``loader`` over
+    the batches after the first ``skip`` (one per worker: their start-up is not counted)."""
+    t0 = c0 = t1 = c1 = 0.0
+    items = k = 0
+    for k, batch in enumerate(loader, 1):
+        if k >= skip:
+            items += count(batch) if k > skip else 0
+            t1, c1 = time.perf_counter(), tree_cpu()  # the workers are still there at the last batch
+            if k == skip:
+                t0, c0 = t1, c1
+    if k <= skip:
+        raise SystemExit(f"{k} batches: the timing needs more than {skip} (one per worker); give more data")
+    return {"rate": items / (t1 - t0), "cpu": (c1 - c0) / items, "items": items, "batches": k}
+
+
+def row(timed: dict[str, float], parts: dict[str, float], workers: int) -> dict[str, Any]:
+    ideal = workers / sum(parts.values())
+    return {
+        "items_per_s": round(timed["rate"], 2),
+        "ideal_items_per_s": round(ideal, 2),
+        "workers": workers,
+        "share": round(timed["rate"] / ideal, 3),
+        "parts_cpu_ms_per_item": {k: round(1e3 * v, 6) for k, v in parts.items()},
+        "cpu_ms_per_item": round(1e3 * timed["cpu"], 3),
+        "cpu_share": round(sum(parts.values()) / timed["cpu"], 3),
+        "items_timed": int(timed["items"]),
+        "batches": int(timed["batches"]),
+    }
+
+
+# ------------------------------------------------------------------------------- extraction
+def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    from spkflow.data.audio import AudioReader
+    from spkflow.embed import open_embedder
+    from spkflow.embed.run import job_loader
+
+    model = bench_gpu.ecapa_model_dir(work / "model", 16)  # never run: its config sets the frontend
+    utts = sorted((ln.split()[0] for ln in (data / "utt2spk").read_text().splitlines()), key=str.encode)
+    sample = utts[: a.part_items]
+    reader = AudioReader(data, sample_rate=16000)
+    waves = {u: reader.read(u) for u in sample}
+    decode = per_item(reader.read, sample)
+    out = {}
+    for fbank_on in ("workers", "device"):
+        emb = open_embedder(model, "spkflow", "cpu", fbank_on=fbank_on)
+        parts = {"decode": decode}
+        if fbank_on == "workers":
+            parts["frontend"] = per_item(lambda u, e=emb: e.prepare_wave(waves[u]), sample)
+        max_frames = a.extract_batch * (int(a.utt_sec * 100) + 10)
+        loader, worker_side = job_loader(
+            emb, data, utts, batch_size=a.extract_batch, max_frames=max_frames, num_workers=a.workers
+        )
+        timed = through(loader, lambda batch, w=worker_side: len(batch[0]) if w else len(batch), a.workers)
+        key = f"extract_fbank_{fbank_on}"
+        out[key] = row(timed, parts, a.workers)
+        print(f"  {key}: {out[key]}", flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------- training
+def train_config(src: dict[str, Path], feats_type: str, shards: bool) -> dict[str, Any]:
+    import yaml
+
+    from spkflow.train.config import normalize_train_config
+
+    raw = yaml.safe_load(bench_gpu.VOXCELEB_CONFIG.read_text())
+    raw["augment"]["reverb"]["data_dir"] = str(src["rirs"])
+    raw["augment"]["noise"]["data_dirs"] = {k: str(src[k]) for k in ("noise", "music", "speech")}
+    if feats_type != "raw":  # the waveform augmentation is the raw path's
+        del raw["augment"]
+    raw["frontend"]["feats_type"] = feats_type
+    raw["train"]["shards"] = shards
+    raw["train"]["fbank_on"] = "workers"
+    return normalize_train_config(raw, str(bench_gpu.VOXCELEB_CONFIG))
+
+
+def make_shards(feats: Path, a: argparse.Namespace) -> Path:
+    from spkflow.data.shard_jobs import merge, prepare, write_job
+
+    shard_dir = feats / "shards"
+    if not (shard_dir / "shards.list").is_file():
+        prepare(feats, shard_dir, shard_utts=a.num_spk * a.num_utt, run=a.num_utt, seed=0)
+        write_job(feats, shard_dir, 1, 1)
+        merge(shard_dir, 1)
+    return shard_dir
+
+
+def epoch_batches(plan: Callable[[int], Sequence[Sequence[str]]], need: int) -> list[list[str]]:
+    out: list[list[str]] = []
+    epoch = 1
+    while len(out) < need:
+        got = [list(b) for b in plan(epoch)]
+        if not got:
+            raise SystemExit(f"epoch {epoch} plans no batch: give more speakers or utterances")
+        out += got
+        epoch += 1
+    return out[:need]
+
+
+def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    import numpy as np
+
+    from spkflow.augment.wave import WaveAugment, speed_perturb
+    from spkflow.data.audio import AudioReader
+    from spkflow.data.shards import load_shard
+    from spkflow.data.tables import read_kv
+    from spkflow.features.fbank import FbankOptions, compute_fbank
+    from spkflow.train.batches import plan_epoch
+    from spkflow.train.data import epoch_dataset, train_features
+    from spkflow.train.loader import make_loader
+    from spkflow.train.raw_loader import samples_for_frames
+    from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard
+
+    src = bench_gpu.aug_sources(work, clips_dir, a.rirs)
+    feats = bench_gpu.ark_features(clips_dir, data, work)
+    utt2spk = read_kv(data / "utt2spk")
+    need = a.train_batches + a.workers
+    crops = lambda batch: int(batch[0].shape[0])  # noqa: E731
+    out: dict[str, dict[str, Any]] = {}
+    # the parts, on the crops of the first batches
+    ark_batches = epoch_batches(
+        lambda e: plan_epoch(data / "spk2utt", a.num_spk, a.num_utt, seed=0, epoch=e).batches, need
+    )
+    sample = [u for b in ark_batches for u in b][: a.part_items]
+    rng = np.random.default_rng(0)
+    fb = FbankOptions()
+    T = a.crop
+    n = samples_for_frames(T, fb)
+
+    def run(name: str, cfg: dict[str, Any], batches: list[list[str]], parts: dict[str, float]) -> None:
+        reader, _ = train_features(cfg, str(feats), None, batches[0][0])
+        wave_aug = WaveAugment(cfg["augment"], 16000) if cfg["frontend"]["feats_type"] == "raw" else None
+        ds = epoch_dataset(
+            cfg["frontend"], str(data), str(feats), batches, seed=0, epoch=1, crop=(T, T), wave_aug=wave_aug,
+            feats=reader, num_utt=a.num_utt, utt2spk=utt2spk, fbank_on="workers",
+        )  # fmt: skip
+        out[name] = row(through(make_loader(ds, num_workers=a.workers), crops, a.workers), parts, a.workers)
+        print(f"  {name}: {out[name]}", flush=True)
+
+    # arks: a crop's T consecutive rows
+    cfg = train_config(src, "ark", False)
+    ark, _ = train_features(cfg, str(feats), None, sample[0])
+    buf = np.empty((T, fb.dim), dtype=np.float32)
+    offs = np.arange(T)
+    starts = {u: int(rng.integers(0, max(1, ark.num_rows(u) - T + 1))) for u in sample}
+    read = per_item(lambda u: ark.gather(u, starts[u] + offs, buf, contiguous=True), sample)
+    run("train_arks", cfg, ark_batches, {"read": read})
+
+    # raw audio with the recipe's augmentation
+    cfg = train_config(src, "raw", False)
+    aug = WaveAugment(cfg["augment"], 16000)
+    audio = AudioReader(data, sample_rate=16000)
+    factors = aug.speed_factors or [1.0]
+    waves = {u: audio.read(u) for u in sample}
+
+    def augment(u: str) -> None:
+        f = float(factors[int(rng.integers(len(factors)))])
+        x = waves[u][: int(np.ceil(n * f)) + 2 if f != 1.0 else n]
+        if f != 1.0:
+            x = speed_perturb(x, f)[:n]
+        aug(x, rng, speaker=utt2spk[u], counts=collections.Counter())
+
+    parts = {
+        "decode": per_item(audio.read, sample),
+        "augment": per_item(augment, sample),
+        "fbank": per_item(lambda u: compute_fbank(waves[u][:n], 16000, fb), sample),
+    }
+    run("train_raw_aug", cfg, ark_batches, parts)
+
+    # shards of the same features, read whole; batch lists a loader can serve front to back
+    shard_dir = make_shards(feats, a)
+    cfg = train_config(src, "ark", True)
+    u2s = read_utt2shard(shard_dir / "utt2shard")
+    shard_batches = epoch_batches(
+        lambda e: plan_shard_epoch(data / "spk2utt", u2s, a.num_spk, a.num_utt, seed=0, epoch=e, pool=2,
+                                   streams=a.workers).batches, need)  # fmt: skip
+    listed = [ln.split() for ln in (shard_dir / "shards.list").read_text().splitlines()]
+    with one_thread():
+        t = time.process_time()
+        for name, _, size in listed:
+            load_shard(shard_dir / name, int(size))
+        whole = time.process_time() - t
+    # the windows are dealt to the streams (a worker each): every shard is read once per epoch in all
+    crops_per_epoch = sum(map(len, plan_shard_epoch(data / "spk2utt", u2s, a.num_spk, a.num_utt, seed=0, epoch=1,
+                                                    pool=2, streams=a.workers).batches))  # fmt: skip
+    run("train_shards", cfg, shard_batches, {"read": read, "shard_read": whole / crops_per_epoch})
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", type=Path, required=True, help="write the figures here")
+    p.add_argument("--workers", type=int, default=cpus(), help="DataLoader workers (default: the CPUs)")
+    p.add_argument("--data", type=Path, default=None, help="a data dir of real speech (default: the corpora)")
+    p.add_argument("--rirs", type=Path, default=None, help="impulse responses (default: made with make_rirs)")
+    p.add_argument("--utt-sec", type=float, default=6.0, help="utterance length (s)")
+    p.add_argument("--clips", type=int, default=48, help="distinct clips the utterances cycle over")
+    p.add_argument("--extract-utts", type=int, default=256)
+    p.add_argument("--extract-batch", type=int, default=16)
+    p.add_argument("--num-spk", type=int, default=64, help="N of the training batches")
+    p.add_argument("--num-utt", type=int, default=2, help="M of the training batches")
+    p.add_argument("--crop", type=int, default=200, help="training crop (frames)")
+    p.add_argument("--train-batches", type=int, default=12, help="batches timed per training path")
+    p.add_argument("--part-items", type=int, default=48, help="items each part is timed on")
+    p.add_argument("--paths", default="extract,train", help="extract,train (both by default)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep the data here (default: a temporary dir)")
+    a = p.parse_args(argv)
+    if a.workers < 1:
+        p.error("--workers must be >= 1")
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="bench_feed."))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        clips = bench_gpu.make_clips(bench_gpu.source_files(a.data), work / "clips", a.utt_sec, limit=a.clips)
+        clips_dir = bench_gpu.write_data_dir(
+            work / "clips_data", {c.stem: str(c) for c in clips}, {c.stem: c.stem for c in clips}, a.utt_sec
+        )
+        result: dict[str, Any] = {
+            "machine": bench_gpu.machine_info("cpu"),
+            "command": "python test/bench/bench_feed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},  # None: as a user's machine has them
+            "utt_sec": a.utt_sec,
+            "batch": f"{a.num_spk}x{a.num_utt}x{a.crop} frames",
+        }
+        parts = a.paths.split(",")
+        if "extract" in parts:
+            data = bench_gpu.repeated_data_dir(work / "extract_data", clips, a.extract_utts, 8, a.utt_sec)
+            result.update(bench_extraction(data, work, a))
+        if "train" in parts:
+            data = bench_gpu.repeated_data_dir(
+                work / "train_data", clips, 8 * a.num_spk * a.num_utt, 2 * a.num_spk, a.utt_sec
+            )
+            result.update(bench_training(data, clips_dir, work, a))
+        a.json.write_text(json.dumps(result, indent=1) + "\n")
+        return result
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

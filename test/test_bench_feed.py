@@ -1,0 +1,65 @@
+"""test/bench/bench_feed.py runs tiny, so that the loader benchmark cannot rot: synthetic speech
+(--data), two decaying impulses for rooms, 1 s utterances, 4 x 2 crops of 40 frames, two DataLoader
+workers on every path.  The figures are not checked (a loaded machine), only that each path ran
+through its loader and its parts and that the JSON has the shape docs/gpu.md and the issue read."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from helpers.audio import make_speakers
+from helpers.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "test" / "bench"))
+import bench_feed  # noqa: E402
+
+PARTS = {
+    "extract_fbank_workers": {"decode", "frontend"},
+    "extract_fbank_device": {"decode"},
+    "train_arks": {"read"},
+    "train_raw_aug": {"decode", "augment", "fbank"},
+    "train_shards": {"read", "shard_read"},
+}
+
+
+@pytest.mark.slow
+def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
+    data = make_speakers(tmp_path / "audio", num_spk=3, num_utt=2, min_sec=2.5, max_sec=3.0)
+    rirs = tmp_path / "rirs"
+    rirs.mkdir()
+    for i in range(2):  # pyroomacoustics' simulated rooms are slow to make
+        h = np.exp(-np.arange(800) / 100.0) * np.random.default_rng(i).standard_normal(800)
+        sf.write(rirs / f"rir{i}.flac", (0.5 * h / np.abs(h).max()).astype(np.float32), 16000)
+    out = tmp_path / "feed.json"
+    result = bench_feed.main(
+        [
+            "--json", str(out), "--workers", "2", "--data", str(data), "--rirs", str(rirs), "--utt-sec", "1",
+            "--clips", "6", "--extract-utts", "24", "--extract-batch", "4", "--num-spk", "4", "--num-utt", "2",
+            "--crop", "40", "--train-batches", "4", "--part-items", "4", "--workdir", str(tmp_path / "work"),
+        ]
+    )  # fmt: skip
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert set(bench_feed.PATHS) == set(PARTS) <= set(result)
+    assert result["machine"]["cpus"] >= 1 and result["command"].startswith("python test/bench/bench_feed.py")
+    for path, parts in PARTS.items():
+        r = result[path]
+        assert r["workers"] == 2, path
+        assert r["items_per_s"] > 0 and r["ideal_items_per_s"] > 0 and r["cpu_ms_per_item"] > 0, (path, r)
+        assert set(r["parts_cpu_ms_per_item"]) == parts and all(v > 0 for v in r["parts_cpu_ms_per_item"].values())
+        # the ideal is the parts' per-core sum x workers, the share the measured rate over it
+        ideal = 2 / (sum(r["parts_cpu_ms_per_item"].values()) / 1e3)
+        assert r["ideal_items_per_s"] == pytest.approx(ideal, rel=0.02), (path, r)
+        assert r["share"] == pytest.approx(r["items_per_s"] / r["ideal_items_per_s"], rel=0.02, abs=1e-3)
+        # the items after each worker's first batch: the extraction's utterances, the N x M crops
+        per_batch = 4 * 2 if path.startswith("train") else None
+        assert r["batches"] > 2 and r["items_timed"] > 0
+        if per_batch is not None:
+            assert r["items_timed"] == per_batch * (r["batches"] - 2), (path, r)
+    extracted = result["extract_fbank_workers"]["items_timed"], result["extract_fbank_device"]["items_timed"]
+    assert extracted[0] == extracted[1] and 0 < extracted[0] < 24
