@@ -549,7 +549,9 @@ def open_store(
     elif shards is None:
         shards = ShardSet(os.path.join(train_feats, "shards", "shards.list"))
     if fe["feats_type"] == "raw":
-        rate = int(FbankOptions.from_dict(fe["fbank"]).sample_frequency)
+        rate = int(
+            (FbankOptions.from_dict(fe["fbank"]) if fe["fbank"] else FbankOptions()).sample_frequency
+        )  # as the dataset
         if shards is not None:
             return AudioShards(shards, rate, known_utts=known_utts)
         return AudioFiles(train_data, rate)
