@@ -12,8 +12,10 @@
 # the voiced frames' stats: the frames a training crop with the VAD can take; or the audio file;
 # spkflow/data/shards.py),
 # SHARD_DIR/utt2shard and, last, SHARD_DIR/shards.list.  Each shard is written atomically by one of
-# nj jobs; a rerun writes only the shards that are missing (a killed run resumes), and a changed
-# feature set or option removes the old shards first.  One run per SHARD_DIR (its lock).
+# nj jobs; a rerun writes only the shards that are missing or damaged (a killed run resumes: every
+# kept shard is read back and each member checked against its crc32, a damaged or cut shard named,
+# shard and member, and written again), and a changed feature set or option removes the old shards
+# first.  One run per SHARD_DIR (its lock).
 set -euo pipefail
 jobs_command="$0 $*"
 
@@ -51,6 +53,11 @@ HELP
 [ $# -eq 2 ] || jobs_usage
 feats=$1
 out=$2
+if ! [[ "${nj}" =~ ^[1-9][0-9]*$ ]]; then
+    log "Error: --nj must be a positive integer, got '${nj}'"
+    echo "${help_message}" | head -n 1 >&2
+    exit 1
+fi
 for _b in audio voiced; do
     case "${!_b}" in true|false) ;; *) log "Error: --${_b} must be true or false, got '${!_b}'"; exit 1 ;; esac
 done
@@ -72,6 +79,11 @@ if ! ${cmd} JOB=1:"${nj}" "${out}/log/make_shards.JOB.log" \
     jobs_report_failed "${out}/log/make_shards"
     exit 1
 fi
+# a shard kept from an earlier run was read back and checked (crc32 of every member); one that
+# failed was written again: say which, and why
+for _j in $(seq 1 "${nj}"); do
+    grep -h ": writing it again$" "${out}/log/make_shards.${_j}.log" >&2 || true
+done
 if ! "${python}" -m spkflow.bin.make_shards merge "${out}" "${nj}"; then
     log "Error: the shards of ${feats} are incomplete (see above); rerun to write the missing ones"
     exit 1

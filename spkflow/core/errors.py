@@ -8,6 +8,16 @@ message reads like a compiler's: ``data/train/utt2spk:17: duplicate key 'a-01'``
 from __future__ import annotations
 
 import os
+from typing import Any
+
+
+def _restore(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    """An error unpickled as it was (its class, message and attributes), without calling its
+    ``__init__``, whose arguments are not the message alone."""
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 class InputError(ValueError):
@@ -20,6 +30,9 @@ class InputError(ValueError):
         where = self.path if line is None else f"{self.path}:{line}"
         super().__init__(f"{where}: {message}")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses a process boundary (a DataLoader worker) as itself
+        return _restore, (type(self), self.args, self.__dict__)
+
 
 class UtteranceError(RuntimeError):
     """Processing one utterance failed; names the utterance and its source."""
@@ -30,6 +43,9 @@ class UtteranceError(RuntimeError):
         self.message = message
         super().__init__(f"utterance '{utt}' ({source}): {message}")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses a process boundary (a DataLoader worker) as itself
+        return _restore, (type(self), self.args, self.__dict__)
+
 
 class OutputError(RuntimeError):
     """Writing an output failed (a full disk, a quota, a file-size limit); names the file."""
@@ -38,3 +54,6 @@ class OutputError(RuntimeError):
         self.path = os.fspath(path)
         self.message = message
         super().__init__(f"{self.path}: cannot write: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses a process boundary (a DataLoader worker) as itself
+        return _restore, (type(self), self.args, self.__dict__)

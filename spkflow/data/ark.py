@@ -4,8 +4,10 @@ What it guarantees: every ark file is memory-mapped once per process and read at
 the scp (no system call per read); for float matrices only the requested rows are touched,
 compressed matrices (Kaldi's CompressedMatrix formats) are decoded only for those rows; headers
 are cached; a malformed scp line, a duplicate key or an unreadable ark names the scp and line.
-The values equal kaldiio's reading of the same scp (``test/train/test_loader.py``).  Used by the
-training loaders (:mod:`spkflow.train.loader`, :mod:`spkflow.train.raw_loader`) and validation.
+The values equal kaldiio's reading of the same scp (``test/train/test_loader.py``).  The same
+decoding reads records held in memory (:class:`MemoryArks`: a shard's members), so a record
+copied byte for byte gives the same values wherever it lies.  Used by the training stores
+(:mod:`spkflow.train.stores`), validation and the shard writer.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import dataclasses
 import mmap
 import os
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from spkflow.core.errors import InputError
 
-__all__ = ["KaldiArkReader", "parse_header", "select_rows"]
+__all__ = ["ArkRecords", "KaldiArkReader", "MemoryArks", "parse_header", "select_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,56 +68,20 @@ def parse_header(head: bytes, off: int) -> _Header | None:
     return None
 
 
-class KaldiArkReader:
-    """Random access to a Kaldi scp of binary arks, each ark opened once per process.
+class ArkRecords:
+    """Kaldi binary records located by (buffer ``i``, offset): headers, whole arrays, rows and
+    gathers of rows, decoded as :class:`KaldiArkReader` describes.  A subclass says where buffer
+    ``i`` is: :class:`KaldiArkReader` (the ark files of an scp, mapped or read with pread) or
+    :class:`MemoryArks` (buffers already in memory, e.g. a shard's members).  ``scp`` names the
+    records in messages."""
 
-    ``read(utt)`` returns the whole array (float32); ``read_rows(utt, lo, hi)`` rows
-    ``lo:hi`` of a matrix, and ``gather(utt, frames, out)`` writes chosen rows into ``out``,
-    touching only those rows for uncompressed and CM2/CM3 (linear 16/8-bit) matrices.
-    ``access="mmap"`` maps each ark (no system call per read once the pages are cached; on this
-    project's VM a system call costs up to ~30 us under load); ``access="pread"`` reads with
-    ``pread``/``preadv`` and read-ahead off (exactly the bytes asked for, best when the arks
-    do not fit in the page cache).  Entries that are not ``path:offset`` into a binary ark
-    (pipes, slices, text arks) fall back to ``kaldiio.load_mat``.  Picklable (files and maps
-    are reopened after unpickling) and fork-safe (a child opens its own descriptors).
-    """
-
-    def __init__(self, scp: str | os.PathLike[str], access: str = "mmap") -> None:
-        self.scp = os.fspath(scp)
-        self._files: list[str] = []
-        file_index: dict[str, int] = {}
+    def __init__(self, name: str) -> None:
+        self.scp = name
+        self.access = "mmap"
         self._index: dict[str, tuple[int, int]] = {}
-        self._other: dict[str, str] = {}
-        try:
-            f = open(self.scp, encoding="utf-8")
-        except OSError as e:
-            raise InputError(self.scp, None, f"cannot open: {e.strerror}") from e
-        with f:
-            for lineno, line in enumerate(f, 1):
-                parts = line.split(maxsplit=1)
-                if not parts:
-                    continue
-                if len(parts) != 2:
-                    raise InputError(self.scp, lineno, f"expected '<utt> <ark>:<offset>', got '{line.strip()}'")
-                utt, spec = parts[0], parts[1].strip()
-                if utt in self._index or utt in self._other:
-                    raise InputError(self.scp, lineno, f"duplicate key '{utt}'")
-                path, sep, off = spec.rpartition(":")
-                if sep and off.isdigit() and not spec.endswith("|"):
-                    i = file_index.setdefault(path, len(self._files))
-                    if i == len(self._files):
-                        self._files.append(path)
-                    self._index[utt] = (i, int(off))
-                else:
-                    self._other[utt] = spec
-        if access not in ("mmap", "pread"):
-            raise ValueError(f"access must be 'mmap' or 'pread', got {access!r}")
-        self.access = access
-        self._maps: dict[int, np.ndarray] = {}
-        self._fds: dict[int, int] = {}
-        self._pid = os.getpid()
-        self._sizes: dict[int, int] = {}
+        self._other: dict[str, str] = {}  # entries kaldiio reads (pipes, slices, text arks)
         self._headers: dict[str, _Header] = {}
+        self._sizes: dict[int, int] = {}
         self._scratch: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -126,51 +93,26 @@ class KaldiArkReader:
     def keys(self) -> list[str]:
         return list(self._index) + list(self._other)
 
-    def close(self) -> None:
-        """Drop the memory maps (unmapped once no array refers to them) and close the files."""
-        self._maps = {}
-        if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-        self._fds = {}
-
-    def __getstate__(self) -> dict[str, Any]:  # picklable for spawn-started workers
-        state = self.__dict__.copy()
-        state["_maps"], state["_fds"], state["_pid"], state["_scratch"] = {}, {}, -1, None
-        return state
+    def _map(self, i: int) -> np.ndarray:
+        """Buffer ``i`` as uint8."""
+        raise NotImplementedError
 
     def _open(self, i: int) -> int:
-        if self._pid != os.getpid():  # a forked worker: descriptors of its own (maps stay valid)
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(i)
-        if fd is None:
-            try:
-                fd = os.open(self._files[i], os.O_RDONLY)
-            except OSError as e:
-                raise OSError(f"{self.scp}: cannot open ark {self._files[i]}: {e.strerror}") from e
-            if hasattr(os, "posix_fadvise"):  # crops are random reads: no kernel read-ahead
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            self._fds[i] = fd
-            self._sizes[i] = os.fstat(fd).st_size
-        return fd
+        """A file descriptor of buffer ``i`` (``access="pread"`` only)."""
+        raise NotImplementedError
 
-    def _map(self, i: int) -> np.ndarray:
-        m = self._maps.get(i)
-        if m is None:
-            path = self._files[i]
-            try:
-                with open(path, "rb") as f:
-                    mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if os.fstat(f.fileno()).st_size else b""
-            except OSError as e:
-                raise OSError(f"{self.scp}: cannot open ark {path}: {e.strerror}") from e
-            m = np.frombuffer(mm, dtype=np.uint8)
-            self._maps[i] = m
-        return m
+    def _where(self, i: int) -> str:
+        """Buffer ``i``'s name, for messages."""
+        raise NotImplementedError
+
+    def _fallback(self, utt: str) -> np.ndarray:
+        """An entry that is not a binary record at an offset."""
+        raise InputError(self.scp, None, f"'{utt}' is not a Kaldi binary record")
 
     def _truncated(self, utt: str, i: int, start: int, n: int, size: int) -> OSError:
         return OSError(
             f"{self.scp}: entry '{utt}' is truncated (wanted {n} bytes at offset {start} "
-            f"of {self._files[i]}, which has {size})"
+            f"of {self._where(i)}, which has {size})"
         )
 
     def _bytes(self, utt: str, i: int, start: int, n: int) -> np.ndarray:
@@ -230,15 +172,6 @@ class KaldiArkReader:
     def num_rows(self, utt: str) -> int:
         h = self.header(utt)
         return h.rows if h is not None else len(self._fallback(utt))
-
-    def _fallback(self, utt: str) -> np.ndarray:
-        import kaldiio
-
-        spec = self._other.get(utt)
-        if spec is None:
-            i, off = self._index[utt]
-            spec = f"{self._files[i]}:{off}"
-        return np.asarray(kaldiio.load_mat(spec), dtype=np.float32)
 
     def read(self, utt: str, cache_header: bool = True) -> np.ndarray:
         """The whole matrix or vector as a new float32 array.  ``cache_header=False`` for
@@ -376,6 +309,161 @@ class KaldiArkReader:
             q = raw[h.cols * 8 :].reshape(h.cols, h.rows)[:, lo:hi].T
             return _cm_decode(q, pc)
         raise ValueError(f"{self.scp}: '{utt}' has unsupported type {h.kind}")
+
+
+class KaldiArkReader(ArkRecords):
+    """Random access to a Kaldi scp of binary arks, each ark opened once per process.
+
+    ``read(utt)`` returns the whole array (float32); ``read_rows(utt, lo, hi)`` rows
+    ``lo:hi`` of a matrix, and ``gather(utt, frames, out)`` writes chosen rows into ``out``,
+    touching only those rows for uncompressed and CM2/CM3 (linear 16/8-bit) matrices.
+    ``access="mmap"`` maps each ark (no system call per read once the pages are cached; on this
+    project's VM a system call costs up to ~30 us under load); ``access="pread"`` reads with
+    ``pread``/``preadv`` and read-ahead off (exactly the bytes asked for, best when the arks
+    do not fit in the page cache).  Entries that are not ``path:offset`` into a binary ark
+    (pipes, slices, text arks) fall back to ``kaldiio.load_mat``.  Picklable (files and maps
+    are reopened after unpickling) and fork-safe (a child opens its own descriptors).
+    """
+
+    def __init__(self, scp: str | os.PathLike[str], access: str = "mmap") -> None:
+        super().__init__(os.fspath(scp))
+        self._files: list[str] = []
+        file_index: dict[str, int] = {}
+        try:
+            f = open(self.scp, encoding="utf-8")
+        except OSError as e:
+            raise InputError(self.scp, None, f"cannot open: {e.strerror}") from e
+        with f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.split(maxsplit=1)
+                if not parts:
+                    continue
+                if len(parts) != 2:
+                    raise InputError(self.scp, lineno, f"expected '<utt> <ark>:<offset>', got '{line.strip()}'")
+                utt, spec = parts[0], parts[1].strip()
+                if utt in self._index or utt in self._other:
+                    raise InputError(self.scp, lineno, f"duplicate key '{utt}'")
+                path, sep, off = spec.rpartition(":")
+                if sep and off.isdigit() and not spec.endswith("|"):
+                    i = file_index.setdefault(path, len(self._files))
+                    if i == len(self._files):
+                        self._files.append(path)
+                    self._index[utt] = (i, int(off))
+                else:
+                    self._other[utt] = spec
+        if access not in ("mmap", "pread"):
+            raise ValueError(f"access must be 'mmap' or 'pread', got {access!r}")
+        self.access = access
+        self._maps: dict[int, np.ndarray] = {}
+        self._fds: dict[int, int] = {}
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        """Drop the memory maps (unmapped once no array refers to them) and close the files."""
+        self._maps = {}
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable for spawn-started workers
+        state = self.__dict__.copy()
+        state["_maps"], state["_fds"], state["_pid"], state["_scratch"] = {}, {}, -1, None
+        return state
+
+    def _open(self, i: int) -> int:
+        if self._pid != os.getpid():  # a forked worker: descriptors of its own (maps stay valid)
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(i)
+        if fd is None:
+            try:
+                fd = os.open(self._files[i], os.O_RDONLY)
+            except OSError as e:
+                raise OSError(f"{self.scp}: cannot open ark {self._files[i]}: {e.strerror}") from e
+            if hasattr(os, "posix_fadvise"):  # crops are random reads: no kernel read-ahead
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            self._fds[i] = fd
+            self._sizes[i] = os.fstat(fd).st_size
+        return fd
+
+    def _map(self, i: int) -> np.ndarray:
+        m = self._maps.get(i)
+        if m is None:
+            path = self._files[i]
+            try:
+                with open(path, "rb") as f:
+                    mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if os.fstat(f.fileno()).st_size else b""
+            except OSError as e:
+                raise OSError(f"{self.scp}: cannot open ark {path}: {e.strerror}") from e
+            m = np.frombuffer(mm, dtype=np.uint8)
+            self._maps[i] = m
+        return m
+
+    def _where(self, i: int) -> str:
+        return self._files[i]
+
+    def _fallback(self, utt: str) -> np.ndarray:
+        import kaldiio
+
+        spec = self._other.get(utt)
+        if spec is None:
+            i, off = self._index[utt]
+            spec = f"{self._files[i]}:{off}"
+        try:
+            return np.asarray(kaldiio.load_mat(spec), dtype=np.float32)
+        except (AssertionError, ValueError, OSError, EOFError, struct.error) as e:  # kaldiio's bare asserts
+            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            raise InputError(self.scp, None, f"entry '{utt}' ({spec}) cannot be read (cut short?): {why}") from None
+
+
+class MemoryArks(ArkRecords):
+    """Kaldi binary records in buffers the caller holds in memory (a shard's members, say):
+    :meth:`add` indexes a buffer's records by key and offset, :meth:`drop` forgets them.  The
+    records decode as :class:`KaldiArkReader` decodes the same bytes in an ark (the same code),
+    read in place.  ``name`` names the records in messages; a key that is not a binary record
+    is an :class:`InputError` naming its buffer."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._buffers: dict[int, np.ndarray] = {}
+        self._names: dict[int, str] = {}
+        self._keys: dict[int, list[str]] = {}
+
+    def add(self, i: int, name: str, data: np.ndarray, offsets: Mapping[str, int]) -> None:
+        """Buffer ``i`` (uint8, called ``name``) holds the record of each key at its offset."""
+        self.drop(i)
+        self._buffers[i], self._names[i], self._keys[i] = data, name, list(offsets)
+        for utt, off in offsets.items():
+            self._index[utt] = (i, off)
+
+    def drop(self, i: int) -> None:
+        """Forget buffer ``i`` and its records."""
+        self._buffers.pop(i, None)
+        self._names.pop(i, None)
+        for utt in self._keys.pop(i, ()):
+            self._index.pop(utt, None)
+            self._headers.pop(utt, None)
+
+    def __getstate__(self) -> dict[str, Any]:  # buffers stay with the process that holds them
+        state = self.__dict__.copy()
+        state.update(_buffers={}, _names={}, _keys={}, _index={}, _headers={}, _scratch=None)
+        return state
+
+    def _map(self, i: int) -> np.ndarray:
+        m = self._buffers.get(i)
+        if m is None:
+            raise RuntimeError(f"{self.scp}: buffer {i} is not in memory")
+        return m
+
+    def _open(self, i: int) -> int:
+        raise RuntimeError(f"{self.scp}: records in memory are not read with pread")
+
+    def _where(self, i: int) -> str:
+        return self._names.get(i, f"buffer {i}")
+
+    def _fallback(self, utt: str) -> np.ndarray:
+        i = self._index[utt][0] if utt in self._index else -1
+        raise InputError(self._where(i), None, f"'{utt}': not a Kaldi binary record ({self.scp})")
 
 
 def select_rows(record: bytes, rows: np.ndarray) -> bytes:

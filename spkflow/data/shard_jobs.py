@@ -34,7 +34,7 @@ from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ark import KaldiArkReader, select_rows
 from spkflow.data.jobs import MergeError, log_line
-from spkflow.data.shards import AUDIO_EXTS, FIELDS, shard_name, write_shard
+from spkflow.data.shards import AUDIO_EXTS, CHECKSUMS, FIELDS, load_shard, shard_name, write_shard
 from spkflow.data.tables import c_key, read_kv
 from spkflow.data.voiced import voiced_frames
 
@@ -94,7 +94,10 @@ def _settings(feats_dir: Path, shard_utts: int, run: int, seed: int, audio: bool
         st = os.stat(ark) if os.path.isfile(ark) else None
         digest.update(f"{ark} {st.st_size if st else -1} {st.st_mtime_ns if st else -1}".encode())
     frames = "" if audio else _VOICED if voiced else " frames=all"
-    return f"features={feats_dir} sha256={digest.hexdigest()} shard_utts={shard_utts} run={run} seed={seed}{frames}\n"
+    return (
+        f"features={feats_dir} sha256={digest.hexdigest()} shard_utts={shard_utts} run={run} seed={seed}{frames}"
+        f" members={CHECKSUMS}\n"
+    )
 
 
 def prepare(
@@ -200,8 +203,8 @@ def write_job(
     for k in range(job - 1, len(plan), nj):
         name, utts = plan[k]
         out = shard_dir / name
-        if out.is_file():
-            continue  # written atomically: complete
+        if _intact(out, utts):
+            continue  # written atomically and checked: kept
         members = []
         for u in utts:
             members.append((u, "spk", utt2spk[u].encode("utf-8", "surrogateescape")))
@@ -219,6 +222,21 @@ def write_job(
         written += 1
         log_line(f"{out}: {len(utts)} utterances, {size / 1e6:.1f} MB")
     return written
+
+
+def _intact(path: Path, utts: list[str]) -> bool:
+    """Whether the shard at ``path`` is there, reads back whole (every member against its crc32)
+    and holds ``utts``; a damaged one is named in the job's log and then written again."""
+    if not path.exists():
+        return False
+    try:
+        held = load_shard(path).utts
+        if held != utts:
+            raise InputError(path, None, "holds other utterances than the plan")
+    except InputError as e:
+        log_line(f"{e}: writing it again")
+        return False
+    return True
 
 
 def merge(shard_dir: str | os.PathLike[str], nj: int) -> tuple[int, int]:

@@ -11,10 +11,11 @@ the VAD keeps none or all, as the loader then crops them all), for training with
 default: the frames no crop can take are never read; Kaldi's ``prepare_feats_for_egs.sh``
 likewise drops them before its egs); or, for training on
 audio, ``<utt>.<type>`` (``flac``, ``wav``, ...: the file as stored, never re-encoded; a
-``wav.scp`` pipe's output as ``wav``).  A shard set is a
-folder of ``shard.<K>.tar`` files with ``shards.list`` (``NAME NUM_UTTS BYTES`` per line),
-``utt2shard`` and ``plan`` (the utterances of every shard).  :mod:`spkflow.data.shard_jobs`
-writes them, :mod:`spkflow.train.shard_loader` reads them.
+``wav.scp`` pipe's output as ``wav``).  The last member, ``checksums.crc32``
+(:data:`CHECKSUMS`), lists every other member in order: its crc32 (8 hex digits), size and name.
+A shard set is a folder of ``shard.<K>.tar`` files with ``shards.list`` (``NAME NUM_UTTS BYTES``
+per line), ``utt2shard`` and ``plan`` (the utterances of every shard).
+:mod:`spkflow.data.shard_jobs` writes them, :mod:`spkflow.train.stores` reads them.
 
 Why tar and not kaldiio arks in a known order: one file per shard holds every field of an
 utterance (features, VAD, statistics, speaker) grouped under its key, so one open and one
@@ -30,7 +31,10 @@ What this guarantees that WeSpeaker's ``make_shard_list.py`` and lhotse Shar do 
 is written atomically (:func:`spkflow.core.atomic.atomic_write`), is byte-identical when
 written again from the same inputs (fixed member order, mtime 0, no user names), and a
 truncated, missing or foreign shard is one line naming it (:class:`ShardSet`,
-:func:`load_shard`).
+:func:`load_shard`); every member is checked against its crc32 as the shard is read (zlib,
+over bytes already in memory), so a damaged byte is an error naming the shard and the member,
+not a wrong feature (WeSpeaker's reader skips a member it cannot decode and reads damaged
+feature bytes as they are).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import stat
 import tarfile
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -47,12 +53,14 @@ import numpy as np
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError
 
-__all__ = ["AUDIO_EXTS", "FIELDS", "Shard", "ShardSet", "load_shard", "write_shard", "shard_name"]
+__all__ = ["AUDIO_EXTS", "CHECKSUMS", "FIELDS", "Shard", "ShardSet", "load_shard", "write_shard", "shard_name"]
 
 #: members a feature shard may hold per utterance besides ``spk`` (the ark record fields)
 FIELDS = ("feats", "feats_voiced", "vad", "cmvn", "cmvn_voiced")
 #: the member of an audio shard holding an utterance's file as stored (named by its type)
 AUDIO_EXTS = ("flac", "wav", "ogg", "opus", "mp3", "m4a", "aac", "sph")
+#: the last member of every shard: ``<crc32, 8 hex digits> <size> <member name>`` per member before it
+CHECKSUMS = "checksums.crc32"
 _READ_CHUNK = 8 << 20  # bytes per read() call: large requests, one after the other
 
 
@@ -62,15 +70,23 @@ def shard_name(index: int) -> str:
 
 
 def write_shard(path: str | os.PathLike[str], members: Iterable[tuple[str, str, bytes]]) -> int:
-    """Write ``(utt, field, payload)`` members, in the given order, as one tar file, atomically.
-    Returns the file's size in bytes."""
+    """Write ``(utt, field, payload)`` members, in the given order, then :data:`CHECKSUMS`, as one
+    tar file, atomically.  Returns the file's size in bytes."""
+    sums = []
     with atomic_write(path, "wb") as f:
         with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for utt, field, payload in members:
-                info = tarfile.TarInfo(f"{utt}.{field}")
-                info.size, info.mtime, info.mode = len(payload), 0, 0o644
-                tar.addfile(info, io.BytesIO(payload))
+                name = f"{utt}.{field}"
+                _add(tar, name, payload)
+                sums.append(f"{zlib.crc32(payload):08x} {len(payload)} {name}\n")
+            _add(tar, CHECKSUMS, "".join(sums).encode("utf-8", "surrogateescape"))
     return os.path.getsize(path)
+
+
+def _add(tar: tarfile.TarFile, name: str, payload: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(payload), 0, 0o644
+    tar.addfile(info, io.BytesIO(payload))
 
 
 @dataclasses.dataclass
@@ -97,16 +113,22 @@ class Shard:
 
 
 def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) -> Shard:
-    """Read a whole shard front to back (large sequential reads, kernel read-ahead asked for)
-    and index its members.  A missing file, a size other than ``expected_bytes`` (the shard
-    list's) or a torn tar is an :class:`InputError` naming the shard."""
+    """Read a whole shard front to back (large sequential reads, kernel read-ahead asked for),
+    index its members and check each against its crc32 in :data:`CHECKSUMS`.  A missing or
+    unreadable file, a directory, a size other than ``expected_bytes`` (the shard list's), a torn
+    tar or a member that fails its checksum is an :class:`InputError` naming the shard (and the
+    member)."""
     path = os.fspath(path)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
         raise InputError(path, None, f"shard cannot be opened: {e.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise InputError(path, None, f"is {what}, not a shard (shard.<K>.tar, listed in shards.list)")
+        size = st.st_size
         if expected_bytes is not None and size != expected_bytes:
             raise InputError(
                 path, None, f"shard has {size} bytes but the shard list says {expected_bytes} (truncated?)"
@@ -116,17 +138,22 @@ def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) 
         buf = bytearray(size)
         view, got = memoryview(buf), 0
         while got < size:
-            n = os.readv(fd, [view[got : got + _READ_CHUNK]])
+            try:
+                n = os.readv(fd, [view[got : got + _READ_CHUNK]])
+            except OSError as e:
+                raise InputError(path, None, f"shard cannot be read at byte {got}: {e.strerror}") from None
             if n == 0:
                 raise InputError(path, None, f"shard ended after {got} of {size} bytes")
             got += n
     finally:
         os.close(fd)
     data = np.frombuffer(buf, dtype=np.uint8)
+    members = _members(path, buf)
+    _verify(path, buf, members)
     utts: list[str] = []
     offsets: dict[str, dict[str, int]] = {}
     sizes: dict[str, dict[str, int]] = {}
-    for name, off, n in _members(path, buf):
+    for name, off, n in members[:-1]:
         utt, dot, field = name.rpartition(".")
         if not dot:
             raise InputError(path, None, f"member '{name}' is not '<utt>.<field>'")
@@ -135,6 +162,36 @@ def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) 
         offsets.setdefault(field, {})[utt] = off
         sizes.setdefault(field, {})[utt] = n
     return Shard(os.path.basename(path), data, utts, offsets, sizes)
+
+
+def _verify(path: str, buf: bytearray, members: list[tuple[str, int, int]]) -> None:
+    """Every member against its line of the last member, :data:`CHECKSUMS` (name, size, crc32)."""
+    if not members or members[-1][0] != CHECKSUMS:
+        raise InputError(
+            path,
+            None,
+            f"has no '{CHECKSUMS}' member at its end (cut short, or written by an older spkflow): "
+            "write the shards again (scripts/feats/make_shards.sh rewrites it)",
+        )
+    _, off, n = members[-1]
+    lines = bytes(buf[off : off + n]).decode("utf-8", "surrogateescape").splitlines()
+    if len(lines) != len(members) - 1:
+        raise InputError(path, None, f"holds {len(members) - 1} members but '{CHECKSUMS}' lists {len(lines)}")
+    view = memoryview(buf)
+    for line, (name, off, n) in zip(lines, members, strict=False):
+        crc, size, listed = (line.split(" ", 2) + ["", ""])[:3]
+        if listed != name or size != str(n):
+            raise InputError(
+                path, None, f"member '{name}' ({n} bytes) is listed as '{listed}' ({size} bytes) in '{CHECKSUMS}'"
+            )
+        got = zlib.crc32(view[off : off + n])
+        if f"{got:08x}" != crc:
+            raise InputError(
+                path,
+                None,
+                f"member '{name}' fails its checksum (crc32 {got:08x}, written as {crc}): the shard is damaged; "
+                "write it again (scripts/feats/make_shards.sh rewrites a damaged shard)",
+            )
 
 
 def _members(path: str, buf: bytearray) -> list[tuple[str, int, int]]:

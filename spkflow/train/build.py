@@ -47,6 +47,7 @@ from spkflow.train.optim import build_optimizer, build_scheduler, lr_scale
 from spkflow.train.resume import accept_resume, apply_schedule
 from spkflow.train.sizing import log_run_scale
 from spkflow.train.state import set_rng_state
+from spkflow.train.stores import open_store
 from spkflow.train.validation import Validator
 
 __all__ = ["CHECKPOINT", "Objective", "Ranks", "Run", "TrainOptions", "setup"]
@@ -131,7 +132,7 @@ class Run:
     seed: int
     speed: Any  # spkflow.augment.fbank.FbankSpeedPerturb or None
     channel: Any  # spkflow.augment.fbank.FbankChannelPerturb or None
-    feats: Any  # spkflow.data.ark.KaldiArkReader of the training features
+    store: Any  # where the training crops are read (spkflow.train.stores.open_store)
     first: list[list[str]]  # this rank's batches of epoch 1
     num_spk: int  # N
     num_utt: int  # M
@@ -209,7 +210,7 @@ def _read_batches(opts: TrainOptions, ranks: Ranks) -> _Batches:
     return _Batches(utt2spk, spk2idx, num_utt, batch_len // num_utt, first)
 
 
-def _build(opts: TrainOptions, cfg: dict[str, Any], device: torch.device, b: _Batches, feats: Any, ranks: Ranks) -> Run:
+def _build(opts: TrainOptions, cfg: dict[str, Any], device: torch.device, b: _Batches, store: Any, ranks: Ranks) -> Run:
     """Model, loss, optimiser and schedule, initialised from the seed (before any resume)."""
     tcfg = cfg["train"]
     seed = int(tcfg["seed"])
@@ -270,7 +271,7 @@ def _build(opts: TrainOptions, cfg: dict[str, Any], device: torch.device, b: _Ba
         seed=seed,
         speed=speed,
         channel=channel,
-        feats=feats,
+        store=store,
         first=b.first,
         num_spk=b.num_spk,
         num_utt=b.num_utt,
@@ -337,7 +338,7 @@ def setup(opts: TrainOptions, cfg: dict[str, Any], ranks: Ranks) -> Run:
     _init_distributed(device, ranks)
     out.mkdir(parents=True, exist_ok=True)
     b = _read_batches(opts, ranks)
-    feats, feat_dim = train_features(cfg, opts.train_feats, opts.fbank_conf, b.first[0][0])
+    dim_from, feat_dim = train_features(cfg, opts.train_feats, opts.fbank_conf, b.first[0][0])
     data = {
         "train_data": opts.train_data,
         "num_spk": b.num_spk,
@@ -353,9 +354,10 @@ def setup(opts: TrainOptions, cfg: dict[str, Any], ranks: Ranks) -> Run:
         fbank_conf=opts.fbank_conf,
         vad_conf=opts.vad_conf,
         data=data,
-        dim_source=None if feats is not None else opts.fbank_conf or "the default fbank options",
+        dim_source=dim_from or opts.fbank_conf or "the default fbank options",
     )
-    run = _build(opts, cfg, device, b, feats, ranks)
+    store = open_store(cfg, opts.train_data, opts.train_feats, known_utts=b.utt2spk)  # a missing shard: said now
+    run = _build(opts, cfg, device, b, store, ranks)
     _resume_or_init(opts, run, out / CHECKPOINT)  # a refused resume raises here: config.yaml is written once accepted
     if ranks.is_main:
         write_text_atomic(out / "config.yaml", yaml.safe_dump(run.cfg, sort_keys=False))

@@ -12,6 +12,8 @@ Guarantees:
 * :func:`complete_config`: the training config with stage 2's fbank and VAD options and the
   batch shape filled in, checked against the features' dimension (InputError naming
   ``feats.scp``), so the ``config.yaml`` written beside a model rebuilds its input in stage 5.
+* :func:`epoch_dataset`: an epoch's N x M dataset over the run's store (opened once,
+  :func:`spkflow.train.stores.open_store`), features or audio by ``frontend.feats_type``.
 * :func:`features_needed` / :func:`train_features`: training on audio crops
   (``frontend.feats_type: raw``) without VAD or global input statistics reads nothing of stage 2
   for the training set; the feature dimension then comes from the fbank options (stage 2's
@@ -32,12 +34,10 @@ import numpy as np
 
 from spkflow.core.errors import InputError
 from spkflow.data.ark import KaldiArkReader
-from spkflow.data.shards import ShardSet
 from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.train.batches import read_batch_list
 from spkflow.train.loader import NxMCropDataset
 from spkflow.train.raw_loader import CropFbank, NxMWaveDataset
-from spkflow.train.shard_loader import NxMShardDataset, NxMWaveShardDataset
 
 __all__ = [
     "complete_config",
@@ -94,97 +94,69 @@ def features_needed(cfg: Mapping[str, Any]) -> list[str]:
 
 def train_features(
     cfg: Mapping[str, Any], train_feats: str, fbank_conf: str | None, first_utt: str
-) -> tuple[KaldiArkReader | ShardSet | None, int]:
-    """(a reader of ``<train_feats>/feats.scp`` or None, the input's feature dimension).  A
-    config that trains on audio alone (:func:`features_needed` empty) reads no ark: the dimension
-    is that of ``fbank_conf`` (or ``frontend.fbank``, or the default options).  With
-    ``train.shards`` the reader is the :class:`ShardSet` of ``<train_feats>/shards`` (checked
-    now: every listed shard there with its size), which :func:`epoch_dataset` reads instead."""
-    scp = os.path.join(train_feats, "feats.scp")
-    if cfg["train"].get("shards"):
-        return ShardSet(os.path.join(train_feats, "shards", "shards.list")), train_features(
-            {**cfg, "train": {**cfg["train"], "shards": False}}, train_feats, fbank_conf, first_utt
-        )[1]
+) -> tuple[str | None, int]:
+    """(``<train_feats>/feats.scp``, or None when the dimension did not come from it; the input's
+    feature dimension).  A config that trains on audio alone (:func:`features_needed` empty)
+    reads no ark: the dimension is that of ``fbank_conf`` (or ``frontend.fbank``, or the default
+    options)."""
     why = features_needed(cfg)
     if not why:
         if fbank_conf:
             return None, FbankOptions.from_kaldi_conf(fbank_conf).dim
         given = cfg["frontend"].get("fbank")
         return None, (FbankOptions.from_dict(given) if given else FbankOptions()).dim
+    scp = os.path.join(train_feats, "feats.scp")
     if not os.path.isfile(scp):
         raise InputError(scp, None, f"not found, and {'; '.join(why)} needs it: run stage 2 for the training set")
-    reader = KaldiArkReader(scp)
-    return reader, reader.read_rows(first_utt, 0, 1).shape[1]
+    return scp, KaldiArkReader(scp).read_rows(first_utt, 0, 1).shape[1]
 
 
 def epoch_dataset(
     frontend: Mapping[str, Any],
-    train_data: str,
-    train_feats: str,
+    store: Any,
     batches: list[list[str]],
     *,
     seed: int,
     epoch: int,
     crop: tuple[int, int],
     wave_aug: Any,
-    feats: KaldiArkReader | ShardSet | None,
+    vad_scp: str,
     num_utt: int,
     utt2spk: Mapping[str, str],
     fbank_on: str = "workers",
 ) -> NxMWaveDataset | NxMCropDataset:
-    """An epoch's N x M crops, indexed by batch: fbank of (augmented) audio crops with a
-    ``wave_aug`` (``frontend.feats_type: raw``; ``fbank_on`` device: the crops themselves, their
-    fbank computed in the training process), else crops of stage 2's arks, or, when ``feats`` is
-    a :class:`ShardSet` (``train.shards``, :func:`train_features`), the same crops from its shards."""
-    if wave_aug is not None:  # audio crops, from the data dir's files or from audio shards
-        wave = dict(
+    """An epoch's N x M crops from ``store`` (:func:`spkflow.train.stores.open_store`), indexed by
+    batch: with ``frontend.feats_type: raw`` the fbank of (augmented, ``wave_aug``) audio crops
+    (``fbank_on`` device: the crops themselves, their fbank computed in the training process;
+    VAD from ``vad_scp``), else crops of stage 2's features."""
+    if frontend["feats_type"] == "raw":
+        dataset: NxMWaveDataset | NxMCropDataset = NxMWaveDataset(
+            store,
+            batches,
             fbank=frontend["fbank"],
             seed=seed,
             epoch=epoch,
             crop=crop,
             use_vad=bool(frontend["vad"]),
-            vad_scp=os.path.join(train_feats, "vad.scp"),
+            vad_scp=vad_scp,
             mean_norm="crop" if frontend["mean_norm"] else "none",
             augment=wave_aug,
             num_utt=num_utt,
             utt2spk=utt2spk,
             fbank_on=fbank_on,
         )
-        if isinstance(feats, ShardSet):
-            log.info("epoch %d: audio read from the %d shards of %s, front to back", epoch, len(feats), feats.list_path)
-            return NxMWaveShardDataset(feats, train_data, batches, known_utts=utt2spk, **wave)
-        return NxMWaveDataset(train_data, batches, **wave)
-    if isinstance(feats, ShardSet):
-        dataset = NxMShardDataset(
-            feats,
+    else:
+        dataset = NxMCropDataset(
+            store,
             batches,
             seed=seed,
             epoch=epoch,
             crop=crop,
-            use_vad=bool(frontend["vad"]),
             mean_norm="utterance" if frontend["mean_norm"] else "none",
-            known_utts=utt2spk,
         )
-        s = dataset.shard_set
-        log.info(
-            "epoch %d: crops read from shards, front to back: %d shards (%.1f MB) in %s, at most %d in use per batch",
-            epoch,
-            len(s),
-            sum(s.bytes) / 1e6,
-            s.list_path,
-            dataset.max_shards,
-        )
-        return dataset
-    return NxMCropDataset(
-        os.path.join(train_feats, "feats.scp"),
-        batches,
-        seed=seed,
-        epoch=epoch,
-        crop=crop,
-        use_vad=bool(frontend["vad"]),
-        mean_norm="utterance" if frontend["mean_norm"] else "none",
-        feats=feats,
-    )
+    what = "audio" if frontend["feats_type"] == "raw" else "features"
+    log.info("epoch %d: %s read from %s", epoch, what, dataset.store.describe())
+    return dataset
 
 
 def crop_fbank(cfg: Mapping[str, Any], wave_aug: Any, device: Any) -> CropFbank | None:

@@ -1,8 +1,9 @@
-"""N x M training loader: random fixed-length crops from kaldiio feature arks, fast.
+"""N x M training loader: random fixed-length crops of stage 2's features, fast.
 
-Given ``feats.scp`` (+ ``vad.scp``, + per-utterance CMVN stats from ``make_fbank.sh``) and a
-batch list (one batch of N*M utterance ids per line, :mod:`spkflow.train.batches`), batch ``b``
-of epoch ``e`` is a float32 tensor ``[N*M, T, F]`` and the list of its utterance ids, where
+Given a feature store (:mod:`spkflow.train.stores`: stage 2's ``feats.scp`` + ``vad.scp`` +
+per-utterance CMVN stats, or shards of them) and a batch list (one batch of N*M utterance ids
+per line, :mod:`spkflow.train.batches`), batch ``b`` of epoch ``e`` is a float32 tensor
+``[N*M, T, F]`` and the list of its utterance ids, where
 
 * ``T`` is :func:`spkflow.train.batches.crop_frames` ``(seed, e, b, min, max)`` (or a fixed length);
 * each utterance contributes one crop of T consecutive frames, taken from its voiced frames
@@ -43,7 +44,6 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,12 +51,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from spkflow.core import procs
-from spkflow.core.errors import InputError
-from spkflow.data.ark import KaldiArkReader
-from spkflow.data.voiced import voiced_frames
+from spkflow.core.errors import InputError, UtteranceError
 from spkflow.train.batches import crop_frames
+from spkflow.train.stores import ArkStore
 
-__all__ = ["BatchBuffers", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
+__all__ = ["NxMBatches", "NxMCropDataset", "make_loader", "MEAN_NORM_MODES"]
 
 MEAN_NORM_MODES = ("utterance", "crop", "none")
 _LOADER_PURPOSE = 0x6C6F6164  # "load": keeps this stream apart from other (seed, epoch, batch) streams
@@ -65,17 +64,30 @@ _LOADER_PURPOSE = 0x6C6F6164  # "load": keeps this stream apart from other (seed
 # --------------------------------------------------------------------------- dataset
 
 
-def _sibling(scp: str | os.PathLike[str], name: str) -> Path | None:
-    p = Path(scp).parent / name
-    return p if p.is_file() else None
-
-
-class BatchBuffers:
-    """Where a dataset indexed by batch writes its batch tensor (shared with :mod:`spkflow.train.raw_loader`).
+class NxMBatches(Dataset):
+    """What both N x M datasets share (this module's, :mod:`spkflow.train.raw_loader`'s): an
+    epoch's batch list indexed by batch, the (seed, epoch) of its crops and their length range,
+    the store serving the list (:mod:`spkflow.train.stores`, bound to it with ``serve``), and
+    where a batch tensor is written.
 
     :meth:`batch_tensor` returns a view of the pool buffer sent with the index (see
     :func:`make_loader`), a fresh shared-memory tensor in a worker, or a plain tensor in process.
     Subclasses define :meth:`batch_numel` (the largest batch, for the pool)."""
+
+    def __init__(self, store: Any, batches: Sequence[Sequence[str]], seed: int, epoch: int, crop: Any) -> None:
+        self.batches = [list(b) for b in batches]
+        self.seed, self.epoch = int(seed), int(epoch)
+        self.crop_range = (crop, crop) if isinstance(crop, int) else (int(crop[0]), int(crop[1]))
+        if not 1 <= self.crop_range[0] <= self.crop_range[1]:
+            raise ValueError(f"crop must be >= 1 frames (min <= max), got {crop}")
+        self.store = store.serve(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def crop_length(self, b: int) -> int:
+        """Frames of batch ``b``'s crops: :func:`spkflow.train.batches.crop_frames` over the crop range."""
+        return crop_frames(self.seed, self.epoch, b, *self.crop_range)
 
     def batch_numel(self) -> int:
         raise NotImplementedError
@@ -104,16 +116,19 @@ class BatchBuffers:
         return torch.empty(shape)
 
 
-class NxMCropDataset(BatchBuffers, Dataset):
+class NxMCropDataset(NxMBatches):
     """Batch ``b`` -> ``(feats FloatTensor [N*M, T, F], utt_ids list[str])``; see the module doc.
 
     Parameters
     ----------
-    feats_scp: the feature scp (``dump/fbank/<set>/feats.scp``).
+    store: a feature store (:mod:`spkflow.train.stores`: :class:`~spkflow.train.stores.ArkStore`
+        or :class:`~spkflow.train.stores.FeatureShards`), or the path of a ``feats.scp``, opened
+        as an ``ArkStore`` with ``use_vad``, ``vad_scp``, ``cmvn_scp`` and ``access``.
     batches: the epoch's batch list (list of id lists, e.g. from ``read_batch_list``).
     seed, epoch: with the batch index, the only sources of randomness.
     crop: a fixed T, or ``(min_frames, max_frames)`` for :func:`spkflow.train.batches.crop_frames`.
-    use_vad: crop voiced frames only (needs ``vad_scp``; default: ``vad.scp`` beside feats.scp).
+    use_vad: crop voiced frames only (a store's own setting; a path: default True, needs
+        ``vad_scp``, default ``vad.scp`` beside feats.scp).
     mean_norm: ``"utterance"`` (or True), ``"crop"``, ``"none"`` (or False).
     cmvn_scp: per-utterance stats for ``"utterance"`` (default: ``cmvn_utt_voiced.scp`` or
         ``cmvn_utt.scp`` beside feats.scp, matching ``use_vad``; without one, whole utterances
@@ -123,122 +138,59 @@ class NxMCropDataset(BatchBuffers, Dataset):
         ``"mmap"`` (no system call: a little faster when the arks sit in the page cache, but a
         fault on a cold page reads the device's read-ahead around it, 8 MiB on this project's
         VM).  VAD and CMVN arks are always memory-mapped (small, read for every crop, hot).
-    feats: a :class:`KaldiArkReader` to share (e.g. built once for all epochs).
     """
 
     def __init__(
         self,
-        feats_scp: str | os.PathLike[str],
+        store: Any,
         batches: Sequence[Sequence[str]],
         *,
         seed: int = 0,
         epoch: int = 0,
         crop: int | tuple[int, int] = (140, 180),
-        use_vad: bool = True,
+        use_vad: bool | None = None,
         mean_norm: str | bool = "utterance",
         vad_scp: str | os.PathLike[str] | None = None,
         cmvn_scp: str | os.PathLike[str] | None = None,
-        feats: KaldiArkReader | None = None,
         access: str = "pread",
     ) -> None:
-        self.feats = feats if feats is not None else KaldiArkReader(feats_scp, access=access)
-        self.batches = [list(b) for b in batches]
-        self.seed, self.epoch = int(seed), int(epoch)
-        if isinstance(crop, int):
-            self.crop_range = (crop, crop)
-        else:
-            self.crop_range = (int(crop[0]), int(crop[1]))
-        if not 1 <= self.crop_range[0] <= self.crop_range[1]:
-            raise ValueError(f"crop must be >= 1 frames (min <= max), got {crop}")
-        if mean_norm is True:
-            mean_norm = "utterance"
-        elif mean_norm is False:
-            mean_norm = "none"
+        mean_norm = {True: "utterance", False: "none"}.get(mean_norm, mean_norm)  # type: ignore[call-overload]
         if mean_norm not in MEAN_NORM_MODES:
             raise ValueError(f"mean_norm must be one of {MEAN_NORM_MODES}, got {mean_norm!r}")
-        self.mean_norm = mean_norm
-        self.use_vad = bool(use_vad)
-        self.vad: KaldiArkReader | None = None
-        if self.use_vad:
-            path = vad_scp or _sibling(self.feats.scp, "vad.scp")
-            if path is None:
-                raise InputError(
-                    Path(self.feats.scp).parent / "vad.scp",
-                    None,
-                    "use_vad needs a vad.scp (from make_fbank.sh); pass vad_scp or use_vad=False",
-                )
-            self.vad = KaldiArkReader(path)
-        self.cmvn: KaldiArkReader | None = None
-        if self.mean_norm == "utterance":
-            path = cmvn_scp or _sibling(self.feats.scp, "cmvn_utt_voiced.scp" if self.use_vad else "cmvn_utt.scp")
-            self.cmvn = KaldiArkReader(path) if path is not None else None
-        self._check_ids()
-
-    def _check_ids(self) -> None:
-        for b, batch in enumerate(self.batches):
-            for u in batch:
-                if u not in self.feats:
-                    raise KeyError(
-                        f"batch {b} (line {b + 1} of the batch list): utterance '{u}' is not in {self.feats.scp}"
-                    )
-                if self.vad is not None and u not in self.vad:
-                    raise KeyError(f"batch {b}: utterance '{u}' is not in {self.vad.scp}")
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def crop_length(self, b: int) -> int:
-        """Frames of batch ``b``'s crops: :func:`spkflow.train.batches.crop_frames` over the crop range."""
-        return crop_frames(self.seed, self.epoch, b, *self.crop_range)
-
-    def _dim(self, utt: str) -> int:
-        h = self.feats.header(utt)
-        return h.cols if h is not None else self.feats.read(utt).shape[1]
+        self.mean_norm = str(mean_norm)
+        if isinstance(store, (str, os.PathLike)):
+            means = self.mean_norm == "utterance"
+            vad = True if use_vad is None else use_vad
+            store = ArkStore(store, use_vad=vad, means=means, vad_scp=vad_scp, cmvn_scp=cmvn_scp, access=access)
+        elif use_vad is not None and bool(use_vad) != store.use_vad:
+            raise ValueError(f"use_vad={use_vad} but the store ({store.name}) was opened with use_vad={store.use_vad}")
+        self.use_vad = store.use_vad
+        super().__init__(store, batches, seed, epoch, crop)
 
     def batch_numel(self) -> int:
         """Elements of the largest batch tensor this dataset can make (for buffer pools)."""
         if not self.batches or not self.batches[0]:
             return 0
-        return max(len(b) for b in self.batches) * self.crop_range[1] * self._dim(self.batches[0][0])
-
-    def _frames_kept(self, utt: str, rows: int) -> np.ndarray | None:
-        """Indices of the voiced frames (None: all frames)."""
-        if self.vad is None:
-            return None
-        v = self.vad.plain_view(utt, "FV", rows)
-        if v is None:
-            v = self.vad.read(utt, cache_header=False)
-            if len(v) != rows:
-                raise ValueError(f"'{utt}': {len(v)} VAD frames in {self.vad.scp} but {rows} feature frames")
-        return voiced_frames(v)
-
-    def _utt_mean(self, utt: str, kept: np.ndarray | None, rows: int, dim: int) -> np.ndarray:
-        if self.cmvn is not None:
-            s = self.cmvn.plain_view(utt, "DM", 2, dim + 1)
-            if s is None and utt in self.cmvn:
-                s = self.cmvn.read(utt, cache_header=False).reshape(2, -1)
-            if s is not None:
-                return s[0, :dim] / s[0, dim]
-        full = self.feats.rows_view(utt, 0, rows)
-        return (full if kept is None else full[kept]).mean(axis=0, dtype=np.float64)
+        return max(len(b) for b in self.batches) * self.crop_range[1] * self.store.dim(self.batches[0][0])
 
     def __getitem__(self, index: int | tuple[int, torch.Tensor | None]) -> tuple[torch.Tensor, list[str]]:
         """Batch ``index``; or ``(index, buffer)``: the batch is written into the first elements of
         ``buffer`` (a flat float32 tensor in shared memory from :func:`make_loader`'s pool) and
         returned as a view of it."""
         b, into = index if isinstance(index, tuple) else (index, None)
+        store = self.store
+        store.prepare(b)
         utts = self.batches[b]
         T = self.crop_length(b)
         rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
-        rows = [self.feats.num_rows(u) for u in utts]
-        kept = [self._frames_kept(u, r) for u, r in zip(utts, rows, strict=True)]
+        rows, kept = zip(*(store.frames(u) for u in utts), strict=True)
         n = np.array([r if k is None else len(k) for k, r in zip(kept, rows, strict=True)], dtype=np.int64)
         if (n == 0).any():
             bad = utts[int(np.flatnonzero(n == 0)[0])]
-            raise ValueError(f"utterance '{bad}' has no frames in {self.feats.scp}")
+            raise ValueError(f"utterance '{bad}' has no frames in {store.name}")
         # start in [0, n - T] when the utterance is long enough, else a random rotation of it
         starts = rng.integers(0, np.where(n >= T, n - T + 1, n)).tolist()
-        dim = self._dim(utts[0])
+        dim = store.dim(utts[0])
         out = self.batch_tensor((len(utts), T, dim), into)
         buf = out.numpy()
         offs = np.arange(T)
@@ -246,12 +198,12 @@ class NxMCropDataset(BatchBuffers, Dataset):
         for i, u in enumerate(utts):
             s, ni, k = starts[i], int(n[i]), kept[i]
             if k is None and ni >= T:  # the common case: T consecutive rows, read just those
-                self.feats.gather(u, s + offs, buf[i], contiguous=True)
+                store.gather(u, s + offs, buf[i], contiguous=True)
             else:
                 pos = s + offs if ni >= T else (s + offs) % ni
-                self.feats.gather(u, pos if k is None else k[pos], buf[i])
+                store.gather(u, pos if k is None else k[pos], buf[i])
             if means is not None:
-                means[i] = self._utt_mean(u, k, rows[i], dim)
+                means[i] = store.mean(u, k, rows[i], dim)
         if means is not None:
             buf -= means.astype(np.float32)[:, None, :]
         elif self.mean_norm == "crop":
@@ -330,19 +282,67 @@ class _IndexSampler:
             yield b if self.pool is None else (b, self.pool.take())
 
 
-class _PooledLoader(DataLoader):
-    """A DataLoader whose workers fill recycled shared-memory buffers (:class:`_BufferPool`)."""
+class _Failed:
+    """A batch a worker could not make: the error, sent back as itself (torch would re-raise an
+    error whose ``__init__`` takes more than the message as a RuntimeError holding a traceback as text)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class _Relay(Dataset):
+    """``dataset`` as the workers see it: an :class:`InputError`, :class:`UtteranceError` or
+    :class:`OSError` (bad input or a file that cannot be read, said by name) comes back to the
+    loader's process as a :class:`_Failed` item."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            return self.dataset[index]
+        except (InputError, UtteranceError, OSError) as e:
+            return _Failed(e)
+
+    def batch_numel(self) -> int:
+        return self.dataset.batch_numel()  # type: ignore[attr-defined]
+
+
+class _Loader(DataLoader):
+    """A DataLoader that raises a worker's :class:`_Failed` error as itself and, with ``pooled``,
+    whose workers fill recycled shared-memory buffers (:class:`_BufferPool`).  Its workers are
+    shut down as soon as iteration stops, by an error or by the caller: they ignore SIGTERM
+    (:func:`spkflow.core.procs.worker_init`), so workers left to the garbage collector would make
+    the interpreter's exit wait on them for ever."""
+
+    pooled = False
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        sampler: _IndexSampler = self.sampler  # type: ignore[assignment]
-        pool = _BufferPool(
-            self.dataset.batch_numel(),  # type: ignore[attr-defined]
-            limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4,
-        )
-        sampler.pool = pool
-        for item in super().__iter__():
-            pool.arrived(item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None)
-            yield item
+        pool = None
+        if self.pooled:
+            sampler: _IndexSampler = self.sampler  # type: ignore[assignment]
+            pool = _BufferPool(
+                self.dataset.batch_numel(),  # type: ignore[attr-defined]
+                limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4,
+            )
+            sampler.pool = pool
+        it = super().__iter__()
+        try:
+            for item in it:
+                if isinstance(item, _Failed):
+                    raise item.error
+                if pool is not None:
+                    pool.arrived(
+                        item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None
+                    )
+                yield item
+        finally:
+            shutdown = getattr(it, "_shutdown_workers", None)  # torch's own, as its __del__ calls it
+            if shutdown is not None and not self.persistent_workers:
+                shutdown()
 
 
 def make_loader(
@@ -363,7 +363,9 @@ def make_loader(
     run (resume after a checkpoint at step k).  With workers, batch buffers are recycled once
     nothing refers to them any more (``reuse_buffers``; keeping a batch is always safe; not with
     ``pin_memory``, where the pinned copy is what the caller gets; only for
-    :class:`BatchBuffers` datasets, other datasets get a plain DataLoader over the same indices).
+    :class:`NxMBatches` datasets, other datasets get a plain DataLoader over the same indices).
+    Bad input met in a worker (:class:`InputError`, :class:`UtteranceError`, :class:`OSError`:
+    a damaged shard, a missing file) is raised here as itself, one line naming the file.
     """
     if not 0 <= start_batch <= len(dataset):
         raise ValueError(f"start_batch {start_batch} is outside [0, {len(dataset)}]")
@@ -379,12 +381,11 @@ def make_loader(
         num_workers > 0
         and reuse_buffers
         and not pin_memory
-        and isinstance(dataset, BatchBuffers)
+        and isinstance(dataset, NxMBatches)
         and hasattr(torch._C, "_storage_Use_Count")
     )
-    cls = _PooledLoader if pooled else DataLoader
-    return cls(
-        dataset,
+    loader = _Loader(
+        _Relay(dataset) if num_workers > 0 else dataset,
         batch_size=None,
         sampler=_IndexSampler(start_batch, len(dataset)),
         num_workers=num_workers,
@@ -392,6 +393,8 @@ def make_loader(
         collate_fn=_identity,
         **kwargs,
     )
+    loader.pooled = pooled
+    return loader
 
 
 def _identity(x: Any) -> Any:

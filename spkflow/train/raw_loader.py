@@ -47,18 +47,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from spkflow.augment.wave import AUDIO_CACHE, speed_perturb
+from spkflow.augment.wave import speed_perturb
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ark import KaldiArkReader
-from spkflow.data.audio import AudioReader
-from spkflow.data.tables import read_kv
 from spkflow.data.voiced import voiced_frames
 from spkflow.features.fbank import FbankOptions, compute_fbank, num_frames
 from spkflow.features.torch_fbank import fbank_batch
-from spkflow.train.batches import crop_frames
-from spkflow.train.loader import BatchBuffers
+from spkflow.train.loader import NxMBatches
+from spkflow.train.stores import AudioFiles, check_batches
 
 __all__ = ["NxMWaveDataset", "CropFbank", "samples_for_frames", "FBANK_ON"]
 
@@ -80,26 +77,29 @@ def samples_for_frames(frames: int, opts: FbankOptions) -> int:
     return n
 
 
-class NxMWaveDataset(BatchBuffers, Dataset):
+class NxMWaveDataset(NxMBatches):
     """Batch ``b`` -> ``(feats [N*M, T, F], utt_ids, speed_index LongTensor [N])``; see the module doc.
     ``speed_index`` is all zeros without speed perturbation (N = len(batch) // num_utt).
 
     Parameters
     ----------
-    data_dir: the training data dir (``wav.scp``, optional ``segments``, ``utt2spk``).
+    store: an audio store (:mod:`spkflow.train.stores`: :class:`~spkflow.train.stores.AudioFiles`
+        or :class:`~spkflow.train.stores.AudioShards`, at the fbank options' sample rate), or the
+        training data dir (``wav.scp``, optional ``segments``, ``utt2spk``), opened as ``AudioFiles``.
     batches: the epoch's batch list (speaker-major, ``num_utt`` utterances per speaker).
     fbank: stage 2's :class:`FbankOptions` (or its dict).
-    vad_scp: stage 2's ``vad.scp`` (needed when ``use_vad``).
+    vad_scp: stage 2's ``vad.scp`` (needed when ``use_vad``; default: beside ``wav.scp``).
     augment: a :class:`spkflow.augment.wave.WaveAugment` or None; its ``speed_factors`` set the
         speed perturbation.
-    utt2spk: the speaker of each utterance (kept out of babble; default: ``data_dir/utt2spk``).
+    utt2spk: the speaker of each utterance (kept out of babble; default: the store's, the data
+        dir's ``utt2spk``).
     fbank_on: ``workers`` (features out) or ``device`` (waveform crops ``[N*M, S]`` out, for
         :class:`CropFbank`; ``mean_norm`` is then its business).
     """
 
     def __init__(
         self,
-        data_dir: str | os.PathLike[str],
+        store: Any,
         batches: Sequence[Sequence[str]],
         *,
         fbank: FbankOptions | Mapping[str, Any] | None = None,
@@ -119,12 +119,10 @@ class NxMWaveDataset(BatchBuffers, Dataset):
             fbank = FbankOptions()
         self.fbank = fbank if isinstance(fbank, FbankOptions) else FbankOptions.from_dict(dict(fbank))
         self.rate = int(self.fbank.sample_frequency)
-        self.audio = AudioReader(data_dir, sample_rate=self.rate)
-        self.batches = [list(b) for b in batches]
-        self.seed, self.epoch = int(seed), int(epoch)
-        self.crop_range = (crop, crop) if isinstance(crop, int) else (int(crop[0]), int(crop[1]))
-        if not 1 <= self.crop_range[0] <= self.crop_range[1]:
-            raise ValueError(f"crop must be >= 1 frames (min <= max), got {crop}")
+        if isinstance(store, (str, os.PathLike)):
+            store = AudioFiles(store, self.rate)
+        elif store.sample_rate != self.rate:
+            raise ValueError(f"{store.name} is read at {store.sample_rate} Hz but the fbank options want {self.rate}")
         if mean_norm not in RAW_MEAN_NORM:
             raise ValueError(f"mean_norm must be one of {RAW_MEAN_NORM} on raw audio, got {mean_norm!r}")
         self.mean_norm = mean_norm
@@ -138,29 +136,17 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         self.num_utt = int(num_utt)
         self.vad: KaldiArkReader | None = None
         if use_vad:
-            path = vad_scp or Path(data_dir) / "vad.scp"
+            path = vad_scp or Path(store.name).parent / "vad.scp"
             if not Path(path).is_file():
                 raise InputError(path, None, "use_vad needs stage 2's vad.scp; pass vad_scp or use_vad=False")
             self.vad = KaldiArkReader(path)
-        if utt2spk is None:
-            spk_path = Path(data_dir) / "utt2spk"
-            utt2spk = read_kv(spk_path) if spk_path.is_file() else {}
-        self.utt2spk = dict(utt2spk)
-        for b, batch in enumerate(self.batches):
+        self.utt2spk = dict(store.speakers if utt2spk is None else utt2spk)
+        for b, batch in enumerate(batches):
             if self.speed and len(batch) % self.num_utt:
                 raise ValueError(f"batch {b}: {len(batch)} utterances is not a multiple of M={self.num_utt}")
-            for u in batch:
-                if u not in self.audio:
-                    raise KeyError(f"batch {b} (line {b + 1} of the batch list): utterance '{u}' is not in {data_dir}")
-                if self.vad is not None and u not in self.vad:
-                    raise KeyError(f"batch {b}: utterance '{u}' is not in {self.vad.scp}")
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def crop_length(self, b: int) -> int:
-        """Frames of batch ``b``'s crops: :func:`spkflow.train.batches.crop_frames` over the crop range."""
-        return crop_frames(self.seed, self.epoch, b, *self.crop_range)
+        if self.vad is not None:
+            check_batches(batches, (self.vad, self.vad.scp))
+        super().__init__(store, batches, seed, epoch, crop)
 
     def batch_numel(self) -> int:
         if not self.batches:
@@ -178,7 +164,7 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         frames = num_frames(len(wave), self.fbank)
         if len(v) != frames:
             raise UtteranceError(
-                utt, self.audio.source(utt), f"{len(v)} VAD frames in {self.vad.scp} but the audio gives {frames}"
+                utt, self.store.source(utt), f"{len(v)} VAD frames in {self.vad.scp} but the audio gives {frames}"
             )
         k = voiced_frames(v)
         if k is None:
@@ -191,13 +177,13 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         """(the voiced waveform of ``utt``, or the whole one; its number of frames as the ark
         path counts them: voiced frames, or all frames)."""
 
-        wave = AUDIO_CACHE.read(self.audio, utt)
+        wave = self.store.read(utt)
         idx = self._voiced_samples(utt, wave)
         if idx is not None:
             return wave[idx], len(idx) // self.fbank.window_shift
         frames = num_frames(len(wave), self.fbank)
         if frames <= 0:
-            raise UtteranceError(utt, self.audio.source(utt), f"{len(wave)} samples is shorter than one frame")
+            raise UtteranceError(utt, self.store.source(utt), f"{len(wave)} samples is shorter than one frame")
         return wave, frames
 
     def __getitem__(
@@ -206,6 +192,7 @@ class NxMWaveDataset(BatchBuffers, Dataset):
         """``(feats [N*M, T, F], utts, speed index [N], counts)``; ``counts``: crops per applied
         operation (``speed`` for a factor other than 1, then :class:`WaveAugment`'s names) and ``crops``."""
         b, into = index if isinstance(index, tuple) else (index, None)
+        self.store.prepare(b)
         utts = self.batches[b]
         T = self.crop_length(b)
         need = samples_for_frames(T, self.fbank)
@@ -252,7 +239,7 @@ class NxMWaveDataset(BatchBuffers, Dataset):
             try:
                 feats = compute_fbank(x, self.rate, self.fbank)
             except ValueError as e:
-                raise UtteranceError(u, self.audio.source(u), str(e)) from e
+                raise UtteranceError(u, self.store.source(u), str(e)) from e
             buf[i] = feats[:T]
         if self.mean_norm == "crop" and not waves:
             buf -= buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)

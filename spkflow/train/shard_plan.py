@@ -82,6 +82,14 @@ def plan_shard_epoch(
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
     table = as_spk2utt(spk2utt)
     N, M = int(num_spk), int(num_utt)
+    eligible = int(np.count_nonzero(table.counts >= M))
+    if eligible < N:  # no pool can help: say what to set
+        raise InputError(
+            table.path,
+            None,
+            f"--num-spk {N} is more than the {eligible} speakers with at least {M} utterances "
+            f"(of {table.num_speakers}), whatever the pool: lower it to at most {eligible} (spk.sh --num_spk)",
+        )
     spk_of = table.speaker_of()
     names = sorted(set(utt2shard.values()))
     shard_index = {n: i for i, n in enumerate(names)}
@@ -124,7 +132,8 @@ def plan_shard_epoch(
         raise InputError(
             table.path,
             None,
-            f"only {total} batches of {N} x {M} from windows of {pool} shards: raise the pool or lower N, M",
+            f"only {total} batches of {N} x {M} from windows of {pool} shards (a window must hold {N} speakers "
+            f"with {M} utterances each): raise the pool (--shard_pool) or lower N, M",
         )
     indices = np.empty((total, N * M), dtype=np.int64)
     for s in range(streams):

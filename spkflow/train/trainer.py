@@ -228,14 +228,13 @@ class Trainer:
         """The epoch's N x M crops (indexed by batch): a pure function of (files, seed, epoch, batch)."""
         return epoch_dataset(
             run.cfg["frontend"],
-            self.opts.train_data,
-            self.opts.train_feats,
+            run.store,
             batches,
             seed=run.seed,
             epoch=run.epoch,
             crop=run.crop,
             wave_aug=run.wave_aug,
-            feats=run.feats,
+            vad_scp=os.path.join(self.opts.train_feats, "vad.scp"),
             num_utt=run.num_utt,
             utt2spk=run.utt2spk,
             fbank_on="workers" if run.wave_fbank is None else "device",

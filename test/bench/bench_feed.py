@@ -217,15 +217,17 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     import numpy as np
 
     from spkflow.augment.wave import WaveAugment, speed_perturb
+    from spkflow.data.ark import KaldiArkReader
     from spkflow.data.audio import AudioReader
     from spkflow.data.shards import load_shard
     from spkflow.data.tables import read_kv
     from spkflow.features.fbank import FbankOptions, compute_fbank
     from spkflow.train.batches import plan_epoch
-    from spkflow.train.data import epoch_dataset, train_features
+    from spkflow.train.data import epoch_dataset
     from spkflow.train.loader import make_loader
     from spkflow.train.raw_loader import samples_for_frames
     from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard
+    from spkflow.train.stores import open_store
 
     src = bench_gpu.aug_sources(work, clips_dir, a.rirs)
     feats = bench_gpu.ark_features(clips_dir, data, work)
@@ -244,18 +246,18 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     n = samples_for_frames(T, fb)
 
     def run(name: str, cfg: dict[str, Any], batches: list[list[str]], parts: dict[str, float]) -> None:
-        reader, _ = train_features(cfg, str(feats), None, batches[0][0])
+        store = open_store(cfg, str(data), str(feats), known_utts=utt2spk)  # as the trainer opens it
         wave_aug = WaveAugment(cfg["augment"], 16000) if cfg["frontend"]["feats_type"] == "raw" else None
         ds = epoch_dataset(
-            cfg["frontend"], str(data), str(feats), batches, seed=0, epoch=1, crop=(T, T), wave_aug=wave_aug,
-            feats=reader, num_utt=a.num_utt, utt2spk=utt2spk, fbank_on="workers",
+            cfg["frontend"], store, batches, seed=0, epoch=1, crop=(T, T), wave_aug=wave_aug,
+            vad_scp=str(feats / "vad.scp"), num_utt=a.num_utt, utt2spk=utt2spk, fbank_on="workers",
         )  # fmt: skip
         out[name] = row(through(make_loader(ds, num_workers=a.workers), crops, a.workers), parts, a.workers)
         print(f"  {name}: {out[name]}", flush=True)
 
     # arks: a crop's T consecutive rows
     cfg = train_config(src, "ark", False)
-    ark, _ = train_features(cfg, str(feats), None, sample[0])
+    ark = KaldiArkReader(feats / "feats.scp")
     buf = np.empty((T, fb.dim), dtype=np.float32)
     offs = np.arange(T)
     starts = {u: int(rng.integers(0, max(1, ark.num_rows(u) - T + 1))) for u in sample}

@@ -25,17 +25,21 @@ DataLoader workers), timed over whole epochs from a cold cache (``--epochs``):
 
 * ``random_access``: today's loader (:class:`spkflow.train.loader.NxMCropDataset`, pread per
   crop) on the random-access plan (stage 3 without shards);
-* ``shards``: :class:`spkflow.train.shard_loader.NxMShardDataset` on the shard plan (windows of
-  ``--pool`` shards, one stream per worker);
+* ``shards``: the same dataset over :class:`spkflow.train.stores.FeatureShards` on the shard
+  plan (windows of ``--pool`` shards, one stream per worker; every member checked against its
+  crc32 as the shard is read);
 * ``naive``: WeSpeaker's style of loop (``--naive-batches`` batches): for every utterance of a
   batch, read its FLAC file from the mount, cut a random 2 s segment, compute Kaldi fbank on it;
 * ``page_cache_shards``: the shard loader on the same files read from the page cache (the local
   folder, read once before), i.e. what the loader itself costs.
 
-JSON: batches/s of each row, ``ratio_shards_to_random_access`` (goal: >= 10), peak RSS of the
-shard run's processes, the shards held at once, requests and bytes each row read from the
-mount, coverage of both plans on this data and, planning only, on a VoxCeleb2-dev-sized
-spk2utt (5,994 speakers, 1,092,009 utterances; ``--no-vox-coverage`` skips it).
+JSON: batches/s of each row, ``ratio_shards_to_random_access`` (goal: >= 10), what the members'
+crc32 checks cost (``crc32_*``: seconds per epoch, MB/s, share of a shard epoch on the mount and
+from the page cache; ``ratio_checked_to_unchecked_shards``: the shard row against the same run
+with the checks switched off in the benchmark, ``shards_unchecked``), peak RSS of the shard
+run's processes, the shards held at once, requests and bytes each row read from the mount,
+coverage of both plans on this data and, planning only, on a VoxCeleb2-dev-sized spk2utt
+(5,994 speakers, 1,092,009 utterances; ``--no-vox-coverage`` skips it).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,8 +71,8 @@ from spkflow.data.shards import ShardSet  # noqa: E402
 from spkflow.data.tables import read_kv  # noqa: E402
 from spkflow.train.batches import plan_epoch  # noqa: E402
 from spkflow.train.loader import NxMCropDataset, make_loader  # noqa: E402
-from spkflow.train.shard_loader import NxMShardDataset  # noqa: E402
 from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard  # noqa: E402
+from spkflow.train.stores import FeatureShards  # noqa: E402
 
 PY = sys.executable
 
@@ -353,6 +358,35 @@ def vox_coverage(num_spk: int, num_utt: int, shard_utts: int, pool: int) -> dict
     }
 
 
+@contextlib.contextmanager
+def unchecked_shards() -> Iterator[None]:
+    """Shards read without checking their members' crc32 (this process and the workers it forks):
+    the peer that prices the checks.  The benchmark only; the loader always checks."""
+    import spkflow.data.shards as shards
+
+    verify = shards._verify
+    shards._verify = lambda *args: None
+    try:
+        yield
+    finally:
+        shards._verify = verify
+
+
+def fuse_missing() -> str | None:
+    """Why the slow mount cannot come up here (None: it can): fuse3's ``fusermount3`` and its
+    library, ``/dev/fuse``, the mfusepy module."""
+    fix = "install the fuse3 package (Debian/Ubuntu, as root: apt-get install fuse3)"
+    if shutil.which("fusermount3") is None:
+        return f"fusermount3 not found: {fix}"
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse not found: the kernel's FUSE device (a container needs --device /dev/fuse)"
+    try:
+        import mfusepy  # noqa: F401  (finds libfuse3 when imported)
+    except (ImportError, OSError) as e:
+        return f"mfusepy cannot load libfuse ({e}): {fix}; pip install mfusepy"
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", required=True, help="write the results here")
@@ -373,6 +407,10 @@ def main() -> int:
     ap.add_argument("--no-vox-coverage", action="store_true")
     ap.add_argument("--work", default=None, help="keep the prepared data here (reused by a later run)")
     a = ap.parse_args()
+    why = fuse_missing()
+    if why:
+        print(f"bench_slow_storage: {why}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
     t_start = time.perf_counter()
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench_slow_"))
@@ -418,10 +456,13 @@ def main() -> int:
             return NxMCropDataset(slow / "feats.scp", ra_plans[e].batches, epoch=e, **kw)
 
         def sh(e, base=mfeats):
-            return NxMShardDataset(base / "shards" / "shards.list", sh_plans[e].batches, epoch=e, **kw)
+            store = FeatureShards(base / "shards" / "shards.list", means=False)
+            return NxMCropDataset(store, sh_plans[e].batches, epoch=e, **kw)
 
         res["random_access"] = measure("random access", ra, epochs, a.workers, counters, roots)
         res["shards_run"] = measure("shards", sh, epochs, a.workers, counters, roots)
+        with unchecked_shards():  # the peer: the same run without the members' crc32 checks
+            res["shards_unchecked"] = measure("shards, crc32 unchecked", sh, epochs, a.workers, counters, roots)
         mwav = {u: p.replace(str(store), str(mnt)) for u, p in wav.items()}
         res["naive"] = measure(
             "naive",
@@ -447,6 +488,23 @@ def main() -> int:
     }
     res["page_cache_shards"]["batches_per_s"] = round(
         res["page_cache_shards"]["batches"] / res["page_cache_shards"]["seconds"], 3
+    )
+    # what the checksums cost: crc32 over every shard byte (each shard is read once per epoch),
+    # timed on bytes in memory, against an epoch's time on the mount and from the page cache
+    crc_s, crc_bytes = 0.0, 0
+    for p in sorted((feats / "shards").glob("shard.*.tar")):
+        raw = p.read_bytes()
+        t0 = time.perf_counter()
+        zlib.crc32(raw)
+        crc_s += time.perf_counter() - t0
+        crc_bytes += len(raw)
+    res["crc32_s_per_epoch"] = round(crc_s, 4)
+    res["crc32_mb_per_s"] = round(crc_bytes / 1e6 / crc_s, 1)
+    res["crc32_share_of_shard_epoch"] = round(crc_s / (res["shards_run"]["seconds"] / len(epochs)), 4)
+    res["crc32_share_of_page_cache_epoch"] = round(crc_s / (res["page_cache_shards"]["seconds"] / len(epochs)), 4)
+    res["shards_unchecked_batches_per_s"] = res["shards_unchecked"]["batches_per_s"]
+    res["ratio_checked_to_unchecked_shards"] = round(
+        res["shards_run"]["batches_per_s"] / res["shards_unchecked"]["batches_per_s"], 3
     )
     res["random_access_batches_per_s"] = res["random_access"]["batches_per_s"]
     res["shards_batches_per_s"] = res["shards_run"]["batches_per_s"]

@@ -41,7 +41,7 @@ def test_stages_2_to_4_from_shards(tmp_path: Path) -> None:
     summary = (recipe / "exp" / "spk_train" / "batches" / "log" / "summary.txt").read_text()
     assert summary.count("coverage") == 2
     log = (recipe / "exp" / "spk_train" / "train.log").read_text()
-    assert "crops read from shards, front to back: 6 shards" in log
+    assert "features read from shards, front to back: 6 shards" in log
     assert (recipe / "exp" / "spk_train" / "model.pth").is_file()
     # the shard step again on the same features: nothing is written anew
     before = {p.name: p.stat().st_mtime_ns for p in shards.glob("shard.*.tar")}
@@ -74,4 +74,4 @@ def test_raw_audio_training_from_audio_shards(tmp_path: Path) -> None:
     shards = ShardSet(recipe / "data" / "train" / "shards" / "shards.list")
     assert len(shards) == 3
     log = (recipe / "exp" / "spk_train" / "train.log").read_text()
-    assert "audio read from the 3 shards" in log
+    assert "audio read from shards, front to back: 3 shards" in log

@@ -126,7 +126,7 @@ def test_utterance_mean_matches_frontend(synthetic, tmp_path):
         (synthetic["dir"] / "vad.scp").read_text().replace(str(synthetic["dir"]), str(tmp_path))
     )
     a = NxMCropDataset(tmp_path / "feats.scp", synthetic["batches"], crop=100)
-    assert a.cmvn is None
+    assert a.store.cmvn is None
     assert torch.allclose(a[4][0], ds(synthetic, crop=100)[4][0], atol=1e-3)
 
 
@@ -184,7 +184,7 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
 
 
 def test_bad_inputs(synthetic, tmp_path):
-    with pytest.raises(KeyError, match=r"batch 1 \(line 2 of the batch list\): utterance 'nobody'"):
+    with pytest.raises(InputError, match=r"feats\.scp: utterance 'nobody' of batch 1 \(line 2 of the batch list\)"):
         NxMCropDataset(synthetic["dir"] / "feats.scp", [synthetic["utts"], ["nobody"] * 12], crop=10)
     (tmp_path / "feats.scp").write_text((synthetic["dir"] / "feats.scp").read_text())  # no vad.scp beside it
     with pytest.raises(InputError, match="use_vad needs a vad.scp"):

@@ -101,9 +101,10 @@ def test_crop_mean_norm_and_bad_inputs(corpus, tmp_path):
     assert torch.allclose(x.mean(dim=1), torch.zeros(x.shape[0], x.shape[2]), atol=1e-4)
     with pytest.raises(ValueError, match="mean_norm"):
         NxMWaveDataset(corpus["data"], corpus["batches"], fbank=FB, mean_norm="utterance", use_vad=False)
-    with pytest.raises(KeyError, match="line 1 of the batch list"):
-        NxMWaveDataset(corpus["data"], [["nope"]], fbank=FB, use_vad=False)
     from spkflow.core.errors import InputError
+
+    with pytest.raises(InputError, match=r"wav\.scp: utterance 'nope' of batch 0 \(line 1 of the batch list\)"):
+        NxMWaveDataset(corpus["data"], [["nope"]], fbank=FB, use_vad=False)
 
     with pytest.raises(InputError, match="vad.scp"):
         NxMWaveDataset(corpus["data"], corpus["batches"], fbank=FB)  # no vad.scp in the data dir

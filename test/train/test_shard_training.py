@@ -52,7 +52,7 @@ def test_shard_training_equals_ark_training(setup, tmp_path, caplog):
 
     with caplog.at_level(logging.INFO):
         Trainer(options(setup, tmp_path / "shards", True, num_workers=2)).run()
-    assert "crops read from shards, front to back" in caplog.text
+    assert "features read from shards, front to back" in caplog.text
     Trainer(options(setup, tmp_path / "arks", False)).run()
     a, b = _weights(tmp_path / "arks"), _weights(tmp_path / "shards")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -89,3 +89,39 @@ def test_missing_shard_list_is_named_before_training(setup, tmp_path):
     finally:
         lst.write_text(keep)
     assert not (tmp_path / "x" / "checkpoint.pth").exists()
+
+
+def test_a_damaged_shard_stops_training_naming_the_shard_and_member(setup, tmp_path):
+    """1,000 bytes flipped inside one voiced-feature member: spkflow.bin.train (one DataLoader
+    worker) stops with one error line naming the shard and the member, exit status 1, before the
+    batch that needs it is trained on, and writes no model."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from helpers.train import cli_args
+    from spkflow.data.shards import ShardSet
+
+    feats = tmp_path / "feats"
+    shutil.copytree(setup["feats"], feats)  # the scps still name the arks, the shards are copies
+    shards = ShardSet(feats / "shards" / "shards.list")
+    first = (setup["batches"] / "epoch1.txt").read_text().split()[0]
+    i = shards.utt2shard[first]
+    shard = shards.load(i)
+    off, size = shard.offsets["feats_voiced"][first], shard.sizes["feats_voiced"][first]
+    path = Path(shards.path(i))
+    raw = bytearray(path.read_bytes())
+    n = min(1000, size - 64)
+    raw[off + 64 : off + 64 + n] = bytes(b ^ 0xA5 for b in raw[off + 64 : off + 64 + n])
+    path.write_bytes(bytes(raw))
+    cfg = json.loads(json.dumps(setup["config"]))
+    cfg["train"].update(shards=True, num_workers=1)
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
+    args = cli_args({**setup, "feats": feats}, tmp_path / "exp", tmp_path / "train.yaml")
+    p = subprocess.run([sys.executable, "-m", "spkflow.bin.train", *args], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stderr[-2000:]
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert any(f"{path.name}: member '{first}.feats_voiced' fails its checksum" in line for line in errors), p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "exp" / "model.pth").exists()

@@ -1,10 +1,12 @@
-"""Training shards: writing (spkflow.data.shard_jobs), planning (spkflow.train.shard_plan) and
-the loader (spkflow.train.shard_loader), on real fbank arks of synthesised speech."""
+"""Training shards: writing (spkflow.data.shard_jobs), the format and its checks
+(spkflow.data.shards) and planning (spkflow.train.shard_plan), on real fbank arks of synthesised
+speech.  Reading them for training: test_stores.py."""
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from helpers.audio import make_speakers
 from spkflow.core.errors import InputError
@@ -23,8 +24,6 @@ from spkflow.data.tables import read_kv
 from spkflow.features.fbank import FbankOptions, VadOptions
 from spkflow.features.jobs import extract_job, merge_jobs, write_split
 from spkflow.train.batches import plan_epoch, rank_share
-from spkflow.train.loader import NxMCropDataset, make_loader
-from spkflow.train.shard_loader import NxMShardDataset
 from spkflow.train.shard_plan import plan_shard_epoch, read_utt2shard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,34 +108,6 @@ def test_shards_hold_every_utterance_once_with_the_ark_bytes(feats):
     assert len({u.split("-")[0] for u in shard.utts}) >= 2
 
 
-def test_shard_loader_equals_random_access_loader(feats):
-    """The same batch list gives the same tensors, bit for bit, with and without workers."""
-    u2s = read_utt2shard(feats / "shards" / "utt2shard")
-    plan = plan_shard_epoch(feats / "spk2utt", u2s, 4, 2, seed=1, epoch=3, pool=2)
-    assert len(plan) > 0
-    kw = {"seed": 1, "epoch": 3, "crop": (30, 50), "use_vad": True, "mean_norm": "utterance"}
-    ref = NxMCropDataset(feats / "feats.scp", plan.batches, **kw)
-    got = NxMShardDataset(feats / "shards" / "shards.list", plan.batches, known_utts=read_kv(feats / "utt2spk"), **kw)
-    for b in range(len(plan)):
-        xa, ua = ref[b]
-        xb, ub = got[b]
-        assert ua == ub and torch.equal(xa, xb)
-    assert got.pool is not None and got.pool.peak <= 2 * got.max_shards
-    assert bool(got.pool.voiced) == _voiced(feats)
-    # without the VAD: every frame, which shards of the voiced frames cannot give (said, naming one)
-    kw_all = {**kw, "use_vad": False, "mean_norm": "none"}
-    every = NxMShardDataset(feats / "shards" / "shards.list", plan.batches, **kw_all)
-    if _voiced(feats):
-        with pytest.raises(InputError, match=r"shard\.\d+\.tar.*voiced frames only.*--voiced false"):
-            every[0]
-    else:
-        assert torch.equal(every[0][0], NxMCropDataset(feats / "feats.scp", plan.batches, **kw_all)[0][0])
-    # through DataLoader workers, resumed at batch 1: the batches of an uninterrupted run
-    full = [x for x, _ in make_loader(got, num_workers=0)]
-    resumed = [x.clone() for x, _ in make_loader(got, start_batch=1, num_workers=2)]
-    assert all(torch.equal(a, b) for a, b in zip(full[1:], resumed, strict=True))
-
-
 def test_plan_guarantees(feats):
     """Each utterance at most once, N distinct speakers x M, deterministic in (seed, epoch),
     another grouping next epoch, disjoint ranks; the coverage is below the random-access plan's."""
@@ -215,14 +186,6 @@ def test_bad_shards_are_named(tmp_path):
     del known[first]
     with pytest.raises(InputError, match=f"{name.name}.*'{first}' is not in the training data dir"):
         s.load(0, known)
-    # and the loader says the same, naming the shard, before any batch is made
-    batches = [list(read_kv(feats / "feats.scp"))[:4]]
-    ds = NxMShardDataset(lst, batches, known_utts=known, crop=20, use_vad=False, mean_norm="none")
-    with pytest.raises(InputError, match=name.name):
-        for i in range(len(s)):
-            ds.pool = None
-            ds.batches, ds.needs = [batches[0]], [(i,)]
-            ds[0]
     # nothing was lost: the shard files are as written
     assert name.read_bytes() == data
 
@@ -250,12 +213,6 @@ def test_voiced_shards_name_a_vad_of_another_length(tmp_path):
     assert not (out / holder).exists()
 
 
-def test_a_list_planned_for_random_access_is_refused(feats):
-    plan = plan_epoch(feats / "spk2utt", 8, 2, seed=0, epoch=1)
-    with pytest.raises(InputError, match="plan the batch lists for shards"):
-        NxMShardDataset(feats / "shards" / "shards.list", plan.batches, max_shards=2, crop=20)
-
-
 def test_make_shards_script(tmp_path):
     feats = _features(tmp_path, compress=True, num_spk=3, num_utt=4)
     env = {**os.environ, "SPKFLOW_PYTHON": sys.executable}
@@ -280,35 +237,6 @@ def test_make_shards_script(tmp_path):
     assert len(ShardSet(tmp_path / "sh" / "shards.list")) == 2
 
 
-def test_audio_shards_hold_the_files_and_give_the_raw_loaders_batches(tmp_path):
-    """Shards of audio (--audio true) hold each file byte for byte; the raw loader reading them
-    gives the batches it gives reading the files (speed perturbation on, fbank in process)."""
-    from spkflow.augment.wave import WaveAugment, normalize_augment_config
-    from spkflow.train.raw_loader import NxMWaveDataset
-    from spkflow.train.shard_loader import NxMWaveShardDataset
-
-    data = make_speakers(tmp_path, num_spk=6, num_utt=4, min_sec=0.6, max_sec=1.2, fmt="flac")
-    out = tmp_path / "shards"
-    prepare(data, out, 8, run=2, seed=0, audio=True)
-    write_job(data, out, 1, 1, audio=True)
-    merge(out, 1)
-    s = ShardSet(out / "shards.list")
-    wav = read_kv(data / "wav.scp")
-    shard = s.load(0, read_kv(data / "utt2spk"))
-    for u in shard.utts:
-        assert shard.audio_field(u) == "flac" and shard.payload(u, "flac") == Path(wav[u]).read_bytes()
-    plan = plan_shard_epoch(data / "spk2utt", read_utt2shard(out / "utt2shard"), 3, 2, seed=0, epoch=1, pool=2)
-    assert len(plan) > 0
-    aug = WaveAugment(normalize_augment_config({"speed": {"factors": [0.9, 1.0, 1.1]}}), 16000)
-    kw = {"fbank": {"num_mel_bins": 24}, "seed": 2, "epoch": 1, "crop": 40, "use_vad": False, "augment": aug}
-    ref = NxMWaveDataset(data, plan.batches, num_utt=2, **kw)
-    got = NxMWaveShardDataset(s, data, plan.batches, num_utt=2, known_utts=read_kv(data / "utt2spk"), **kw)
-    for b in range(len(plan)):
-        xa, ua, sa, _ = ref[b]
-        xb, ub, sb, _ = got[b]
-        assert ua == ub and torch.equal(sa, sb) and torch.equal(xa, xb)
-
-
 def test_train_inputs_says_what_the_shards_hold(tmp_path, capsys):
     import yaml
 
@@ -321,3 +249,138 @@ def test_train_inputs_says_what_the_shards_hold(tmp_path, capsys):
         cfg.write_text(yaml.safe_dump(doc))
         assert main(["--config", str(cfg), "--shards"]) == 0
         assert capsys.readouterr().out.strip() == want
+
+
+def _make_shards(feats: Path, out: Path, *opts: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SPKFLOW_PYTHON": sys.executable}
+    cmd = ["bash", str(ROOT / "scripts/feats/make_shards.sh"), *opts, str(feats), str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out.parent)
+
+
+def _flip(path: Path, start: int, n: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[start : start + n] = bytes(b ^ 0x5A for b in raw[start : start + n])
+    path.write_bytes(bytes(raw))
+
+
+def test_a_damaged_member_is_named_and_written_again_by_a_rerun(tmp_path):
+    """1,000 bytes flipped inside one utterance's voiced-feature member: reading the shard names
+    the shard and the member; make_shards.sh run again says so and writes that shard again,
+    byte for byte as before, keeping the others."""
+    feats = _features(tmp_path, compress=False, num_spk=3, num_utt=4)
+    out = tmp_path / "sh"
+    first = _make_shards(feats, out, "--nj", "2", "--shard-utts", "4", "--voiced", "true")
+    assert first.returncode == 0, first.stderr
+    before = {p.name: p.read_bytes() for p in out.glob("shard.*.tar")}
+    lst = (out / "shards.list").read_text()
+    s = ShardSet(out / "shards.list")
+    victim = s.path(1)
+    shard = s.load(1)
+    utt = shard.utts[1]
+    off, size = shard.offsets["feats_voiced"][utt], shard.sizes["feats_voiced"][utt]
+    assert size > 1100
+    _flip(Path(victim), off + 64, 1000)
+    want = rf"shard\.000002\.tar: member '{utt}\.feats_voiced' fails its checksum"
+    with pytest.raises(InputError, match=want):
+        load_shard(victim)
+    with pytest.raises(InputError, match=want):
+        ShardSet(out / "shards.list").load(1)
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("shard.*.tar") if str(p) != victim}
+    again = _make_shards(feats, out, "--nj", "2", "--shard-utts", "4", "--voiced", "true")
+    assert again.returncode == 0, again.stderr
+    assert re.search(want + r".*writing it again", again.stderr)
+    assert {p.name: p.read_bytes() for p in out.glob("shard.*.tar")} == before
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("shard.*.tar") if str(p) != victim} == kept
+    assert (out / "shards.list").read_text() == lst
+
+
+def test_a_cut_shard_is_written_again_and_listed_at_its_full_size(tmp_path):
+    """A shard cut to half its size: make_shards.sh run again names it and writes it again, and
+    shards.list lists the full size, not the cut one."""
+    feats = _features(tmp_path, compress=True, num_spk=3, num_utt=4)
+    out = tmp_path / "sh"
+    assert _make_shards(feats, out, "--nj", "1", "--shard-utts", "4").returncode == 0
+    before = {p.name: p.read_bytes() for p in out.glob("shard.*.tar")}
+    lst = (out / "shards.list").read_text()
+    victim = sorted(out.glob("shard.*.tar"))[0]
+    victim.write_bytes(before[victim.name][: len(before[victim.name]) // 2])
+    again = _make_shards(feats, out, "--nj", "1", "--shard-utts", "4")
+    assert again.returncode == 0, again.stderr
+    assert re.search(rf"{victim.name}: .*(truncated|end|past).*writing it again", again.stderr)
+    assert {p.name: p.read_bytes() for p in out.glob("shard.*.tar")} == before
+    assert (out / "shards.list").read_text() == lst
+
+
+def test_every_member_is_listed_with_its_checksum(tmp_path):
+    """The last member lists every other one (crc32, size, name), in order; a shard without it
+    (cut short, or written before checksums) or with a member renamed is named, not read."""
+    import tarfile
+    import zlib
+
+    from spkflow.data.shards import CHECKSUMS, write_shard
+
+    members = [("a-1", "spk", b"a"), ("a-1", "feats", bytes(range(200))), ("b-2", "spk", b"b")]
+    path = tmp_path / "shard.000001.tar"
+    write_shard(path, members)
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+        text = tar.extractfile(CHECKSUMS).read().decode()  # type: ignore[union-attr]
+    assert names == ["a-1.spk", "a-1.feats", "b-2.spk", CHECKSUMS]
+    assert text.splitlines() == [f"{zlib.crc32(p):08x} {len(p)} {u}.{f}" for u, f, p in members]
+    assert load_shard(path).utts == ["a-1", "b-2"]
+    old = tmp_path / "old.tar"  # as written before checksums
+    with tarfile.open(old, "w", format=tarfile.PAX_FORMAT) as tar:
+        for u, f, p in members:
+            info = tarfile.TarInfo(f"{u}.{f}")
+            info.size = len(p)
+            tar.addfile(info, io.BytesIO(p))
+    with pytest.raises(InputError, match=rf"old\.tar: has no '{CHECKSUMS}' member.*make_shards"):
+        load_shard(old)
+    raw = path.read_bytes()
+    path.write_bytes(raw.replace(b"a-1.feats", b"a-9.feats", 1))  # the member's header, not its listing
+    with pytest.raises(InputError, match=r"member 'a-9\.feats' .* is listed as 'a-1\.feats'"):
+        load_shard(path)
+
+
+def test_reading_a_directory_as_a_shard_is_named(tmp_path):
+    (tmp_path / "shard.000001.tar").mkdir()
+    with pytest.raises(InputError, match=r"shard\.000001\.tar: is a directory, not a shard"):
+        load_shard(tmp_path / "shard.000001.tar")
+
+
+@pytest.mark.parametrize("nj", ["0", "-1", "two", ""])
+def test_make_shards_refuses_a_bad_nj_with_its_usage(tmp_path, nj):
+    feats = _features(tmp_path, compress=True, num_spk=2, num_utt=2)
+    out = tmp_path / "sh"
+    p = _make_shards(feats, out, "--nj", nj)
+    assert p.returncode == 1
+    assert f"--nj must be a positive integer, got '{nj}'" in p.stderr and "Usage:" in p.stderr
+    assert "grep" not in p.stderr and "Traceback" not in p.stderr
+    assert not out.exists()
+
+
+def test_a_batch_wider_than_the_speakers_says_what_to_set(tmp_path):
+    """N above the speaker count: no pool can help, so the error says N is more than the
+    speakers and what to set, not "raise the pool"; a pool too small still says raise it."""
+    spk2utt = {f"s{s:02d}": [f"s{s:02d}-u{u}" for u in range(6)] for s in range(20)}
+    u2s = {u: f"shard{int(u[1:3]) % 4}" for us in spk2utt.values() for u in us}
+    with pytest.raises(InputError, match=r"--num-spk 32 is more than the 20 speakers with at least 2 utterances") as e:
+        plan_shard_epoch(spk2utt, u2s, 32, 2, seed=0, epoch=1, pool=8)
+    assert "pool" not in str(e.value).split("whatever the pool")[-1] and "--num_spk" in str(e.value)
+    with pytest.raises(InputError, match="raise the pool"):
+        plan_shard_epoch(spk2utt, u2s, 8, 2, seed=0, epoch=1, pool=1)
+    assert len(plan_shard_epoch(spk2utt, u2s, 8, 2, seed=0, epoch=1, pool=4)) > 0
+
+
+def test_the_slow_storage_bench_says_how_to_get_fuse3(tmp_path):
+    """Without fusermount3 on the PATH the benchmark stops before any work, saying what to install."""
+    env = {**os.environ, "PATH": str(tmp_path)}  # nothing there: fuse3's tools are not found
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "test/bench/bench_slow_storage.py"), "--json", str(tmp_path / "out.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert p.returncode == 2
+    assert "fusermount3 not found" in p.stderr and "apt-get install fuse3" in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "out.json").exists()
