@@ -304,15 +304,13 @@ def _shards(ctx: Ctx) -> tuple[Path, Path]:
 
 
 def _read_all(ctx: Ctx, shard_list: Path) -> subprocess.CompletedProcess:
-    """Every member of every shard read as training reads it (ShardSet.load, kaldiio)."""
+    """Every shard loaded as training's shard stores load it (ShardSet.load: every member indexed
+    and checked)."""
     code = (
-        "import sys\nfrom spkflow.data.shards import ShardSet\nfrom spkflow.train.shard_loader import ShardPool\n"
-        "s = ShardSet(sys.argv[1])\npool = ShardPool(s, ['feats', 'vad'], None)\n"
+        "import sys\nfrom spkflow.data.shards import ShardSet\n"
+        "s = ShardSet(sys.argv[1])\n"
         "for i in range(len(s)):\n"
-        "    pool.ensure(i)\n"
-        "    for u in pool.loaded[i].utts:\n"
-        "        pool.arks['feats'].read(u)\n"
-        "    pool.evict(i)\n"
+        "    s.load(i)\n"
         "print('read', len(s), 'shards')\n"
     )
     return ctx.run([PY, "-c", code, shard_list])
