@@ -17,9 +17,11 @@ The policy (:meth:`Settings.options`), one place for the command, the API and, t
 ``ahc`` stopped at the calibrated LLR when the model's scoring has a calibration, else
 ``spectral``; the centring is the set's windows (``centre="set"``) when recordings like these are
 given (a domain), else the scoring's training mean; ``threshold`` moves where ``ahc`` stops;
-``num_speakers`` forces the count and ``max_speakers`` bounds an estimated one.  A forced count
-the windows cannot give (more speakers than windows, or clusters emptied by resegmentation) is
-honoured as far as it can be and said in a warning naming the recording.
+``num_speakers`` forces the count and ``max_speakers`` bounds an estimated one.  A forced count is
+returned exactly (AHC counts only clusters of a share of the windows, resegmentation never
+empties one: an hour of 8 speakers forced to 8 gave 7, one a catch-all of 3 speakers); one the
+windows cannot give (more speakers than windows) is honoured as far as it can be and said in a
+warning naming the recording.
 
 Steps of :func:`diarize_recording`, each switchable in :class:`DiarOptions` (so that a baseline is
 the same code with steps off):
@@ -38,9 +40,11 @@ the same code with steps off):
    took 4- to 6-speaker recordings for one speaker in 6 of 10 simulated ones) or ``ahc`` (average
    linkage on the scoring's calibrated LLRs, stopped at its Bayes threshold, or at ``threshold``
    when given: an LLR, or for a model without calibration a score of its space, tuned on held-out
-   recordings as Kaldi's ``callhome_diarization`` tunes its PLDA threshold);
+   recordings as Kaldi's ``callhome_diarization`` tunes its PLDA threshold; a forced count cuts
+   the tree at the first level with that many clusters of :data:`spkflow.diar.cluster.MIN_SHARE`
+   of the windows);
 3. resegmentation (``resegment``): windows reassigned to the nearest speaker centroid with
-   similarities smoothed over neighbouring windows;
+   similarities smoothed over neighbouring windows (with a forced count, no cluster emptied);
 4. turns: :func:`spkflow.diar.windows.windows_to_turns` (midpoint rule, one speaker per instant).
 
 A recording without windows (silence, or speech shorter than a window) gives no turns; one with
@@ -222,7 +226,7 @@ def cluster_recording(
     if opts.resegment and not opts.num_speakers:
         labels = resegment(y, labels)
     elif opts.resegment:
-        labels = resegment(y, labels, min_windows=0)
+        labels = resegment(y, labels, keep=True)
     return labels
 
 
@@ -276,7 +280,7 @@ def diarize_recording(
         why = (
             f"it has {len(ws)} windows of at most {max(w.end - w.start for w in ws):.2f} s, one speaker each at most"
             if opts.num_speakers > len(ws)
-            else "resegmentation emptied the others (their windows are nearer another speaker)"
+            else "the clustering gave fewer"
         )
         log.warning("%s: %d speakers asked, %d found: %s", ws[0].recording, opts.num_speakers, found, why)
     return windows_to_turns(ws, labels.tolist(), regions)
