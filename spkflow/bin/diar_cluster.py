@@ -1,7 +1,7 @@
 """Cluster each recording's window embeddings into speakers: one RTTM for the set (diar.sh stage 4).
 
     python -m spkflow.bin.diar_cluster --work-dir DIR --xvector-scp SCP [--scoring-dir MODEL_DIR]
-        [--method spectral|ahc] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
+        [--method spectral|ahc|gmm] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
         [--backend true] [--centre set|none|recording] [--resegment true] [--threshold LLR]
         [--overlap-rttm RTTM] --out RTTM
 

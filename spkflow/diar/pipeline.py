@@ -42,7 +42,10 @@ the same code with steps off):
    when given: an LLR, or for a model without calibration a score of its space, tuned on held-out
    recordings as Kaldi's ``callhome_diarization`` tunes its PLDA threshold; a forced count cuts
    the tree at the first level with that many clusters of :data:`spkflow.diar.cluster.MIN_SHARE`
-   of the windows);
+   of the windows), or ``gmm`` (average linkage on the cosine scores of the space, stopped where a
+   two-component fit of the recording's *own* window-pair scores puts the change from one speaker
+   to two, or at ``threshold``, a cosine: :mod:`spkflow.diar.pair_fit`; no calibration, so it
+   serves a model without one and a domain unlike the calibration's);
 3. resegmentation (``resegment``): windows reassigned to the nearest speaker centroid with
    similarities smoothed over neighbouring windows (with a forced count, no cluster emptied);
 4. turns: :func:`spkflow.diar.windows.windows_to_turns` (midpoint rule, one speaker per instant).
@@ -60,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spkflow.diar.cluster import ahc_labels, resegment, spectral_labels
+from spkflow.diar.pair_fit import POSTERIOR, count_labels
 from spkflow.diar.regions import Regions, intersect
 from spkflow.diar.rttm import Turn
 from spkflow.diar.speech import detect_speech
@@ -86,7 +90,7 @@ log = logging.getLogger(__name__)
 #: ``embed(crops, sample_rate) -> [N, D]`` raw embeddings (``Embedder.embed_batch``)
 EmbedFn = Callable[[Sequence[np.ndarray], int], np.ndarray]
 
-METHODS = ("spectral", "ahc")
+METHODS = ("spectral", "ahc", "gmm")
 CENTRES = ("none", "set", "recording")
 
 
@@ -101,6 +105,7 @@ class DiarOptions:
     centre: str = "none"
     resegment: bool = True
     threshold: float | None = None  # where AHC and the LLR merge stop (None: the scoring's decision threshold)
+    posterior: float | None = None  # gmm: the same-speaker posterior where it stops (None: pair_fit.POSTERIOR)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -111,6 +116,8 @@ class DiarOptions:
             raise ValueError(f"num_speakers must be >= 1, got {self.num_speakers}")
         if self.max_speakers < 1:
             raise ValueError(f"max_speakers must be >= 1, got {self.max_speakers}")
+        if self.posterior is not None and not 0.0 < self.posterior < 1.0:
+            raise ValueError(f"posterior must be in (0, 1), got {self.posterior}")
 
     def describe(self) -> str:
         parts = [
@@ -120,9 +127,11 @@ class DiarOptions:
                 "set": "centred on the set's windows",
                 "recording": "centred on the recording's windows",
             }[self.centre],
-            {"spectral": "spectral clustering (auto-tuned)", "ahc": "AHC stopped at the calibrated LLR threshold"}[
-                self.method
-            ],
+            {
+                "spectral": "spectral clustering (auto-tuned)",
+                "ahc": "AHC stopped at the calibrated LLR threshold",
+                "gmm": "AHC stopped where a two-component fit of the recording's own scores crosses",
+            }[self.method],
         ]
         if self.resegment:
             parts.append("resegmented")
@@ -206,6 +215,18 @@ def cluster_recording(
             labels = merge_same_speakers(
                 x, labels, scoring, domain if opts.centre == "set" else None, threshold=opts.threshold
             )
+    elif opts.method == "gmm":
+        sim = y @ y.T
+        if opts.num_speakers or opts.threshold is not None:
+            labels = ahc_labels(
+                sim,
+                0.0 if opts.threshold is None else opts.threshold,
+                num_speakers=opts.num_speakers,
+                max_speakers=opts.max_speakers,
+            )
+        else:
+            post = POSTERIOR if opts.posterior is None else opts.posterior
+            labels = count_labels(sim, posterior=post, max_speakers=opts.max_speakers)
     else:
         space = scoring if opts.backend else Scoring(calibration=scoring.calibration, decision=scoring.decision)
         scores = space.score_models(x, y, centring(x, opts, domain))
