@@ -6,8 +6,8 @@ that overlap in time or touch left out: they share audio) are a mixture of same-
 upper component) and different-speaker pairs (the lower one).  :func:`fit_threshold` fits one and
 two 1-D Gaussians by EM (deterministic: started at the quartiles, no random restarts) and returns
 the score between the two means where the upper component's posterior is ``posterior``; ``None``
-when BIC prefers one component (every pair alike: one speaker).  :func:`count_labels` clusters by
-average linkage stopped at that score.
+when BIC prefers one component, or the two are not two modes (:data:`SEPARATION`): one speaker.
+:func:`count_labels` clusters by average linkage stopped at that score.
 
 The anchors: Sell & Garcia-Romero 2014 ("Speaker diarization with PLDA i-vector scoring and
 unsupervised calibration") calibrate each recording's own PLDA scores by a two-component fit;
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GAP", "POSTERIOR", "count_labels", "fit_threshold", "pair_scores"]
+__all__ = ["GAP", "POSTERIOR", "SEPARATION", "count_labels", "fit_threshold", "pair_scores"]
 
 #: the upper (same-speaker) component's posterior at the threshold: leave-one-corpus-out's
 #: choice, egs/speechocean762/diar1/RESULTS.md
@@ -30,6 +30,10 @@ POSTERIOR = 0.5
 #: window pairs fewer than this many windows apart are left out (with 1.5 s windows every 0.75 s,
 #: neighbours share audio)
 GAP = 2
+
+#: the two components must be this far apart (Ashman's D: sqrt(2) |mu1 - mu2| / sqrt(var1 + var2))
+#: to be two modes; with many pairs BIC takes any skew of one speaker's scores for a second component
+SEPARATION = 2.0
 
 #: pairs fitted at most (a deterministic subsample beyond: an hour has 8 million pairs)
 MAX_PAIRS = 50_000
@@ -70,8 +74,8 @@ def _em2(s: np.ndarray, iterations: int = 200) -> tuple[np.ndarray, np.ndarray, 
 
 def fit_threshold(scores: np.ndarray, posterior: float = POSTERIOR) -> float | None:
     """The score where the upper of two Gaussians fitted to ``scores`` has ``posterior``
-    (between the two means); ``None`` when one Gaussian fits better by BIC, or there are fewer
-    than 10 scores."""
+    (between the two means); ``None`` when one Gaussian fits better by BIC, when the two are
+    closer than :data:`SEPARATION`, or when there are fewer than 10 scores."""
     if not 0.0 < posterior < 1.0:
         raise ValueError(f"posterior must be in (0, 1), got {posterior}")
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
@@ -82,6 +86,8 @@ def fit_threshold(scores: np.ndarray, posterior: float = POSTERIOR) -> float | N
     if -2 * ll2 + 5 * np.log(len(s)) >= -2 * ll1 + 2 * np.log(len(s)):
         return None
     lo, hi = int(np.argmin(mu)), int(np.argmax(mu))
+    if np.sqrt(2.0) * (mu[hi] - mu[lo]) / np.sqrt(var[lo] + var[hi]) < SEPARATION:
+        return None  # two components, but not two modes: one speaker's spread
     grid = np.linspace(mu[lo], mu[hi], 401)
     dens = [w[c] * np.exp(-0.5 * (grid - mu[c]) ** 2 / var[c]) / np.sqrt(var[c]) for c in (lo, hi)]
     post = dens[1] / np.maximum(dens[0] + dens[1], 1e-300)

@@ -222,6 +222,23 @@ def test_resegment_keeps_a_forced_count():
     assert sorted(set(kept.tolist())) == [0, 1, 2] and kept[5] == 2
 
 
+def test_resegmentation_by_default_only_with_a_forced_count():
+    """The default (``resegment=None``): an estimated count is AHC's own (leave-one-corpus-out,
+    RESULTS.md), a forced one is resegmented (its windows reassigned, no cluster emptied)."""
+    x, truth = _speaker_runs(2, noise=0.2)
+    x[10] = -x[10]  # a window like no one: a cluster of its own, which resegmentation dissolves
+    y = l2(x)
+    cal = Scoring()
+    est = cluster_recording(x, cal, DiarOptions(method="ahc", centre="none", threshold=0.5))
+    assert est.tolist() == ahc_labels(y @ y.T, 0.5).tolist()
+    assert len(set(est.tolist())) == 3 and len(set(resegment(y, est).tolist())) == 2
+    forced = cluster_recording(x, cal, DiarOptions(method="ahc", centre="none", num_speakers=2))
+    assert forced.tolist() == resegment(y, ahc_labels(y @ y.T, 0.0, num_speakers=2), keep=True).tolist()
+    assert "resegmented" not in DiarOptions().describe()
+    assert "resegmented" in DiarOptions(num_speakers=2).describe()
+    assert "resegmented" in DiarOptions(resegment=True).describe()
+
+
 def test_a_forced_count_the_windows_cannot_give_is_said(caplog):
     """1000 speakers asked of one speaker's 11 windows: at most one speaker per window (fewer where
     the windows give), and a warning naming the recording says so (not silently)."""

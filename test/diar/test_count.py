@@ -54,6 +54,8 @@ def test_the_fit_says_one_speaker_when_one_gaussian_does():
     rng = np.random.default_rng(0)
     one = rng.normal(0.6, 0.1, 2000)
     assert fit_threshold(one) is None
+    skewed = 0.9 - rng.gamma(2.0, 0.05, 20_000)  # one speaker's scores, skewed: BIC wants two components
+    assert fit_threshold(skewed) is None
     two = np.r_[rng.normal(0.0, 0.1, 1500), rng.normal(0.7, 0.1, 500)]
     lo, mid, hi = (fit_threshold(two, p) for p in (0.3, 0.5, 0.7))
     assert lo is not None and mid is not None and hi is not None
