@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         "--resegment",
         default="auto",
         choices=("auto", "true", "false"),
-        help="reassign windows to the nearest speaker, smoothed (auto: only when the count is given)",
+        help="reassign windows to the nearest speaker, smoothed (auto: when the count is given or from 600 windows)",
     )
     p.add_argument(
         "--threshold",

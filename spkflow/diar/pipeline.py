@@ -48,11 +48,12 @@ the same code with steps off):
    serves a model without one and a domain unlike the calibration's);
 3. resegmentation (``resegment``): windows reassigned to the nearest speaker centroid with
    similarities smoothed over neighbouring windows (with a forced count, no cluster emptied).
-   By default (``None``) only when the count is forced: after an estimated count it dissolved
-   and merged clusters, and leaving it out lowered DER forgiving on each of the five corpora of
-   leave-one-corpus-out with AHC (e.g. DSPSpeech-20 41.2 -> 24.1 %, centred on the set;
-   egs/speechocean762/diar1/RESULTS.md), while with the count forced it turned the hour of 8
-   speakers from 30.3 to 9.3 %;
+   By default (``None``) when the count is forced or the recording has at least
+   :data:`RESEGMENT_FROM` windows: on the five corpora of leave-one-corpus-out (conversations of
+   a minute) leaving it out after an estimated count lowered DER forgiving on each (AHC centred on
+   the set; DSPSpeech-20 41.2 -> 24.1 %), while on the hour of 8 speakers it is what makes AHC's
+   clusters speakers (estimated count 39.0 -> 21.7 %, forced 30.3 -> 9.3 %; a development figure:
+   one long recording; egs/speechocean762/diar1/RESULTS.md);
 4. turns: :func:`spkflow.diar.windows.windows_to_turns` (midpoint rule, one speaker per instant).
 
 A recording without windows (silence, or speech shorter than a window) gives no turns; one with
@@ -79,6 +80,7 @@ from spkflow.score.model_scoring import Scoring
 __all__ = [
     "CENTRES",
     "METHODS",
+    "RESEGMENT_FROM",
     "DiarOptions",
     "Settings",
     "Windowed",
@@ -96,6 +98,10 @@ log = logging.getLogger(__name__)
 EmbedFn = Callable[[Sequence[np.ndarray], int], np.ndarray]
 
 METHODS = ("spectral", "ahc", "gmm")
+
+#: windows from which an estimated count is resegmented by default (7.5 minutes of speech at
+#: run.sh's windows; the size from which spectral clustering groups windows, cluster.MAX_SPECTRAL)
+RESEGMENT_FROM = 600
 CENTRES = ("none", "set", "recording")
 
 
@@ -108,7 +114,7 @@ class DiarOptions:
     max_speakers: int = 8
     backend: bool = True
     centre: str = "none"
-    resegment: bool | None = None  # None: only when the count is forced (the module doc)
+    resegment: bool | None = None  # None: when the count is forced or the recording is long (the module doc)
     threshold: float | None = None  # where AHC and the LLR merge stop (None: the scoring's decision threshold)
     posterior: float | None = None  # gmm: the same-speaker posterior where it stops (None: pair_fit.POSTERIOR)
 
@@ -140,6 +146,8 @@ class DiarOptions:
         ]
         if self.resegment or (self.resegment is None and self.num_speakers):
             parts.append("resegmented")
+        elif self.resegment is None:
+            parts.append(f"resegmented from {RESEGMENT_FROM} windows")
         if self.threshold is not None and not self.num_speakers:
             parts.append(f"stopped at {self.threshold:g}")
         k = f"{self.num_speakers} speakers" if self.num_speakers else f"at most {self.max_speakers} speakers"
@@ -251,7 +259,7 @@ def cluster_recording(
         )
     if opts.num_speakers and opts.resegment is not False:
         labels = resegment(y, labels, keep=True)
-    elif opts.resegment:
+    elif opts.resegment or (opts.resegment is None and len(x) >= RESEGMENT_FROM):
         labels = resegment(y, labels)
     return labels
 

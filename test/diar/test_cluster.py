@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from spkflow.diar.cluster import ahc_labels, resegment, spectral_labels
-from spkflow.diar.pipeline import DiarOptions, cluster_recording, diarize_recording
+from spkflow.diar.pipeline import RESEGMENT_FROM, DiarOptions, cluster_recording, diarize_recording
 from spkflow.diar.rttm import Turn
 from spkflow.diar.windows import Window, plan_windows, relabel, windows_to_turns
 from spkflow.score.calibration import LogisticCalibration
@@ -224,7 +224,8 @@ def test_resegment_keeps_a_forced_count():
 
 def test_resegmentation_by_default_only_with_a_forced_count():
     """The default (``resegment=None``): an estimated count is AHC's own (leave-one-corpus-out,
-    RESULTS.md), a forced one is resegmented (its windows reassigned, no cluster emptied)."""
+    RESULTS.md), a forced one is resegmented (its windows reassigned, no cluster emptied), and so
+    is a long recording's."""
     x, truth = _speaker_runs(2, noise=0.2)
     x[10] = -x[10]  # a window like no one: a cluster of its own, which resegmentation dissolves
     y = l2(x)
@@ -234,9 +235,13 @@ def test_resegmentation_by_default_only_with_a_forced_count():
     assert len(set(est.tolist())) == 3 and len(set(resegment(y, est).tolist())) == 2
     forced = cluster_recording(x, cal, DiarOptions(method="ahc", centre="none", num_speakers=2))
     assert forced.tolist() == resegment(y, ahc_labels(y @ y.T, 0.0, num_speakers=2), keep=True).tolist()
-    assert "resegmented" not in DiarOptions().describe()
-    assert "resegmented" in DiarOptions(num_speakers=2).describe()
-    assert "resegmented" in DiarOptions(resegment=True).describe()
+    assert "resegmented from 600 windows" in DiarOptions().describe()
+    assert "resegmented from" not in DiarOptions(num_speakers=2).describe()
+    long, _ = _speaker_runs(2, per=RESEGMENT_FROM // 4, noise=0.2)  # as many windows as 7.5 minutes
+    long[10] = -long[10]
+    opts = DiarOptions(method="ahc", centre="none", threshold=0.5)
+    assert len(set(ahc_labels(l2(long) @ l2(long).T, 0.5).tolist())) == 3
+    assert len(set(cluster_recording(long, cal, opts).tolist())) == 2  # resegmented
 
 
 def test_a_forced_count_the_windows_cannot_give_is_said(caplog):
