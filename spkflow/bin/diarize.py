@@ -42,8 +42,8 @@ def get_parser() -> argparse.ArgumentParser:
         "--method",
         default=None,
         choices=METHODS,
-        help="clustering (default: ahc stopped at the calibrated LLR when the model has a calibration, else spectral; "
-        "gmm: stopped by a two-component fit of the recording's own scores)",
+        help="clustering (default: ahc stopped at the calibrated LLR when the model has a calibration, else gmm: "
+        "stopped by a two-component fit of the recording's own scores)",
     )
     p.add_argument(
         "--threshold",

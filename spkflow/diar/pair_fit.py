@@ -25,7 +25,7 @@ __all__ = ["GAP", "POSTERIOR", "SEPARATION", "count_labels", "fit_threshold", "p
 
 #: the upper (same-speaker) component's posterior at the threshold: leave-one-corpus-out's
 #: choice, egs/speechocean762/diar1/RESULTS.md
-POSTERIOR = 0.5
+POSTERIOR = 0.7
 
 #: window pairs fewer than this many windows apart are left out (with 1.5 s windows every 0.75 s,
 #: neighbours share audio)
