@@ -1,8 +1,8 @@
 """Cluster each recording's window embeddings into speakers: one RTTM for the set (diar.sh stage 4).
 
     python -m spkflow.bin.diar_cluster --work-dir DIR --xvector-scp SCP [--scoring-dir MODEL_DIR]
-        [--method spectral|ahc] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
-        [--backend true] [--centre set|none|recording] [--resegment true] [--threshold LLR]
+        [--method spectral|ahc|gmm] [--num-speakers K | --reco2num-spk FILE] [--max-speakers 8]
+        [--backend true] [--centre set|none|recording] [--resegment auto|true|false] [--threshold LLR]
         [--overlap-rttm RTTM] --out RTTM
 
 ``DIR`` holds ``speech/`` and ``windows/`` of ``spkflow.bin.diar_windows``; ``SCP`` the windows'
@@ -47,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=CENTRES,
         help="centre on every window of the set, on none (the scoring's training mean) or on the recording's own",
     )
-    add_bool_option(p, "--resegment", default=True, help="reassign windows to the nearest speaker, smoothed")
+    p.add_argument(
+        "--resegment",
+        default="auto",
+        choices=("auto", "true", "false"),
+        help="reassign windows to the nearest speaker, smoothed (auto: when the count is given or from 600 windows)",
+    )
     p.add_argument(
         "--threshold",
         type=finite_float,
@@ -67,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scoring = Scoring.load(args.scoring_dir) if args.scoring_dir and has_scoring(args.scoring_dir) else Scoring()
         opts = DiarOptions(
-            args.method, args.num_speakers, args.max_speakers, args.backend, args.centre, args.resegment, args.threshold
+            args.method,
+            args.num_speakers,
+            args.max_speakers,
+            args.backend,
+            args.centre,
+            {"auto": None, "true": True, "false": False}[args.resegment],
+            args.threshold,
         )
         counts = None
         if args.reco2num_spk:

@@ -2,7 +2,7 @@
 
     python -m spkflow.bin.diarize --model MODEL --out OUT_DIR [--speech silero|energy|RTTM|DIR]
         [--gallery GALLERY] [--plot PLOT_DIR] [--progress true] [--num-speakers K] [--max-speakers 8]
-        [--method spectral|ahc] [--threshold LLR] [--window 1.5] [--shift 0.75] [--domain-mean PATH]
+        [--method spectral|ahc|gmm] [--threshold LLR] [--window 1.5] [--shift 0.75] [--domain-mean PATH]
         [--overwrite false] FILE...
 
 MODEL: anything :meth:`spkflow.Embedder.from_pretrained` loads (a model dir, a pack, another
@@ -59,7 +59,8 @@ def get_parser() -> argparse.ArgumentParser:
         "--method",
         default=None,
         choices=METHODS,
-        help="clustering (default: ahc stopped at the calibrated LLR when the model has a calibration, else spectral)",
+        help="clustering (default: ahc stopped at the calibrated LLR when the model has a calibration, else gmm: "
+        "stopped by a two-component fit of the recording's own scores)",
     )
     p.add_argument(
         "--threshold",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from spkflow.diar.cluster import ahc_labels, resegment, spectral_labels
-from spkflow.diar.pipeline import DiarOptions, cluster_recording, diarize_recording
+from spkflow.diar.pipeline import RESEGMENT_FROM, DiarOptions, cluster_recording, diarize_recording
 from spkflow.diar.rttm import Turn
 from spkflow.diar.windows import Window, plan_windows, relabel, windows_to_turns
 from spkflow.score.calibration import LogisticCalibration
@@ -22,6 +22,10 @@ def _speaker_runs(k: int, per: int = 12, dim: int = 32, noise: float = 0.35, see
     truth = np.repeat(order, per)
     x = centres[truth] + noise * rng.standard_normal((len(truth), dim)) * np.linalg.norm(centres[0]) / np.sqrt(dim)
     return x, truth
+
+
+def l2(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def _agree(a, b) -> bool:
@@ -190,15 +194,65 @@ def test_resegment_smooths_over_neighbouring_windows():
     assert resegment(x, labels, smooth=0)[2] == 1  # what the smoothing prevents
 
 
+def test_a_forced_count_is_not_spent_on_outlying_windows():
+    """8 speakers of 60 windows each and 3 outlying windows (each like no speaker): the tree cut at
+    8 clusters would spend 3 of them on the outliers and put 3 speakers in the others; the forced
+    count counts only clusters of >= MIN_SHARE of the windows, so each speaker gets its own."""
+    x, truth = _speaker_runs(8, per=30, dim=64, noise=0.2, seed=3)
+    rng = np.random.default_rng(9)
+    out = 3.0 * np.linalg.norm(x[0]) * l2(rng.standard_normal((3, x.shape[1])))
+    at = [100, 250, 400]
+    x = np.insert(x, at, out, axis=0)
+    y = l2(x)
+    labels = ahc_labels(y @ y.T, 0.0, num_speakers=8)
+    assert len(set(labels.tolist())) == 8
+    speakers = np.delete(labels, [a + i for i, a in enumerate(at)])
+    assert _agree(speakers, truth)
+
+
+def test_resegment_keeps_a_forced_count():
+    """A cluster whose every window is nearer another speaker's centroid is emptied by plain
+    resegmentation, and kept (with its window) when the count is forced (``keep``)."""
+    x, truth = _speaker_runs(2, noise=0.2)
+    y = l2(x)
+    labels = truth.copy()
+    labels[5] = 2  # a third cluster of one window inside speaker 0's run
+    assert len(set(resegment(y, labels, min_windows=0).tolist())) == 2
+    kept = resegment(y, labels, keep=True)
+    assert sorted(set(kept.tolist())) == [0, 1, 2] and kept[5] == 2
+
+
+def test_resegmentation_by_default_only_with_a_forced_count():
+    """The default (``resegment=None``): an estimated count is AHC's own (leave-one-corpus-out,
+    RESULTS.md), a forced one is resegmented (its windows reassigned, no cluster emptied), and so
+    is a long recording's."""
+    x, truth = _speaker_runs(2, noise=0.2)
+    x[10] = -x[10]  # a window like no one: a cluster of its own, which resegmentation dissolves
+    y = l2(x)
+    cal = Scoring()
+    est = cluster_recording(x, cal, DiarOptions(method="ahc", centre="none", threshold=0.5))
+    assert est.tolist() == ahc_labels(y @ y.T, 0.5).tolist()
+    assert len(set(est.tolist())) == 3 and len(set(resegment(y, est).tolist())) == 2
+    forced = cluster_recording(x, cal, DiarOptions(method="ahc", centre="none", num_speakers=2))
+    assert forced.tolist() == resegment(y, ahc_labels(y @ y.T, 0.0, num_speakers=2), keep=True).tolist()
+    assert "resegmented from 600 windows" in DiarOptions().describe()
+    assert "resegmented from" not in DiarOptions(num_speakers=2).describe()
+    long, _ = _speaker_runs(2, per=RESEGMENT_FROM // 4, noise=0.2)  # as many windows as 7.5 minutes
+    long[10] = -long[10]
+    opts = DiarOptions(method="ahc", centre="none", threshold=0.5)
+    assert len(set(ahc_labels(l2(long) @ l2(long).T, 0.5).tolist())) == 3
+    assert len(set(cluster_recording(long, cal, opts).tolist())) == 2  # resegmented
+
+
 def test_a_forced_count_the_windows_cannot_give_is_said(caplog):
     """1000 speakers asked of one speaker's 11 windows: at most one speaker per window (fewer where
-    resegmentation empties a cluster), and a warning naming the recording says so (not silently)."""
+    the windows give), and a warning naming the recording says so (not silently)."""
     x, _ = _speaker_runs(1, per=6)
     ws = [Window("r", 0.75 * i, 0.75 * i + 1.5) for i in range(11)]
     opts = DiarOptions(method="ahc", num_speakers=1000)
     turns = diarize_recording(ws, x[:11], [(0.0, ws[-1].end)], Scoring(), opts)
     found = len({t.speaker for t in turns})
-    assert 1 < found <= 11
+    assert found == 11  # a forced count is kept through resegmentation
     assert f"r: 1000 speakers asked, {found} found: it has 11 windows of at most 1.50 s" in caplog.text
 
 

@@ -74,6 +74,26 @@ def test_embedder_diarize_oracle_and_energy(model, convs, tmp_path):
     assert emb.diarize(path, speech="energy")
 
 
+def test_eight_speakers_with_the_count_forced_give_eight(model, tmp_path):
+    """A simulated conversation of 8 speakers (3 minutes), the count forced: 8 speakers come back,
+    none holding much more of the speech than the most talkative reference speaker."""
+    convs = make_conversations(tmp_path, counts=(8,), duration=180.0, num_spk=8)
+    rs = load_recordings(convs, need_rttm=True)
+    rec = rs.recordings[0]
+    ref = rs.turns[rec]
+    assert len({t.speaker for t in ref}) == 8
+    turns = Embedder.from_pretrained(model).diarize(rs.wav[rec], speech=[(t.start, t.end) for t in ref], num_speakers=8)
+
+    def shares(ts):
+        by: dict[str, float] = {}
+        for t in ts:
+            by[t.speaker] = by.get(t.speaker, 0.0) + t.end - t.start
+        return {k: v / sum(by.values()) for k, v in by.items()}
+
+    assert len(shares(turns)) == 8
+    assert max(shares(turns).values()) <= 2 * max(shares(ref).values())
+
+
 def test_bin_diarize_one_rttm_per_file(model, convs, tmp_path):
     rs = load_recordings(convs, need_rttm=True)
     files = [rs.wav[r] for r in rs.recordings]

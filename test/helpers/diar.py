@@ -26,11 +26,16 @@ STATS = TurnStatistics(
 
 
 def make_conversations(
-    root: Path, counts=(2, 3), duration: float = 20.0, seed: int = 0, stats: TurnStatistics = STATS
+    root: Path,
+    counts=(2, 3),
+    duration: float = 20.0,
+    seed: int = 0,
+    stats: TurnStatistics = STATS,
+    num_spk: int = 6,
 ) -> Path:
     """Recording dir ``root/recs`` of one simulated conversation per entry of ``counts`` (its
-    speaker count), from 6 synthetic speakers x 4 utterances of 1-2.5 s."""
-    data = make_speakers(root / "pool", num_spk=6, num_utt=4, seed=seed, min_sec=1.0, max_sec=2.5)
+    speaker count), from ``num_spk`` synthetic speakers x 4 utterances of 1-2.5 s."""
+    data = make_speakers(root / "pool", num_spk=num_spk, num_utt=4, seed=seed, min_sec=1.0, max_sec=2.5)
     wav = read_kv(data / "wav.scp")
     pool: dict[str, list[str]] = {}
     for u, s in read_kv(data / "utt2spk").items():

@@ -67,7 +67,7 @@ max_speakers=8        # bound on the estimated speaker count
 backend=true          # cluster in the model's scoring space (its backend, e.g. WCCN)
 centre="set"          # centre on: set (every window of the set's recordings, no labels), none (the scoring's
                       # training mean) or recording (its own windows; in a one-speaker recording, that speaker)
-resegment=true        # reassign windows to the nearest speaker, similarities smoothed over neighbours
+resegment=auto        # reassign windows to the nearest speaker, smoothed (auto: the count given, or 600+ windows)
 threshold=            # where AHC stops: empty, the model's calibrated decision (LLR 0 at its prior); or a
                       # number tuned on held-out recordings (an LLR; a cosine without a scoring of ours)
 overlap=none          # none | oracle: also run the pipeline with a second speaker (the nearest other one in
