@@ -355,8 +355,9 @@ class Embedder:
         every ``shift`` s embedded by this model, clustered in its scoring's space (``method``:
         ``ahc`` stopped at the calibrated LLR, the default when the model has a calibration; else
         ``gmm``: stopped where a two-component fit of the recording's own window-pair scores puts
-        the change of speaker, no calibration needed; or ``spectral``), resegmented.  ``domain``: recordings like this one to centre on (raw
-        embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved by ``identify
+        the change of speaker, no calibration needed; or ``spectral``), resegmented when the count
+        is forced or the file long (600 windows).  ``domain``: recordings like this one to centre
+        on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved by ``identify
         --save``), as the recipe centres on the windows of its set; None: the training mean, which
         merges speakers of corpora unlike the training data's (egs/speechocean762/diar1/RESULTS.md).
         ``threshold``: where ``ahc`` stops (an LLR; a score without calibration), tuned on
