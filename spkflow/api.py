@@ -69,6 +69,7 @@ files, arrays and batches all give the recipe's extraction result.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,6 +88,8 @@ from spkflow.score.model_scoring import MIN_DOMAIN, PAIR, Scoring, Verdict
 
 if TYPE_CHECKING:
     from spkflow.diar.result import Diarization
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Embedder"]
 
@@ -203,9 +206,13 @@ class Embedder:
         *,
         domain: Any = "auto",
         min_speech: float = MIN_SPEECH,
+        calibration: str = "auto",
     ) -> Verdict:
         """Every pair of a list: audio files or raw embeddings ``[N, dim]``; a :class:`Verdict`
         of ``[N, N]`` arrays (symmetric; the diagonal scores each recording with itself).
+        ``calibration``: as ``verify --calibration`` (:meth:`Scoring.on_batch` on the list's
+        pairs: the list's own calibration, without labels, where it is large enough and the
+        model's evidently does not fit it; ``"model"``: always the model's).
         ``domain``: ``"auto"`` centres on the list itself when it holds at least
         :data:`~spkflow.score.model_scoring.MIN_DOMAIN` recordings (as ``verify --pairs`` does a
         batch), else the calibration set's mean (as :meth:`score`); or embeddings ``[M, dim]`` to
@@ -226,6 +233,10 @@ class Embedder:
             domain = e if (n >= MIN_DOMAIN and self.scoring.centres) else PAIR
         ia, ib = np.triu_indices(n)
         v = self.score(e[ia], e[ib], domain=domain)
+        scoring, batch = self.scoring.on_batch(v.norm_score[ia != ib], n, calibration)
+        if batch is not None and batch.used:
+            log.info("score_matrix: %s", batch.reason)
+            v = scoring.verdict(v.score, v.norm_score)
 
         def full(x: Any) -> Any:
             if x is None:

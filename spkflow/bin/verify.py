@@ -2,7 +2,8 @@
 
     python -m spkflow.bin.verify --model MODEL A.wav B.wav
     python -m spkflow.bin.verify --model MODEL --pairs pairs.txt [--data DATA_DIR] [--xvector-scp SCP] \\
-        [--domain-mean auto|pairs|calibration|train|PATH] [--p-target 0.5] [--out scores.jsonl] [--skip-bad true]
+        [--domain-mean auto|pairs|calibration|train|PATH] [--calibration auto|batch|model] [--p-target 0.5] \\
+        [--out scores.jsonl] [--skip-bad true]
 
 MODEL is a model dir, a packed ``.zip`` or an ``.onnx`` file (:meth:`spkflow.Embedder.from_pretrained`).
 ``--pairs``: lines ``a b`` or ``a b target|nontarget`` naming audio files, or with ``--data``
@@ -18,8 +19,10 @@ calibrated log-likelihood ratio) and ``same_speaker`` (``llr`` above the thresho
 pair with a recording of too little voiced speech (``--min-speech``), and ``note`` for a file cut short
 (scored on what decodes); a summary goes to the log (for labelled pairs: EERs, Cllr and the
 decisions' error rates).  A model without a calibration (an older
-pack, ONNX) gives ``llr`` and ``same_speaker`` null and says so.  Work and guarantees:
-:mod:`spkflow.deploy.decisions`.  Exit status 1 with a line naming the file on bad input.
+pack, ONNX) gives ``llr`` and ``same_speaker`` null and says so.  ``--calibration auto``: a batch
+of >= 200 pairs of >= 10 recordings whose own scores put the model's threshold too low is decided
+by its own calibration (no labels read); else the model's decides (the log says which, and why).
+Work and guarantees: :mod:`spkflow.deploy.decisions`.  Exit status 1 with a line naming the file on bad input.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.deploy.decisions import DOMAINS, Recordings, domain_embeddings, file_ids, pairs_from, verify_pairs
 from spkflow.features.speech import MIN_SPEECH
-from spkflow.score.model_scoring import MIN_DOMAIN, Decision
+from spkflow.score.model_scoring import CALIBRATIONS, MIN_DOMAIN, Decision
 from spkflow.score.trial_scoring import read_pairs
 
 
@@ -62,6 +65,8 @@ def get_parser() -> argparse.ArgumentParser:
         f"name >= {MIN_DOMAIN} recordings and calibration otherwise (auto, default), or the recordings of a data "
         "dir, an embedding scp or a saved gallery (identify --save, .npz) PATH like the scored ones",
     )
+    p.add_argument("--calibration", default="auto", choices=CALIBRATIONS, help="auto: the batch's own (no labels) "
+                   "when it puts the model's threshold too low; batch: when it fits; model: the model's")  # fmt: skip
     p.add_argument(
         "--p-target", type=probability, default=None, help="target prior of the decision (default: the model's)"
     )
@@ -115,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 skip_bad=args.skip_bad,
                 progress=args.progress,
                 min_speech=args.min_speech,
+                calibration=args.calibration,
             )
     except (InputError, UtteranceError, ValueError, OSError) as err:
         logging.error("%s", err)
@@ -127,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             f"; {s['little_speech_pairs']} pairs with a recording of fewer than {s['min_speech']:g} s of voiced "
             "speech: no decision ('warning' in their lines)"
         )
+    msg += f"; calibration: {s['calibration']['reason']}" if s["calibration"]["by"] else ""
     if "eer" in s:
         msg += f"; labelled: EER {s['eer']:.2f}% (plain cosine {s['eer_cosine']:.2f}%)"
     if "hter" in s:

@@ -30,6 +30,12 @@ What it guarantees
   or OGG cut short decodes without an error; ``make_data_dir`` calls it truncated by the same
   rule, :func:`spkflow.data.audio.truncation`) is scored on what decodes, with a ``note`` in its
   JSON lines and a warning on stderr.
+* **A batch is decided by its own calibration where the model's evidently does not fit it**
+  (``calibration="auto"``, :meth:`~spkflow.score.model_scoring.Scoring.on_batch`): at least
+  :data:`~spkflow.score.unsupervised_calibration.MIN_PAIRS` pairs of
+  :data:`~spkflow.score.unsupervised_calibration.MIN_RECORDINGS` recordings, a trusted
+  two-Gaussian fit of their scores (no labels read), and a threshold above the model's; else,
+  and always for one pair, the model's calibration decides, and the summary says which and why.
 * **A lone pair is not centred on itself**: ``domain="pairs"`` needs :data:`MIN_DOMAIN`
   recordings; under ``auto`` fewer are centred on the calibration set's mean (``PAIR``).
 * **Saved enrolment** (:mod:`spkflow.deploy.gallery`): :func:`identify` embeds the test
@@ -70,6 +76,7 @@ from spkflow.score.calibration import logit
 from spkflow.score.metrics import compute_eer
 from spkflow.score.model_scoring import MIN_DOMAIN, PAIR, Scoring, decision_metrics, indexed_cosine
 from spkflow.score.trial_scoring import Trials, read_embeddings
+from spkflow.score.unsupervised_calibration import BatchCalibration
 
 __all__ = [
     "DOMAINS",
@@ -256,6 +263,15 @@ def _centred_on(dom: np.ndarray | str | None, domain: str | np.ndarray, what: st
     return f"the {len(dom)} given recordings" if isinstance(domain, np.ndarray) else what
 
 
+def _calibration_said(scoring: Scoring, batch: BatchCalibration | None, mode: str) -> dict[str, Any]:
+    """The summary's ``calibration``: ``by`` (``batch``, ``model`` or None), ``reason``, the batch's fit."""
+    if scoring.calibration is None:
+        return {"by": None, "reason": "the model has no calibration: no LLRs, no decisions"}
+    if batch is None:
+        return {"by": "model", "reason": f"--calibration {mode}: the model's calibration decides"}
+    return {"by": "batch" if batch.used else "model", **batch.to_dict()}
+
+
 def verify_pairs(
     embedder: Any,
     pairs: Trials,
@@ -267,6 +283,7 @@ def verify_pairs(
     skip_bad: bool = False,
     progress: bool = True,
     min_speech: float = MIN_SPEECH,
+    calibration: str = "auto",
 ) -> dict[str, Any]:
     """Score ``pairs`` and write one JSON line per pair to ``out`` (``a``, ``b``, ``score`` the
     plain cosine, ``norm_score``, ``llr``, ``same_speaker``; ``label`` for labelled pairs);
@@ -274,7 +291,10 @@ def verify_pairs(
     :func:`~spkflow.score.model_scoring.decision_metrics` and both EERs).  ``domain``: one of
     :data:`DOMAINS`, or raw embeddings of recordings like these to centre on (:func:`domain_embeddings`).
     A pair with a recording of fewer than ``min_speech`` seconds of voiced speech gets
-    ``same_speaker`` null and a ``warning`` (:func:`speech_warning`)."""
+    ``same_speaker`` null and a ``warning`` (:func:`speech_warning`).  ``calibration``: one of
+    :data:`~spkflow.score.model_scoring.CALIBRATIONS` (:meth:`Scoring.on_batch`: the batch's own
+    calibration, without labels, where it is large enough and trusted); the summary's
+    ``calibration`` says which decided and why."""
     scoring = scoring if scoring is not None else embedder.scoring
     emb, bad = source.embed(embedder, [*pairs.enroll, *pairs.test], skip_bad=skip_bad, progress=progress)
     keep = np.array([a in emb and b in emb for a, b in zip(pairs.enroll, pairs.test, strict=True)], dtype=bool)
@@ -283,6 +303,7 @@ def verify_pairs(
     kept = pairs.subset(keep) if not keep.all() else pairs
     dom = _domain(domain, emb, scoring)
     result = scoring.score_trials(kept, emb, emb_source=pairs.path, domain=dom)
+    scoring, batch = scoring.on_batch(result.scores, len(emb), calibration)
     names = list(emb)
     pos = {n: i for i, n in enumerate(names)}
     ia = np.fromiter((pos[u] for u in kept.enroll), dtype=np.int64, count=len(kept))
@@ -320,6 +341,7 @@ def verify_pairs(
         "centred_on": _centred_on(dom, domain, f"the {len(emb)} recordings of the pairs", scoring),
         "scoring": scoring.label,
         "calibrated": scoring.calibration is not None,
+        "calibration": _calibration_said(scoring, batch, calibration),
     }
     labels = kept.target.astype(int)
     if kept.labelled and 0 < labels.sum() < len(labels):

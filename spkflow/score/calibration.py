@@ -184,14 +184,22 @@ def fit_logistic(
     reg: float = 1e-6,
     fitted_on: str = "",
     max_iter: int = 100,
+    weights: ArrayLike | None = None,
 ) -> LogisticCalibration:
     """Fit ``llr = w . x + b`` on labelled trials (see the module docstring for the objective).
 
     ``features``: [n] scores or [n, k] (score first, then quality measures); ``labels``: 1 for
     target trials.  ``reg``: L2 weight on ``w`` (not on ``b``), which keeps the fit finite on
-    separable trials."""
+    separable trials.  ``weights``: how much each trial counts within its class (>= 0; default
+    1 each); the batch's own calibration (:mod:`spkflow.score.unsupervised_calibration`) gives
+    every score twice, as a target and as a non-target, weighted by its estimated posteriors."""
     x = _features(features, "scores")
     t = _labels(labels, x.shape[0])
+    c = np.ones(x.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
+    if c.shape[0] != x.shape[0]:
+        raise ValueError(f"{x.shape[0]} rows of scores but {c.shape[0]} weights")
+    if not (np.isfinite(c).all() and (c >= 0).all()) or not (c[t].sum() > 0 and c[~t].sum() > 0):
+        raise ValueError("weights must be finite, >= 0, and give each class a positive total")
     names = tuple(names) if names is not None else ("score",) + tuple(f"q{i}" for i in range(1, x.shape[1]))
     if len(names) != x.shape[1]:
         raise ValueError(f"{x.shape[1]} feature columns but {len(names)} names")
@@ -201,7 +209,7 @@ def fit_logistic(
     z = np.hstack([(x - mu) / sd, np.ones((x.shape[0], 1))])
     off = logit(prior)
     # class weights: P / N_tar for targets, (1 - P) / N_non for non-targets; sign +1 / -1
-    wt = np.where(t, prior / t.sum(), (1.0 - prior) / (~t).sum())
+    wt = c * np.where(t, prior / c[t].sum(), (1.0 - prior) / c[~t].sum())
     sign = np.where(t, 1.0, -1.0)
     penalty = np.full(z.shape[1], reg)
     penalty[-1] = 0.0

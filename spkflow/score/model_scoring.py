@@ -78,8 +78,10 @@ from spkflow.score.trial_scoring import (
     read_trials,
     score_trials,
 )
+from spkflow.score.unsupervised_calibration import GATE, BatchCalibration, calibrate_batch
 
 __all__ = [
+    "CALIBRATIONS",
     "MIN_DOMAIN",
     "PAIR",
     "SCORING_FILES",
@@ -102,6 +104,11 @@ FORMAT_VERSION = 1
 MIN_DOMAIN = 10
 #: ``domain`` of a lone pair (or fewer than MIN_DOMAIN recordings): the calibration set's mean
 PAIR = "pair"
+#: how a batch of pairs is calibrated (:meth:`Scoring.on_batch`): ``auto`` the batch's own
+#: calibration when trusted and it raises the model's threshold by more than
+#: :data:`~spkflow.score.unsupervised_calibration.GATE` std, else the model's; ``batch`` the
+#: batch's own whenever trusted; ``model`` always the model's (the behaviour before)
+CALIBRATIONS = ("auto", "batch", "model")
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,26 @@ class Scoring:
 
     def with_decision(self, decision: Decision) -> Scoring:
         return replace(self, decision=decision)
+
+    def on_batch(self, scores: Any, n_recordings: int, mode: str = "auto") -> tuple[Scoring, BatchCalibration | None]:
+        """This scoring with the calibration a batch of pairs is decided by (``mode``, one of
+        :data:`CALIBRATIONS`): ``scores`` the batch's final scores, ``n_recordings`` how many
+        recordings its pairs name.  Returns the scoring (the batch's own calibration in place of
+        the model's when :func:`~spkflow.score.unsupervised_calibration.calibrate_batch` says so)
+        and that outcome, whose ``reason`` says which decides and why (None: the model has no
+        calibration, or ``model``)."""
+        if mode not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {mode!r}")
+        if self.calibration is None or mode == "model":
+            return self, None
+        b = calibrate_batch(
+            scores,
+            n_recordings=n_recordings,
+            model=self.calibration,
+            threshold=self.decision.threshold,
+            gate=GATE if mode == "auto" else -np.inf,
+        )
+        return (replace(self, calibration=b.calibration) if b.used else self), b
 
     # ------------------------------------------------------------------ building
     @classmethod

@@ -164,6 +164,8 @@ def test_verify_two_files_equals_the_api_and_audio_equals_embeddings(scored, tmp
     (row,) = jsonl(p.stdout)
     assert row["a"] == a and row["b"] == b and "label" not in row
     assert "centred on the calibration set's mean" in p.stderr and "WCCN, AS-norm (top 3)" in p.stderr
+    # one pair keeps the model's calibration, and the log says so
+    assert "calibration: 1 pairs of 2 recordings: too few for the batch's own calibration" in p.stderr
     v = Embedder.from_pretrained(d["pack"]).verify(a, b)
     assert isinstance(v.llr, float) and isinstance(v.same_speaker, bool)
     # the API in this process, the command in another: the same code on the same two files.
@@ -596,3 +598,78 @@ def test_output_is_valid_json_even_when_a_score_is_not_a_number(scored):
     rows = [json.loads(line, **strict) for line in out.getvalue().splitlines()]
     assert len(rows) == 2 and all(t["llr"] is None for r in rows for t in r["top"])
     assert all(r["speaker"] is None and "no finite LLR" in r["warning"] for r in rows)
+
+
+def test_a_batch_the_models_calibration_does_not_fit_is_decided_by_its_own(tmp_path):
+    """verify_pairs over an embedding scp (kaldiio arks written here): 30 speakers x 4 recordings,
+    all 7,140 labelled pairs, a model calibration whose threshold is far too low (cosine 0.1 for
+    cosines of unrelated vectors ~ N(0, 0.18)).  ``auto`` decides by the batch's own calibration,
+    fitted without the labels, and says so; ``model`` keeps the model's; a lone pair keeps it too."""
+    import io
+
+    import kaldiio
+
+    from spkflow.deploy.decisions import Recordings, verify_pairs
+    from spkflow.score.calibration import LogisticCalibration
+    from spkflow.score.model_scoring import Scoring
+    from spkflow.score.trial_scoring import read_pairs
+
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((30, 32))
+    names = [f"s{s:02d}-r{r}" for s in range(30) for r in range(4)]
+    vecs = {n: centres[int(n[1:3])] + 0.8 * rng.standard_normal(32) for n in names}
+    scp = tmp_path / "xvector.scp"
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'xvector.ark'},{scp}") as w:
+        for n in names:
+            w(n, vecs[n].astype(np.float32))
+    pairs = tmp_path / "pairs"
+    pairs.write_text("".join(f"{a} {b} {'target' if a[:3] == b[:3] else 'nontarget'}\n"
+                             for i, a in enumerate(names) for b in names[i + 1 :]))  # fmt: skip
+    scoring = Scoring(calibration=LogisticCalibration((20.0,), -2.0, fitted_on="another corpus"))
+
+    def run_verify(mode: str, trials: Path = pairs) -> tuple[list[dict], dict]:
+        out = io.StringIO()
+        s = verify_pairs(None, read_pairs(trials), out, source=Recordings(xvector_scp=str(scp)), scoring=scoring,
+                         progress=False, calibration=mode)  # fmt: skip
+        return jsonl(out.getvalue()), s
+
+    rows, s = run_verify("auto")
+    assert len(rows) == 7140 and s["calibration"]["by"] == "batch"
+    assert "the batch's own calibration decides" in s["calibration"]["reason"]
+    cal = LogisticCalibration.from_dict(s["calibration"]["calibration"])
+    assert cal.weights[0] > 0 and -cal.bias / cal.weights[0] > 0.2  # the threshold moved up, from cosine 0.1
+    assert all(r["same_speaker"] == (r["llr"] > 0) for r in rows)
+    tol = 1e-6 * cal.weights[0] + 2e-6  # the JSON's 6 decimals of norm_score and llr
+    assert all(abs(r["llr"] - float(cal.llr([r["norm_score"]])[0])) < tol for r in rows[:50])
+    model_rows, m = run_verify("model")
+    assert m["calibration"]["by"] == "model" and "--calibration model" in m["calibration"]["reason"]
+    assert all(abs(r["llr"] - (20.0 * r["norm_score"] - 2.0)) < 3e-5 for r in model_rows[:50])
+    assert s["hter"] < 0.5 * m["hter"]  # measured: 5.8 against 15.8 (%)
+    one = tmp_path / "one"
+    one.write_text(f"{names[0]} {names[4]}\n")
+    (row,), s1 = run_verify("auto", one)
+    assert s1["calibration"]["by"] == "model" and "1 pairs of 2 recordings: too few" in s1["calibration"]["reason"]
+    assert row["llr"] == pytest.approx(20.0 * row["norm_score"] - 2.0, abs=1e-5)
+
+
+def test_the_apis_score_matrix_of_a_large_list_is_calibrated_on_it(scored):
+    """Embedder.score_matrix over 120 raw embeddings of 30 well-separated speakers, with a model
+    calibration whose threshold is far too low: the list's own calibration decides (as verify's
+    batch), ``calibration="model"`` keeps the model's, and a list of 3 keeps it too."""
+    from spkflow import Embedder
+    from spkflow.score.calibration import LogisticCalibration
+    from spkflow.score.model_scoring import Scoring
+
+    emb = Embedder.from_pretrained(scored["pack"])
+    emb.scoring = Scoring(calibration=LogisticCalibration((20.0,), -2.0))
+    rng = np.random.default_rng(1)
+    centres = rng.standard_normal((30, emb.dim))
+    spk = np.repeat(np.arange(30), 4)
+    vecs = centres[spk] + 0.5 * rng.standard_normal((120, emb.dim))  # the tiny model's 16 dims: closer speakers
+    own, model = emb.score_matrix(vecs), emb.score_matrix(vecs, calibration="model")
+    off = ~np.eye(120, dtype=bool)
+    assert np.allclose(model.llr, 20.0 * model.norm_score - 2.0)
+    same = spk[:, None] == spk[None, :]
+    fa_own, fa_model = own.same_speaker[off & ~same].mean(), model.same_speaker[off & ~same].mean()
+    assert fa_own < 0.5 * fa_model  # the threshold moved up (measured: 0.6 % against 33.7 % false alarms)
+    assert np.allclose(emb.score_matrix(vecs[:3]).llr, 20.0 * model.norm_score[:3, :3] - 2.0)
