@@ -638,41 +638,38 @@ def _(ctx: Ctx) -> tuple[str, str]:
     return ("WEAK" if p.returncode == 0 else "OK"), tail(p)
 
 
-def _gallery(ctx: Ctx) -> Path:
+def _damaged_gallery(ctx: Ctx, damage: Callable[[dict], None], named: str) -> tuple[str, str]:
+    """A saved enrolment (identify --save) changed by ``damage`` (its arrays by name), then used:
+    OK when identify refuses it naming the file and ``named``."""
+    import numpy as np
+
     enrol = ctx.speakers("enrol", 2, 2)
     g = ctx.work / "g.npz"
     p = ctx.spk("identify", "--model", ctx.model, "--enrol", enrol, "--save", g)
     if p.returncode:
         raise RuntimeError(f"identify --save: {tail(p)}")
-    return g
+    with np.load(g) as z:
+        parts = {k: z[k] for k in z.files}
+    damage(parts)
+    np.savez(g, **parts)
+    p = ctx.spk("identify", "--model", ctx.model, "--gallery", g, ctx.voice(ctx.work / "t.wav"))
+    ok = p.returncode == 1 and str(g) in p.stderr and named in p.stderr
+    return ("OK" if ok else "WEAK"), said(p)
 
 
 @probe("gallery-nan", "WEAK", "a gallery (identify --save) with NaN is not named")
 def _(ctx: Ctx) -> tuple[str, str]:
     import numpy as np
 
-    g = _gallery(ctx)
-    with np.load(g) as z:
-        parts = {k: z[k] for k in z.files}
-    parts["emb"][1, 0] = np.nan
-    np.savez(g, **parts)
-    p = ctx.spk("identify", "--model", ctx.model, "--gallery", g, ctx.voice(ctx.work / "t.wav"))
-    ok = p.returncode == 1 and str(g) in p.stderr and "NaN" in p.stderr
-    return ("OK" if ok else "WEAK"), said(p)
+    def nan(parts: dict) -> None:
+        parts["emb"][1, 0] = np.nan
+
+    return _damaged_gallery(ctx, nan, "NaN")
 
 
 @probe("gallery-dimension", "WEAK", "a gallery of the wrong dimension is not named")
 def _(ctx: Ctx) -> tuple[str, str]:
-    import numpy as np
-
-    g = _gallery(ctx)
-    with np.load(g) as z:
-        parts = {k: z[k] for k in z.files}
-    parts["emb"] = parts["emb"][:, :-3]
-    np.savez(g, **parts)
-    p = ctx.spk("identify", "--model", ctx.model, "--gallery", g, ctx.voice(ctx.work / "t.wav"))
-    ok = p.returncode == 1 and str(g) in p.stderr and "dimension" in p.stderr
-    return ("OK" if ok else "WEAK"), said(p)
+    return _damaged_gallery(ctx, lambda parts: parts.update(emb=parts["emb"][:, :-3]), "dimension")
 
 
 @probe("bench-fuse3-missing", "WEAK", "bench_slow_storage.py without fuse3: a raw FileNotFoundError 'fusermount3'")
