@@ -10,19 +10,12 @@ import json
 import pytest
 
 from helpers.diar import make_conversations, write_tone_speech
-from helpers.models import make_scored_model_dir
 from spkflow import Embedder
 from spkflow.bin import diarize as diarize_cmd
 from spkflow.diar.recordings import load_recordings
 from spkflow.diar.result import Diarization
 from spkflow.diar.rttm import Turn, read_rttm, write_rttm
 from spkflow.sim.conversations import load_statistics, save_statistics, simulate_conversation, turn_statistics
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("model")
-    return make_scored_model_dir(tmp / "model", tmp / "audio")
 
 
 @pytest.fixture(scope="module")

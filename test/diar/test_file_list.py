@@ -13,18 +13,11 @@ import pytest
 import soundfile as sf
 
 from helpers.diar import write_tone_speech
-from helpers.models import make_scored_model_dir
 from spkflow import Embedder
 from spkflow.bin import diarize as diarize_cmd
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.diar.file_list import MARKER
 from spkflow.diar.rttm import read_rttm
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("model")
-    return make_scored_model_dir(tmp / "model", tmp / "audio")
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,12 @@ import logging
 import pytest
 
 from helpers.diar import embed_windows, make_conversations, write_tone_speech
-from helpers.models import make_scored_model_dir
 from spkflow import Embedder
 from spkflow.data.tables import read_kv
 from spkflow.diar.pipeline import DiarOptions
 from spkflow.diar.recipe_stages import cluster_set, make_windows, score_set
 from spkflow.diar.recordings import load_recordings, write_recordings
 from spkflow.diar.rttm import Turn, read_rttm, write_rttm
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("model")
-    return make_scored_model_dir(tmp / "model", tmp / "audio")
 
 
 def _set_with_odd_recordings(tmp_path):
