@@ -15,8 +15,6 @@ import os
 from pathlib import Path
 
 import pytest
-import threadpoolctl
-import torch
 
 from helpers.audio import make_speakers
 from helpers.compat import settle_speechbrain_redirects
@@ -25,7 +23,6 @@ from helpers.paths import db_var
 # The real Slurm / Grid Engine fixtures, once per session for every test module (a module that
 # imported them itself would start a second cluster beside the first).
 from helpers.schedulers import sge_cluster, slurm_cluster  # noqa: F401
-from spkflow.core.threads import THREAD_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -88,30 +85,6 @@ def _speechbrain_redirects():
     """After a test that imported SpeechBrain, before the next property test (helpers.compat)."""
     yield
     settle_speechbrain_redirects()
-
-
-@pytest.fixture(autouse=True)
-def _thread_pools():
-    """A command's main called in the test process pins its thread pools to the job's share
-    (spkflow.core.threads, the environment included): put them back as this process started
-    after the test, so that a later test's one-thread bit-exactness does not depend on which
-    tests ran before it."""
-    yield
-    if any(os.environ.get(name) != value for name, value in _THREAD_ENV.items()):
-        for name, value in _THREAD_ENV.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        threadpoolctl.threadpool_limits(limits=_POOLS)
-    if torch.get_num_threads() != _TORCH_THREADS:
-        torch.set_num_threads(_TORCH_THREADS)
-
-
-#: the thread settings this test process started with (the variables, every pool, torch's)
-_THREAD_ENV = {name: os.environ.get(name) for name in THREAD_ENV}
-_POOLS = {i["prefix"]: i["num_threads"] for i in threadpoolctl.threadpool_info()}
-_TORCH_THREADS = torch.get_num_threads()
 
 
 @pytest.fixture
