@@ -19,6 +19,7 @@ import pytest
 from helpers.audio import make_speakers
 from helpers.compat import settle_speechbrain_redirects
 from helpers.paths import db_var
+from helpers.suite import SCHEDULERS, unit_of_work
 
 # The real Slurm / Grid Engine fixtures, once per session for every test module (a module that
 # imported them itself would start a second cluster beside the first).
@@ -36,18 +37,6 @@ def _pack_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("SPKFLOW_CACHE", None)
     else:
         os.environ["SPKFLOW_CACHE"] = old
-
-
-SCHEDULERS = "schedulers"  # test/schedulers: one unit of work (one real Slurm and one Grid Engine per host)
-
-
-def unit_of_work(nodeid: str) -> str:
-    """What one worker runs together under ``pytest -n N``: a test file (its module fixtures, a
-    trained model or a prepared recipe, are built once, on one worker), and every file of
-    test/schedulers as one (the session's Slurm and Grid Engine are started once: two workers would
-    each start their own, and Grid Engine has one cell per host)."""
-    path = nodeid.split("::", 1)[0]
-    return SCHEDULERS if SCHEDULERS in path.split("/")[:-1] else path  # from any rootdir
 
 
 def pytest_xdist_make_scheduler(config, log):

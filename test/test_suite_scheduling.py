@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SCHEDULERS, unit_of_work
+from helpers.suite import SCHEDULERS, unit_of_work
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 

@@ -262,7 +262,8 @@ def supervise(argv: Sequence[str], grace: float = 5.0, name: str | None = None) 
                 _say(f"{name}: stopping {len(left)} process(es) it left running: {left[:8]}")
                 _signal_all(left, signal.SIGTERM)
                 deadline = time.monotonic() + grace
-            elif time.monotonic() >= deadline and left:
+            elif left and (waited_for or time.monotonic() >= deadline):
+                # past the deadline, and at every poll while a checkpoint is being written
                 writing = [] if hurry or (cap is not None and time.monotonic() >= cap) else saving(left)
                 if writing:  # a checkpoint being written at the signal: the kill waits for it, and what
                     # runs after it (its parents' exit traps) gets the grace from its end
@@ -270,7 +271,9 @@ def supervise(argv: Sequence[str], grace: float = 5.0, name: str | None = None) 
                     deadline = time.monotonic() + grace
                     if writing != waited_for:
                         _say(f"{name}: waiting for {len(writing)} process(es) writing a checkpoint: {writing[:8]}")
-                        waited_for = writing
+                    waited_for = writing
+                elif time.monotonic() < deadline:
+                    waited_for = []  # written: what is left has the grace from now
                 else:
                     if not killed:
                         why = signal.Signals(stop_sig or signal.SIGTERM).name

@@ -247,6 +247,46 @@ def test_a_process_writing_its_checkpoint_is_waited_for_beyond_the_grace(tmp_pat
     assert wait_until(lambda: not any(process_alive(q) for q in tree), 10) and not process_alive(stubborn)
 
 
+AFTER_SAVE = """import os, signal, sys, threading, time
+from spkflow.core.procs import SAVING_THREAD, name_this_thread
+
+def save():
+    name_this_thread(SAVING_THREAD)
+    time.sleep(5)  # ends 1 s past the second extension of the grace (2 s): at 2 and 4 s
+    name_this_thread("exiting")  # written; what follows (closing files, a parent's exit trap) is not saving
+    time.sleep(1.5)
+    with open(sys.argv[1] + ".done", "w") as f:
+        f.write("ok\\n")
+    os._exit(143)
+
+signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=save).start())
+with open(sys.argv[1] + ".ready", "w") as f:
+    f.write("ok\\n")
+while True:
+    time.sleep(1)
+"""
+
+
+def test_the_grace_after_a_checkpoint_counts_from_the_end_of_its_writing(tmp_path: Path) -> None:
+    """What runs after the checkpoint is written gets the whole grace (2 s) from the end of the
+    writing, not what is left of a grace counted from the last time the supervisor looked: before,
+    the supervisor looked only when a grace ran out (2, 4, 6 s after the signal), and a process that
+    ended its writing at 5 s and exited at 6.5 s was killed at 6 s (the CI's failure of
+    test_sigterm_to_a_new_recipe_in_training_checkpoints_and_stops_everything)."""
+    (tmp_path / "saver.py").write_text(AFTER_SAVE)
+    p = start(script(tmp_path, "stage.sh", f'"{sys.executable}" "{tmp_path}/saver.py" "$1"\n'), str(tmp_path / "x"))
+    try:
+        wait_file(tmp_path / "x.ready")
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=50)
+    finally:
+        p.kill()
+    err = p.stderr.read()
+    assert code == 143, err
+    assert "waiting for 1 process(es) writing a checkpoint" in err and "killing" not in err, err
+    assert (tmp_path / "x.done").read_text() == "ok\n", err
+
+
 def test_ctrl_z_suspends_the_whole_tree_and_fg_resumes_it(tmp_path: Path) -> None:
     p = start(script(tmp_path, "stage.sh", TRAPPED), str(tmp_path))
     try:
