@@ -29,7 +29,7 @@ import logging
 import sys
 
 from spkflow.api import Embedder
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import add_decision_options, int_at_least, probability
 from spkflow.bin.verify import json_output
 from spkflow.core.errors import InputError, UtteranceError
@@ -63,6 +63,7 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(InputError, UtteranceError, ValueError, OSError)
 def main(argv: list[str] | None = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
@@ -75,44 +76,40 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--remove changes a gallery: give --save GALLERY")
     if args.list and not args.data:
         parser.error("--list needs --data")
-    try:
-        emb = Embedder.from_pretrained(args.model, device=args.device)
-        logging.info("%s", emb.scoring_note)
-        enrol = enrolment(
+    emb = Embedder.from_pretrained(args.model, device=args.device)
+    logging.info("%s", emb.scoring_note)
+    enrol = enrolment(
+        emb,
+        enrol_dir=args.enrol,
+        gallery=args.gallery,
+        remove=args.remove.split(",") if args.remove else (),
+        save=args.save,
+        skip_bad=args.skip_bad,
+        progress=args.progress,
+    )
+    if not (args.files or args.data):
+        enrol()
+        return 0
+    if args.data:
+        tests = read_list(args.list) if args.list else DataDir(args.data).utts()
+    else:
+        tests = list(args.files)
+    domain = domain_choice(emb, args.domain_mean, progress=args.progress)
+    with json_output(args.out) as out:
+        s = identify(
             emb,
-            enrol_dir=args.enrol,
-            gallery=args.gallery,
-            remove=args.remove.split(",") if args.remove else (),
-            save=args.save,
+            tests,
+            out,
+            enrol=enrol,
+            test_source=Recordings(args.data),
+            top_k=args.top_k,
+            p_known=args.p_known,
+            threshold=args.threshold,
+            domain=domain,
             skip_bad=args.skip_bad,
             progress=args.progress,
+            min_speech=args.min_speech,
         )
-        if not (args.files or args.data):
-            enrol()
-            return 0
-        if args.data:
-            tests = read_list(args.list) if args.list else DataDir(args.data).utts()
-        else:
-            tests = list(args.files)
-        domain = domain_choice(emb, args.domain_mean, progress=args.progress)
-        with json_output(args.out) as out:
-            s = identify(
-                emb,
-                tests,
-                out,
-                enrol=enrol,
-                test_source=Recordings(args.data),
-                top_k=args.top_k,
-                p_known=args.p_known,
-                threshold=args.threshold,
-                domain=domain,
-                skip_bad=args.skip_bad,
-                progress=args.progress,
-                min_speech=args.min_speech,
-            )
-    except (InputError, UtteranceError, ValueError, OSError) as err:
-        logging.error("%s", err)
-        return 1
     rule = (
         "no calibration: closed-set ranking by score, no 'unknown'"
         if s["threshold"] is None

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from spkflow.api import Embedder
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import add_decision_options, probability
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError, UtteranceError
@@ -83,35 +83,32 @@ def json_output(path: str | None) -> Iterator[IO[str]]:
         yield f
 
 
+@exits_on(InputError, UtteranceError, ValueError, OSError)
 def main(argv: list[str] | None = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     setup_logging()
     if not ((args.pairs is not None and not args.recordings) or (args.pairs is None and len(args.recordings) == 2)):
         parser.error("give two recordings A B, or --pairs FILE")
-    try:
-        emb = Embedder.from_pretrained(args.model, device=args.device)
-        logging.info("%s", emb.scoring_note)
-        scoring = emb.scoring if args.p_target is None else emb.scoring.with_decision(Decision(args.p_target))
-        pairs = read_pairs(args.pairs) if args.pairs else pairs_from(args.recordings)
-        aliases = file_ids(args.data, [*pairs.enroll, *pairs.test]) if args.data else {}
-        domain = domain_choice(emb, args.domain_mean, progress=args.progress)
-        with json_output(args.out) as out:
-            s = verify_pairs(
-                emb,
-                pairs,
-                out,
-                source=Recordings(args.data, args.xvector_scp, aliases=aliases),
-                domain=domain,
-                scoring=scoring,
-                skip_bad=args.skip_bad,
-                progress=args.progress,
-                min_speech=args.min_speech,
-                calibration=args.calibration,
-            )
-    except (InputError, UtteranceError, ValueError, OSError) as err:
-        logging.error("%s", err)
-        return 1
+    emb = Embedder.from_pretrained(args.model, device=args.device)
+    logging.info("%s", emb.scoring_note)
+    scoring = emb.scoring if args.p_target is None else emb.scoring.with_decision(Decision(args.p_target))
+    pairs = read_pairs(args.pairs) if args.pairs else pairs_from(args.recordings)
+    aliases = file_ids(args.data, [*pairs.enroll, *pairs.test]) if args.data else {}
+    domain = domain_choice(emb, args.domain_mean, progress=args.progress)
+    with json_output(args.out) as out:
+        s = verify_pairs(
+            emb,
+            pairs,
+            out,
+            source=Recordings(args.data, args.xvector_scp, aliases=aliases),
+            domain=domain,
+            scoring=scoring,
+            skip_bad=args.skip_bad,
+            progress=args.progress,
+            min_speech=args.min_speech,
+            calibration=args.calibration,
+        )
     msg = f"{s['pairs']} pairs of {s['recordings']} recordings ({s['scoring']}, centred on {s['centred_on']})"
     if s["skipped_pairs"]:
         msg += f"; {s['skipped_pairs']} pairs left out: unreadable {', '.join(s['bad_recordings'])}"
