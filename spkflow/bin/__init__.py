@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable
 
 LOG_FORMAT = "%(asctime)s (%(module)s:%(lineno)d) %(levelname)s: %(message)s"
@@ -19,9 +20,10 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.basicConfig(level=level, format=LOG_FORMAT)
 
 
-def exits_on(*errors: type[Exception]) -> Callable[[Main], Main]:
+def exits_on(*errors: type[Exception], say: str | None = None) -> Callable[[Main], Main]:
     """Decorate a command's ``main``: one of ``errors`` (bad input, a failed write: each names its
-    file) ends it as one logged line, no traceback, and exit status 1."""
+    file) ends it as one logged line, no traceback, and exit status 1.  ``say``: the line goes to
+    standard error as ``<say>: <error>`` instead (the commands that log nothing else)."""
 
     def wrap(main: Main) -> Main:
         @functools.wraps(main)
@@ -29,7 +31,10 @@ def exits_on(*errors: type[Exception]) -> Callable[[Main], Main]:
             try:
                 return main(argv)
             except errors as err:
-                logging.error("%s", err, stacklevel=2)  # logged as the command's (its module) line
+                if say is None:
+                    logging.error("%s", err, stacklevel=2)  # logged as the command's (its module) line
+                else:
+                    print(f"{say}: {err}", file=sys.stderr)
                 return 1
 
         return run
