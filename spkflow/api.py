@@ -82,7 +82,7 @@ from spkflow.data.audio import read_audio, resample, to_mono_float
 from spkflow.deploy.decisions import Recordings
 from spkflow.embed.base import default_max_frames
 from spkflow.embed.open import inspect_model, open_embedder
-from spkflow.features.fbank import apply_frontend, compute_fbank, compute_vad
+from spkflow.features.fbank import wave_frontend
 from spkflow.features.speech import MIN_SPEECH, speech_seconds
 from spkflow.score.model_scoring import MIN_DOMAIN, PAIR, Scoring, Verdict
 
@@ -160,12 +160,7 @@ class Embedder:
         x = resample(x, sr, self.sample_rate)
         if self.toolkit != "spkflow":
             return b.prepare_wave(x)
-        feats = compute_fbank(x, self.sample_rate, b.fbank)
-        vad = compute_vad(feats, b.vad) if (b.use_vad and b.vad is not None) else None
-        out = apply_frontend(feats, vad, use_vad=b.use_vad, mean_norm=b.mean_norm)
-        if out.shape[0] == 0:
-            raise ValueError("no frames left after the frontend")
-        return out
+        return wave_frontend(x, self.sample_rate, b.fbank, b.vad, use_vad=b.use_vad, mean_norm=b.mean_norm)
 
     # ------------------------------------------------------------------ embeddings
     def embed(self, wave: Any, sample_rate: int) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""argparse value types shared by the command-line front ends, so that every command takes
-booleans the same way and rejects bad values with the same message.
+"""argparse value types (and option groups) shared by the command-line front ends, so that every
+command takes booleans the same way, rejects bad values with the same message and spells a shared
+option alike.
 
 The convention for a boolean option of a ``spkflow.bin`` command is the stage scripts' (and
 Kaldi's, ESPnet's ``str2bool``): ``--opt true|false``, registered with :func:`add_bool_option`.
@@ -12,7 +13,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["add_bool_option", "boolean", "float_at_least", "int_at_least", "str2bool"]
+__all__ = ["add_bool_option", "add_decision_options", "boolean", "float_at_least", "int_at_least", "str2bool"]
 
 
 def boolean(text: str) -> bool:
@@ -54,6 +55,24 @@ def add_bool_option(
     )
     if old_negative:
         parser.add_argument(old_negative, dest=dest, action="store_false", help=argparse.SUPPRESS)
+
+
+def add_decision_options(parser: argparse.ArgumentParser, *, min_speech: float, skip_bad: str) -> None:
+    """The options of the commands that decide on recordings (verify, identify): ``--out`` (the
+    JSON lines), ``--min-speech`` (default ``min_speech``), ``--skip-bad`` (``skip_bad``: what it
+    leaves out), ``--progress`` and ``--device``."""
+    parser.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of standard output")
+    parser.add_argument(
+        "--min-speech",
+        type=float,
+        default=min_speech,
+        metavar="SECONDS",
+        help=f"fewest seconds of voiced speech (energy VAD) a decision is made on; fewer: a null decision and a "
+        f"'warning' in the JSON line (default {min_speech}; 0: off)",
+    )
+    add_bool_option(parser, "--skip-bad", default=False, help=skip_bad)
+    add_bool_option(parser, "--progress", default=True, help="progress bar while embedding")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
 
 
 def int_at_least(lo: int) -> Callable[[str], int]:

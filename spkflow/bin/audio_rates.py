@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import int_at_least
 from spkflow.core.errors import InputError
 from spkflow.data.audio import native_rates
@@ -24,6 +24,7 @@ from spkflow.embed.packed import model_sample_rate
 from spkflow.features.fbank import FbankOptions
 
 
+@exits_on(InputError, OSError, ValueError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.audio_rates", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
@@ -33,17 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("data_dir")
     args = p.parse_args(argv)
     setup_logging()
-    try:
-        if args.rate:
-            want = args.rate
-        elif args.model_dir:
-            want = model_sample_rate(args.model_dir)
-        else:
-            want = int(FbankOptions.from_kaldi_conf(args.fbank_conf).sample_frequency)
-        rates, checked, unknown = native_rates(args.data_dir)
-    except (InputError, OSError, ValueError) as err:
-        logging.error("%s", err)
-        return 1
+    if args.rate:
+        want = args.rate
+    elif args.model_dir:
+        want = model_sample_rate(args.model_dir)
+    else:
+        want = int(FbankOptions.from_kaldi_conf(args.fbank_conf).sample_frequency)
+    rates, checked, unknown = native_rates(args.data_dir)
     seen = ", ".join(f"{r} Hz x {len(u)}" for r, u in sorted(rates.items())) or "none known"
     note = f", {unknown} unknown (pipes or unreadable headers)" if unknown else ""
     logging.info("%s: sample rates of %d recordings: %s%s", args.data_dir, checked, seen, note)

@@ -20,7 +20,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import int_at_least, probability
 from spkflow.core.errors import InputError
 from spkflow.score.calibration import calibration_trials_problem
@@ -43,24 +43,21 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(InputError, ValueError, OSError)
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
-    try:
-        scoring = fit_scoring(
-            args.trials,
-            args.xvector_scp,
-            backend_path=args.backend,
-            cohort_scp=args.cohort_scp,
-            cohort_size=args.cohort_size,
-            mean_scp=args.mean_scp,
-            decision=Decision(args.p_target),
-            set_name=args.set_name,
-        )
-        yaml_path, _ = scoring.save(args.out_dir)
-    except (InputError, ValueError, OSError) as err:
-        logging.error("%s", err)
-        return 1
+    scoring = fit_scoring(
+        args.trials,
+        args.xvector_scp,
+        backend_path=args.backend,
+        cohort_scp=args.cohort_scp,
+        cohort_size=args.cohort_size,
+        mean_scp=args.mean_scp,
+        decision=Decision(args.p_target),
+        set_name=args.set_name,
+    )
+    yaml_path, _ = scoring.save(args.out_dir)
     f = scoring.fitted
     _, few = calibration_trials_problem(f["n_target"], f["n_nontarget"])
     if few:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin import exits_on
 from spkflow.bin.argtypes import add_bool_option, boolean
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.core.threads import job_threads, limit_threads
@@ -47,6 +48,7 @@ def stamp(a: argparse.Namespace) -> str:
     return fbank_stamp(fbank, vad, a.compress, a.compression_method)
 
 
+@exits_on(InputError, UtteranceError, OutputError, ValueError, say="compute_fbank: ERROR")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(p)
@@ -59,25 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("job")
     a = p.parse_args(argv)
     limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
-    try:
-        fbank, vad = options(a)
-        print(f"fbank options:\n{fbank.to_kaldi_conf()}vad options:\n{vad.to_kaldi_conf()}", file=sys.stderr, end="")
-        extract_job(
-            a.data_dir,
-            a.utt_list,
-            a.ark_dir,
-            a.name,
-            a.job,
-            fbank,
-            vad,
-            compress=a.compress,
-            skip_bad=a.skip_bad,
-            progress=a.progress,
-            compression_method=a.compression_method,
-        )
-    except (InputError, UtteranceError, OutputError, ValueError) as e:
-        print(f"compute_fbank: ERROR: {e}", file=sys.stderr)
-        return 1
+    fbank, vad = options(a)
+    print(f"fbank options:\n{fbank.to_kaldi_conf()}vad options:\n{vad.to_kaldi_conf()}", file=sys.stderr, end="")
+    extract_job(
+        a.data_dir,
+        a.utt_list,
+        a.ark_dir,
+        a.name,
+        a.job,
+        fbank,
+        vad,
+        compress=a.compress,
+        skip_bad=a.skip_bad,
+        progress=a.progress,
+        compression_method=a.compression_method,
+    )
     return 0
 
 

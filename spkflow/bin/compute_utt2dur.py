@@ -11,11 +11,12 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.audio import write_utt2dur
 
 
+@exits_on(InputError, UtteranceError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="compute_utt2dur", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -23,11 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("data_dir")
     args = p.parse_args(argv)
     setup_logging()
-    try:
-        path = write_utt2dur(args.data_dir, progress=sys.stderr.isatty())
-    except (InputError, UtteranceError) as exc:
-        logging.error("%s", exc)
-        return 1
+    path = write_utt2dur(args.data_dir, progress=sys.stderr.isatty())
     logging.info("wrote %s", path)
     return 0
 

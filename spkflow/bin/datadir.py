@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spkflow.core.errors import InputError
 from spkflow.data.combine import combine_data, copy_data_dir
 from spkflow.data.datadir import DataDir
 from spkflow.data.fix import fix_data_dir
@@ -104,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 spk_suffix=args.spk_suffix,
                 log=say,
             )
-    except InputError as e:
-        print(f"{_script(args)}: error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:
+    except ValueError as e:  # InputError (it names the file and line) among them
         print(f"{_script(args)}: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # an unwritable destination, a full disk: the file and the reason, no traceback

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import add_bool_option, finite_float, int_at_least
 from spkflow.core.errors import InputError
 from spkflow.core.threads import job_threads, limit_threads
@@ -31,6 +31,7 @@ from spkflow.diar.rttm import read_rttm, turns_by_recording
 from spkflow.score.model_scoring import Scoring, has_scoring
 
 
+@exits_on(InputError, ValueError, OSError, RuntimeError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.diar_cluster", description=__doc__.split("\n")[0])
     p.add_argument("--work-dir", required=True)
@@ -69,30 +70,26 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging()
     limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
-    try:
-        scoring = Scoring.load(args.scoring_dir) if args.scoring_dir and has_scoring(args.scoring_dir) else Scoring()
-        opts = DiarOptions(
-            args.method,
-            args.num_speakers,
-            args.max_speakers,
-            args.backend,
-            args.centre,
-            {"auto": None, "true": True, "false": False}[args.resegment],
-            args.threshold,
-        )
-        counts = None
-        if args.reco2num_spk:
-            counts = {k: int(v) for k, v in read_kv(args.reco2num_spk, num_fields=2).items()}
-        overlap = None
-        if args.overlap_rttm:
-            if not os.path.isfile(args.overlap_rttm):
-                raise InputError(args.overlap_rttm, None, "no such file: oracle overlap needs the reference turns")
-            turns = turns_by_recording(read_rttm(args.overlap_rttm).turns)
-            overlap = {rec: overlap_regions(t) for rec, t in turns.items()}
-        n = cluster_set(args.work_dir, args.xvector_scp, args.out, scoring, opts, counts, overlap)
-    except (InputError, ValueError, OSError, RuntimeError) as err:
-        logging.error("%s", err)
-        return 1
+    scoring = Scoring.load(args.scoring_dir) if args.scoring_dir and has_scoring(args.scoring_dir) else Scoring()
+    opts = DiarOptions(
+        args.method,
+        args.num_speakers,
+        args.max_speakers,
+        args.backend,
+        args.centre,
+        {"auto": None, "true": True, "false": False}[args.resegment],
+        args.threshold,
+    )
+    counts = None
+    if args.reco2num_spk:
+        counts = {k: int(v) for k, v in read_kv(args.reco2num_spk, num_fields=2).items()}
+    overlap = None
+    if args.overlap_rttm:
+        if not os.path.isfile(args.overlap_rttm):
+            raise InputError(args.overlap_rttm, None, "no such file: oracle overlap needs the reference turns")
+        turns = turns_by_recording(read_rttm(args.overlap_rttm).turns)
+        overlap = {rec: overlap_regions(t) for rec, t in turns.items()}
+    n = cluster_set(args.work_dir, args.xvector_scp, args.out, scoring, opts, counts, overlap)
     extra = f", a second speaker in {n['overlap_turns']} overlap turns" if overlap is not None else ""
     logging.info(
         "%s (%s)%s: %d recordings, %d speakers -> %s",

@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.audio import format_duration
@@ -21,19 +21,16 @@ from spkflow.data.tables import write_kv
 from spkflow.diar.recordings import describe, load_recordings
 
 
+@exits_on(InputError, UtteranceError, OSError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.diar_data", description=__doc__.split("\n")[0])
     p.add_argument("reco_dir")
     add_bool_option(p, "--need-rttm", default=True, help="the reference rttm must be there")
     args = p.parse_args(argv)
     setup_logging()
-    try:
-        rs = load_recordings(args.reco_dir, need_rttm=args.need_rttm)
-        if not (Path(args.reco_dir) / "reco2dur").is_file():
-            write_kv(Path(args.reco_dir) / "reco2dur", {k: format_duration(v) for k, v in rs.durations.items()})
-    except (InputError, UtteranceError, OSError) as err:
-        logging.error("%s", err)
-        return 1
+    rs = load_recordings(args.reco_dir, need_rttm=args.need_rttm)
+    if not (Path(args.reco_dir) / "reco2dur").is_file():
+        write_kv(Path(args.reco_dir) / "reco2dur", {k: format_duration(v) for k, v in rs.durations.items()})
     for note in rs.notes:
         logging.warning("%s", note)
     logging.info("%s: %s", args.reco_dir, describe(rs))

@@ -14,11 +14,12 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.core.errors import InputError
 from spkflow.diar.recipe_stages import score_set
 
 
+@exits_on(InputError, ValueError, OSError, RuntimeError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.diar_score", description=__doc__.split("\n")[0])
     p.add_argument("reco_dir")
@@ -28,11 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", default=None, help="recording to plot ('': the first; default: no plot)")
     args = p.parse_args(argv)
     setup_logging()
-    try:
-        t = score_set(args.reco_dir, args.hyp_rttm, args.out_dir, args.title, args.plot)
-    except (InputError, ValueError, OSError, RuntimeError) as err:
-        logging.error("%s", err)
-        return 1
+    t = score_set(args.reco_dir, args.hyp_rttm, args.out_dir, args.title, args.plot)
     logging.info(
         "%s: DER forgiving %.2f%%, fair %.2f%%, full %.2f%% (miss %.2f, FA %.2f, confusion %.2f); JER %.2f%%; "
         "speaker-count error %.2f (%d recordings) -> %s/scores.md",

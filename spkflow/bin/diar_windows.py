@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import float_at_least
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.threads import job_threads, limit_threads
@@ -21,6 +21,7 @@ from spkflow.diar.recipe_stages import make_windows
 from spkflow.diar.speech import DETECTORS, SileroOptions
 
 
+@exits_on(InputError, UtteranceError, ValueError, OSError, RuntimeError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.diar_windows", description=__doc__.split("\n")[0])
     p.add_argument("reco_dir")
@@ -39,19 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging()
     limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
-    try:
-        n = make_windows(
-            args.reco_dir,
-            args.out_dir,
-            speech=args.speech,
-            window=args.window,
-            shift=args.shift,
-            min_window=args.min_window,
-            silero=args.silero_opts,
-        )
-    except (InputError, UtteranceError, ValueError, OSError, RuntimeError) as err:
-        logging.error("%s", err)
-        return 1
+    n = make_windows(
+        args.reco_dir,
+        args.out_dir,
+        speech=args.speech,
+        window=args.window,
+        shift=args.shift,
+        min_window=args.min_window,
+        silero=args.silero_opts,
+    )
     logging.info(
         "%d recordings (%d without speech): %d %s speech regions, %d windows of %.2f s every %.2f s -> %s",
         n["recordings"], n["silent"], n["regions"], args.speech, n["windows"], args.window, args.shift, args.out_dir,

@@ -32,7 +32,7 @@ import sys
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from spkflow.api import Embedder
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import add_bool_option, finite_float, float_at_least, int_at_least
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.core.lock import LockError
@@ -88,19 +88,16 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(InputError, UtteranceError, OutputError, LockError, ValueError, OSError, RuntimeError)
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging(logging.INFO if args.progress else logging.WARNING)
     limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
-    try:
-        a = args
-        settings = Settings(a.method, a.num_speakers, a.max_speakers, a.threshold, a.window, a.shift)  # field order
-        emb = Embedder.from_pretrained(args.model, device=args.device, toolkit=args.toolkit)
-        with logging_redirect_tqdm() if args.progress else contextlib.nullcontext():  # log lines above the bars
-            done = _run(emb, args, settings)
-    except (InputError, UtteranceError, OutputError, LockError, ValueError, OSError, RuntimeError) as err:
-        logging.error("%s", err)
-        return 1
+    a = args
+    settings = Settings(a.method, a.num_speakers, a.max_speakers, a.threshold, a.window, a.shift)  # field order
+    emb = Embedder.from_pretrained(args.model, device=args.device, toolkit=args.toolkit)
+    with logging_redirect_tqdm() if args.progress else contextlib.nullcontext():  # log lines above the bars
+        done = _run(emb, args, settings)
     logging.info("%d recordings diarized into %s", len(done), args.out)
     return 0
 

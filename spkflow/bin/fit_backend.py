@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import float_at_least, int_at_least
 from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv
@@ -39,25 +39,22 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(InputError, OSError)
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
 
-    try:
-        emb = read_embeddings(args.xvector_scp)
-        backend = fit_backend_on(
-            args.backend,
-            emb,
-            read_kv(args.utt2spk),
-            emb_source=args.xvector_scp,
-            utt2spk_source=args.utt2spk,
-            lda_dim=args.lda_dim,
-            reg=args.reg,
-        )
-        backend.save(args.out)
-    except (InputError, OSError) as err:
-        logging.error("%s", err)
-        return 1
+    emb = read_embeddings(args.xvector_scp)
+    backend = fit_backend_on(
+        args.backend,
+        emb,
+        read_kv(args.utt2spk),
+        emb_source=args.xvector_scp,
+        utt2spk_source=args.utt2spk,
+        lda_dim=args.lda_dim,
+        reg=args.reg,
+    )
+    backend.save(args.out)
     logging.info(
         "%s backend (reg %g, %d -> %d dims) fitted on %d utterances of %s -> %s",
         args.backend,

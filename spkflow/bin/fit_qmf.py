@@ -20,7 +20,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import add_bool_option, int_at_least
 from spkflow.core.errors import InputError
 from spkflow.score.eval_report import ScoringSetup, fit_qmf_file
@@ -42,23 +42,20 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(InputError, ValueError, OSError)
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
     setup = ScoringSetup(args.cohort_scp, args.cohort_size, args.mean_scp, args.backend, args.eval_mean)
-    try:
-        info = fit_qmf_file(
-            args.xvector_scp,
-            args.utt2spk,
-            args.out,
-            setup,
-            utt2dur=args.utt2dur,
-            num_trials=args.num_trials,
-            seed=args.seed,
-        )
-    except (InputError, ValueError, OSError) as err:
-        logging.error("%s", err)
-        return 1
+    info = fit_qmf_file(
+        args.xvector_scp,
+        args.utt2spk,
+        args.out,
+        setup,
+        utt2dur=args.utt2dur,
+        num_trials=args.num_trials,
+        seed=args.seed,
+    )
     weights = ", ".join(f"{k} {v:+.3g}" for k, v in info["weights"].items())
     logging.info(
         "QMF (%s) fitted on %d target + %d non-target training trials: EER %.2f%% -> %.2f%%, Cllr %.3f; "

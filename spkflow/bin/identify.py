@@ -29,12 +29,12 @@ import logging
 import sys
 
 from spkflow.api import Embedder
-from spkflow.bin import setup_logging
-from spkflow.bin.argtypes import add_bool_option, int_at_least, probability
+from spkflow.bin import exits_on, setup_logging
+from spkflow.bin.argtypes import add_decision_options, int_at_least, probability
 from spkflow.bin.verify import json_output
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.datadir import DataDir
-from spkflow.deploy.decisions import DOMAINS, Recordings, domain_embeddings, enrolment, identify, read_list
+from spkflow.deploy.decisions import Recordings, domain_choice, enrolment, identify, read_list
 from spkflow.features.speech import MIN_SPEECH
 
 
@@ -59,21 +59,11 @@ def get_parser() -> argparse.ArgumentParser:
         "(calibration), the training mean (train), pairs when there are >= 10 recordings and calibration "
         "otherwise (auto, default), or the recordings of a data dir or embedding scp PATH",
     )
-    p.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of standard output")
-    p.add_argument(
-        "--min-speech",
-        type=float,
-        default=MIN_SPEECH,
-        metavar="SECONDS",
-        help=f"fewest seconds of voiced speech (energy VAD) a decision is made on; fewer: a null decision and a "
-        f"'warning' in the JSON line (default {MIN_SPEECH}; 0: off)",
-    )
-    add_bool_option(p, "--skip-bad", default=False, help="leave out recordings that cannot be read")
-    add_bool_option(p, "--progress", default=True, help="progress bar while embedding")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    add_decision_options(p, min_speech=MIN_SPEECH, skip_bad="leave out recordings that cannot be read")
     return p
 
 
+@exits_on(InputError, UtteranceError, ValueError, OSError)
 def main(argv: list[str] | None = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
@@ -86,46 +76,40 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--remove changes a gallery: give --save GALLERY")
     if args.list and not args.data:
         parser.error("--list needs --data")
-    try:
-        emb = Embedder.from_pretrained(args.model, device=args.device)
-        logging.info("%s", emb.scoring_note)
-        enrol = enrolment(
+    emb = Embedder.from_pretrained(args.model, device=args.device)
+    logging.info("%s", emb.scoring_note)
+    enrol = enrolment(
+        emb,
+        enrol_dir=args.enrol,
+        gallery=args.gallery,
+        remove=args.remove.split(",") if args.remove else (),
+        save=args.save,
+        skip_bad=args.skip_bad,
+        progress=args.progress,
+    )
+    if not (args.files or args.data):
+        enrol()
+        return 0
+    if args.data:
+        tests = read_list(args.list) if args.list else DataDir(args.data).utts()
+    else:
+        tests = list(args.files)
+    domain = domain_choice(emb, args.domain_mean, progress=args.progress)
+    with json_output(args.out) as out:
+        s = identify(
             emb,
-            enrol_dir=args.enrol,
-            gallery=args.gallery,
-            remove=args.remove.split(",") if args.remove else (),
-            save=args.save,
+            tests,
+            out,
+            enrol=enrol,
+            test_source=Recordings(args.data),
+            top_k=args.top_k,
+            p_known=args.p_known,
+            threshold=args.threshold,
+            domain=domain,
             skip_bad=args.skip_bad,
             progress=args.progress,
+            min_speech=args.min_speech,
         )
-        if not (args.files or args.data):
-            enrol()
-            return 0
-        if args.data:
-            tests = read_list(args.list) if args.list else DataDir(args.data).utts()
-        else:
-            tests = list(args.files)
-        domain = args.domain_mean
-        if domain not in DOMAINS:
-            domain = domain_embeddings(emb, domain, progress=args.progress)
-        with json_output(args.out) as out:
-            s = identify(
-                emb,
-                tests,
-                out,
-                enrol=enrol,
-                test_source=Recordings(args.data),
-                top_k=args.top_k,
-                p_known=args.p_known,
-                threshold=args.threshold,
-                domain=domain,
-                skip_bad=args.skip_bad,
-                progress=args.progress,
-                min_speech=args.min_speech,
-            )
-    except (InputError, UtteranceError, ValueError, OSError) as err:
-        logging.error("%s", err)
-        return 1
     rule = (
         "no calibration: closed-set ranking by score, no 'unknown'"
         if s["threshold"] is None

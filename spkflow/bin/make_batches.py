@@ -85,10 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         t2 = time.perf_counter()
         write_batch_list(args.out, plan)
-    except InputError as e:
-        print(f"make_batches: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
+    except (InputError, OSError) as e:
         print(f"make_batches: error: {e}", file=sys.stderr)
         return 1
     t3 = time.perf_counter()

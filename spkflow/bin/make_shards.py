@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin import exits_on
 from spkflow.bin.argtypes import add_bool_option, int_at_least
 from spkflow.core.errors import InputError, OutputError, UtteranceError
 from spkflow.core.threads import job_threads, limit_threads
@@ -26,6 +27,7 @@ from spkflow.data.jobs import MergeError
 from spkflow.data.shard_jobs import merge, prepare, write_job
 
 
+@exits_on(InputError, OutputError, MergeError, UtteranceError, OSError, say="make_shards: ERROR")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="step", required=True)
@@ -48,19 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     pm.add_argument("nj", type=int_at_least(1))
     a = p.parse_args(argv)
     limit_threads(job_threads())  # torch, OpenMP and BLAS pools: the job's share
-    try:
-        if a.step == "prepare":
-            n = prepare(a.feats_dir, a.shard_dir, a.shard_utts, a.run, a.seed, a.audio, a.voiced and not a.audio)
-            print(f"make_shards: {n} shards planned in {a.shard_dir}/plan", file=sys.stderr)
-        elif a.step == "job":
-            n = write_job(a.feats_dir, a.shard_dir, a.job, a.nj, a.audio)
-            print(f"make_shards: job {a.job}: {n} shards written", file=sys.stderr)
-        else:
-            n, size = merge(a.shard_dir, a.nj)
-            print(f"make_shards: {n} shards, {size / 1e6:.1f} MB, in {a.shard_dir}/shards.list", file=sys.stderr)
-    except (InputError, OutputError, MergeError, UtteranceError, OSError) as e:
-        print(f"make_shards: ERROR: {e}", file=sys.stderr)
-        return 1
+    if a.step == "prepare":
+        n = prepare(a.feats_dir, a.shard_dir, a.shard_utts, a.run, a.seed, a.audio, a.voiced and not a.audio)
+        print(f"make_shards: {n} shards planned in {a.shard_dir}/plan", file=sys.stderr)
+    elif a.step == "job":
+        n = write_job(a.feats_dir, a.shard_dir, a.job, a.nj, a.audio)
+        print(f"make_shards: job {a.job}: {n} shards written", file=sys.stderr)
+    else:
+        n, size = merge(a.shard_dir, a.nj)
+        print(f"make_shards: {n} shards, {size / 1e6:.1f} MB, in {a.shard_dir}/shards.list", file=sys.stderr)
     return 0
 
 

@@ -18,13 +18,14 @@ import logging
 import sys
 from pathlib import Path
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import float_at_least, int_at_least, int_at_least_or_all
 from spkflow.core.errors import InputError
 from spkflow.corpora.trials import DEFAULT_MAX_TARGETS_PER_SPK, make_trials, write_trials
 from spkflow.data.datadir import DataDir
 
 
+@exits_on(InputError, ValueError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="make_trials", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -49,17 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging()
     out = Path(args.out) if args.out else Path(args.data_dir) / "trials"
-    try:
-        trials = make_trials(
-            DataDir(args.data_dir).utt2spk(),
-            args.nontarget_ratio,
-            args.seed,
-            args.max_per_spk,
-            max_targets_per_spk=args.max_targets_per_spk,
-        )
-    except (InputError, ValueError) as exc:
-        logging.error("%s", exc)
-        return 1
+    trials = make_trials(
+        DataDir(args.data_dir).utt2spk(),
+        args.nontarget_ratio,
+        args.seed,
+        args.max_per_spk,
+        max_targets_per_spk=args.max_targets_per_spk,
+    )
     write_trials(out, trials)
     ntar = sum(1 for t in trials if t[2])
     logging.info("wrote %s: %d target + %d nontarget trials", out, ntar, len(trials) - ntar)

@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import boolean
 from spkflow.core.errors import InputError, OutputError
 from spkflow.embed.run import MergeError, merge_embeddings
@@ -45,17 +45,12 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(MergeError, InputError, OutputError)
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
 
-    try:
-        rep = merge_embeddings(
-            args.data_dir, args.job_dir, args.out_dir, skip_bad=args.skip_bad, spk_mean=args.spk_mean
-        )
-    except (MergeError, InputError, OutputError) as err:
-        logging.error("%s", err)
-        return 1
+    rep = merge_embeddings(args.data_dir, args.job_dir, args.out_dir, skip_bad=args.skip_bad, spk_mean=args.spk_mean)
     bad = f", {len(rep.bad_utts)} bad utterance(s) left out (listed in {args.out_dir}/bad_utts)" if rep.bad_utts else ""
     logging.info(
         "%s: %d utterances, %s: %d speakers, %d dims%s",

@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin import exits_on
 from spkflow.bin.compute_fbank import add_options, stamp
 from spkflow.core.errors import InputError, OutputError
 from spkflow.features.jobs import filter_data_dir, merge_jobs
 
 
+@exits_on(InputError, OutputError, RuntimeError, ValueError, say="merge_fbank: ERROR")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(p)
@@ -30,28 +32,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("log_dir", nargs="?")
     a = p.parse_args(argv)
     removed: dict[str, int] = {}
-    try:
-        good, bad = merge_jobs(
-            a.data_dir,
-            a.out_dir,
-            a.ark_dir,
-            a.name,
-            a.nj,
-            a.log_dir,
-            stamp=stamp(a),
-            on_bad=lambda drop: removed.update(filter_data_dir(a.out_dir, drop)),
+    good, bad = merge_jobs(
+        a.data_dir,
+        a.out_dir,
+        a.ark_dir,
+        a.name,
+        a.nj,
+        a.log_dir,
+        stamp=stamp(a),
+        on_bad=lambda drop: removed.update(filter_data_dir(a.out_dir, drop)),
+    )
+    if bad:
+        what = ", ".join(f"{k} -{v}" for k, v in sorted(removed.items()))
+        print(
+            f"merge_fbank: WARNING: {bad} bad utterances left out (see {a.out_dir}/bad_utts); "
+            f"data dir filtered: {what}",
+            file=sys.stderr,
         )
-        if bad:
-            what = ", ".join(f"{k} -{v}" for k, v in sorted(removed.items()))
-            print(
-                f"merge_fbank: WARNING: {bad} bad utterances left out (see {a.out_dir}/bad_utts); "
-                f"data dir filtered: {what}",
-                file=sys.stderr,
-            )
-        print(f"merge_fbank: {good} utterances in {a.out_dir}/feats.scp", file=sys.stderr)
-    except (InputError, OutputError, RuntimeError, ValueError) as e:
-        print(f"merge_fbank: ERROR: {e}", file=sys.stderr)
-        return 1
+    print(f"merge_fbank: {good} utterances in {a.out_dir}/feats.scp", file=sys.stderr)
     return 0
 
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin import exits_on
 from spkflow.bin.argtypes import boolean
 from spkflow.core.errors import InputError
 from spkflow.embed.base import DTYPES, TOOLKITS, model_files, model_stamp
 from spkflow.embed.resemblyzer import stamp_options
 
 
+@exits_on(InputError, OSError, say="model_stamp: ERROR")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.model_stamp", description=__doc__.splitlines()[0])
     p.add_argument("toolkit", choices=TOOLKITS)
@@ -31,12 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="model precision (not float32: in the stamp)")
     p.add_argument("--trim-silences", type=boolean, default=True, help="resemblyzer: false is in the stamp")
     a = p.parse_args(argv)
-    try:
-        stamp = model_stamp(a.toolkit, *model_files(a.toolkit, a.model_dir, a.model_file), dtype=a.dtype)
-        print(" ".join([stamp, *stamp_options(a.trim_silences)]))
-    except (InputError, OSError) as err:
-        print(f"model_stamp: ERROR: {err}", file=sys.stderr)
-        return 1
+    stamp = model_stamp(a.toolkit, *model_files(a.toolkit, a.model_dir, a.model_file), dtype=a.dtype)
+    print(" ".join([stamp, *stamp_options(a.trim_silences)]))
     return 0
 
 

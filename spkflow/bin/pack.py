@@ -17,7 +17,7 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.core.errors import InputError
 from spkflow.deploy.pack import pack_model
 from spkflow.embed.packed import read_packed, unpack_model
@@ -39,35 +39,32 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(InputError)
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     setup_logging()
 
     if args.check is None and args.out is None:
         get_parser().error("--out is needed with --model-dir and --unpack")
-    try:
-        if args.check is not None:
-            packed = read_packed(args.check)
-            scoring = packed.scoring
-            logging.info(
-                "%s: a sound packed model (%s); scoring: %s",
-                args.check,
-                ", ".join(sorted(packed.members)),
-                scoring.label if scoring is not None else "plain cosine (no scoring.yaml)",
-            )
-            return 0
-        if args.unpack is not None:
-            out = unpack_model(args.unpack, args.out)
-            logging.info("unpacked %s into %s", args.unpack, out)
-            return 0
-        if not args.out.endswith(".zip"):
-            raise InputError(args.out, None, "the packed file must end in .zip")
-        out = pack_model(args.model_dir, args.out, results=args.results, name=args.name)
-        meta = read_packed(out).meta
-        logging.info("packed %s into %s: %s", args.model_dir, out, ", ".join(sorted(meta["files"])))
-    except InputError as err:
-        logging.error("%s", err)
-        return 1
+    if args.check is not None:
+        packed = read_packed(args.check)
+        scoring = packed.scoring
+        logging.info(
+            "%s: a sound packed model (%s); scoring: %s",
+            args.check,
+            ", ".join(sorted(packed.members)),
+            scoring.label if scoring is not None else "plain cosine (no scoring.yaml)",
+        )
+        return 0
+    if args.unpack is not None:
+        out = unpack_model(args.unpack, args.out)
+        logging.info("unpacked %s into %s", args.unpack, out)
+        return 0
+    if not args.out.endswith(".zip"):
+        raise InputError(args.out, None, "the packed file must end in .zip")
+    out = pack_model(args.model_dir, args.out, results=args.results, name=args.name)
+    meta = read_packed(out).meta
+    logging.info("packed %s into %s: %s", args.model_dir, out, ", ".join(sorted(meta["files"])))
     return 0
 
 

@@ -14,12 +14,13 @@ import argparse
 import logging
 import sys
 
-from spkflow.bin import setup_logging
+from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import float_at_least, int_at_least
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.sim.conversations import load_statistics, simulate_set
 
 
+@exits_on(InputError, UtteranceError, ValueError, OSError)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spkflow.bin.simulate_conversations", description=__doc__.split("\n")[0])
     p.add_argument("pool")
@@ -34,15 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix", default="sim")
     args = p.parse_args(argv)
     setup_logging()
-    try:
-        counts = simulate_set(
-            args.pool, load_statistics(args.stats), args.out_dir, args.audio_dir,
-            num_recordings=args.num_recordings, min_speakers=args.min_speakers, max_speakers=args.max_speakers,
-            duration=args.duration, seed=args.seed, prefix=args.prefix,
-        )  # fmt: skip
-    except (InputError, UtteranceError, ValueError, OSError) as err:
-        logging.error("%s", err)
-        return 1
+    counts = simulate_set(
+        args.pool, load_statistics(args.stats), args.out_dir, args.audio_dir,
+        num_recordings=args.num_recordings, min_speakers=args.min_speakers, max_speakers=args.max_speakers,
+        duration=args.duration, seed=args.seed, prefix=args.prefix,
+    )  # fmt: skip
     logging.info("%d conversations of %s speakers -> %s", len(counts), sorted(set(counts.values())), args.out_dir)
     return 0
 

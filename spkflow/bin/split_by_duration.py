@@ -11,21 +11,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin import exits_on
 from spkflow.core.errors import InputError
 from spkflow.data.jobs import write_split
 
 
+@exits_on(InputError, ValueError, say="split_by_duration")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data_dir")
     p.add_argument("nj", type=int)
     p.add_argument("out_dir")
     a = p.parse_args(argv)
-    try:
-        write_split(a.data_dir, a.out_dir, a.nj)
-    except (InputError, ValueError) as e:
-        print(f"split_by_duration: {e}", file=sys.stderr)
-        return 1
+    write_split(a.data_dir, a.out_dir, a.nj)
     return 0
 
 

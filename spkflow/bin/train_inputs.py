@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spkflow.bin import exits_on
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.checks import ConfigError
 from spkflow.train.config import load_train_config
@@ -32,13 +33,10 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_on(ConfigError, say="train_inputs: error")
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    try:
-        cfg = load_train_config(args.config)
-    except ConfigError as err:
-        print(f"train_inputs: error: {err}", file=sys.stderr)
-        return 1
+    cfg = load_train_config(args.config)
     if args.shards:
         fe = cfg["frontend"]
         print("audio" if fe["feats_type"] == "raw" else "voiced features" if fe["vad"] else "features")

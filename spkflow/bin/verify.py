@@ -35,11 +35,11 @@ from collections.abc import Iterator
 from typing import IO
 
 from spkflow.api import Embedder
-from spkflow.bin import setup_logging
-from spkflow.bin.argtypes import add_bool_option, probability
+from spkflow.bin import exits_on, setup_logging
+from spkflow.bin.argtypes import add_decision_options, probability
 from spkflow.core.atomic import atomic_write
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.deploy.decisions import DOMAINS, Recordings, domain_embeddings, file_ids, pairs_from, verify_pairs
+from spkflow.deploy.decisions import Recordings, domain_choice, file_ids, pairs_from, verify_pairs
 from spkflow.features.speech import MIN_SPEECH
 from spkflow.score.model_scoring import CALIBRATIONS, MIN_DOMAIN, Decision
 from spkflow.score.trial_scoring import read_pairs
@@ -70,18 +70,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--p-target", type=probability, default=None, help="target prior of the decision (default: the model's)"
     )
-    p.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of standard output")
-    p.add_argument(
-        "--min-speech",
-        type=float,
-        default=MIN_SPEECH,
-        metavar="SECONDS",
-        help=f"fewest seconds of voiced speech (energy VAD) a decision is made on; fewer: a null decision and a "
-        f"'warning' in the JSON line (default {MIN_SPEECH}; 0: off)",
-    )
-    add_bool_option(p, "--skip-bad", default=False, help="leave out pairs whose audio cannot be read")
-    add_bool_option(p, "--progress", default=True, help="progress bar while embedding")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    add_decision_options(p, min_speech=MIN_SPEECH, skip_bad="leave out pairs whose audio cannot be read")
     return p
 
 
@@ -94,37 +83,32 @@ def json_output(path: str | None) -> Iterator[IO[str]]:
         yield f
 
 
+@exits_on(InputError, UtteranceError, ValueError, OSError)
 def main(argv: list[str] | None = None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)
     setup_logging()
     if not ((args.pairs is not None and not args.recordings) or (args.pairs is None and len(args.recordings) == 2)):
         parser.error("give two recordings A B, or --pairs FILE")
-    try:
-        emb = Embedder.from_pretrained(args.model, device=args.device)
-        logging.info("%s", emb.scoring_note)
-        scoring = emb.scoring if args.p_target is None else emb.scoring.with_decision(Decision(args.p_target))
-        pairs = read_pairs(args.pairs) if args.pairs else pairs_from(args.recordings)
-        aliases = file_ids(args.data, [*pairs.enroll, *pairs.test]) if args.data else {}
-        domain = args.domain_mean
-        if domain not in DOMAINS:
-            domain = domain_embeddings(emb, domain, progress=args.progress)
-        with json_output(args.out) as out:
-            s = verify_pairs(
-                emb,
-                pairs,
-                out,
-                source=Recordings(args.data, args.xvector_scp, aliases=aliases),
-                domain=domain,
-                scoring=scoring,
-                skip_bad=args.skip_bad,
-                progress=args.progress,
-                min_speech=args.min_speech,
-                calibration=args.calibration,
-            )
-    except (InputError, UtteranceError, ValueError, OSError) as err:
-        logging.error("%s", err)
-        return 1
+    emb = Embedder.from_pretrained(args.model, device=args.device)
+    logging.info("%s", emb.scoring_note)
+    scoring = emb.scoring if args.p_target is None else emb.scoring.with_decision(Decision(args.p_target))
+    pairs = read_pairs(args.pairs) if args.pairs else pairs_from(args.recordings)
+    aliases = file_ids(args.data, [*pairs.enroll, *pairs.test]) if args.data else {}
+    domain = domain_choice(emb, args.domain_mean, progress=args.progress)
+    with json_output(args.out) as out:
+        s = verify_pairs(
+            emb,
+            pairs,
+            out,
+            source=Recordings(args.data, args.xvector_scp, aliases=aliases),
+            domain=domain,
+            scoring=scoring,
+            skip_bad=args.skip_bad,
+            progress=args.progress,
+            min_speech=args.min_speech,
+            calibration=args.calibration,
+        )
     msg = f"{s['pairs']} pairs of {s['recordings']} recordings ({s['scoring']}, centred on {s['centred_on']})"
     if s["skipped_pairs"]:
         msg += f"; {s['skipped_pairs']} pairs left out: unreadable {', '.join(s['bad_recordings'])}"

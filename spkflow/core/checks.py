@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ConfigError", "check_choice", "check_factors", "check_keys", "check_range", "check_value"]
+__all__ = [
+    "ConfigError",
+    "check_choice",
+    "check_factors",
+    "check_keys",
+    "check_named_section",
+    "check_range",
+    "check_value",
+]
 
 
 class ConfigError(ValueError):
@@ -36,6 +44,23 @@ def check_choice(source: str, key: str, value: Any, choices: tuple[str, ...]) ->
     """Raise :class:`ConfigError` (``<source>: <key> must be a | b | c, got 'x'``) unless ``value`` is a choice."""
     if value not in choices:
         raise ConfigError(f"{source}: {key} must be {' | '.join(choices)}, got {value!r}")
+
+
+def check_named_section(
+    section: str,
+    cfg: Any,
+    allowed: Mapping[str, Mapping[str, Any] | set[str] | tuple[str, ...]],
+    source: str = "config",
+) -> tuple[str, dict[str, Any]]:
+    """A registry section such as ``model: {name: resnet, ...}``: its ``name`` (one of ``allowed``)
+    and a copy of its other keys, each of them one that ``allowed[name]`` accepts."""
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{source}: the {section} section must be a mapping with a 'name', got {cfg!r}")
+    cfg = dict(cfg)
+    name = cfg.pop("name", None)
+    check_choice(source, f"{section}.name", name, tuple(sorted(allowed)))
+    check_keys(section, cfg, allowed[name], source=source)
+    return name, cfg
 
 
 def check_value(source: str, key: str, value: Any, kind: str, lo: float | None = None, hi: float | None = None) -> None:

@@ -122,35 +122,28 @@ def combine_data(
                 )
             frame_shift_dir = x
     out: dict[str, Lines] = {}
-    if any((x / "utt2uniq").is_file() for x in dirs):
-        lines = []
-        for x in dirs:
-            if (x / "utt2uniq").is_file():
-                lines += [with_newline(v) for v in read_lines(x / "utt2uniq")]
-            else:
-                lines += [f"{f[0]} {f[0]}\n" for f in map(awk_fields, read_lines(x / "utt2spk")) if f]
-        out["utt2uniq"] = sort_lines(lines)
-        log("combine_data.sh: combined utt2uniq")
+
+    def whole_utterances(x: Path) -> list[str]:  # segments of a dir without them
+        if not (x / "utt2dur").is_file() or (x / "utt2dur").stat().st_size == 0:
+            raise InputError(
+                x / "utt2dur",
+                None,
+                "needed to make segments for combining; create it first (utt2dur: '<utt> <seconds>')",
+            )
+        log(f"combine_data.sh [info]: will generate missing segments for {x}")
+        return [f"{f[0]} {f[0]} 0 {f[1] if len(f) > 1 else ''}\n" for f in map(awk_fields, read_lines(x / "utt2dur"))]
+
+    def own_ids(x: Path) -> list[str]:  # utt2uniq of a dir without one
+        return [f"{f[0]} {f[0]}\n" for f in map(awk_fields, read_lines(x / "utt2spk")) if f]
+
+    for name, make in (("utt2uniq", own_ids), ("segments", whole_utterances)):
+        if any((x / name).is_file() for x in dirs):
+            lines = []
+            for x in dirs:
+                lines += [with_newline(v) for v in read_lines(x / name)] if (x / name).is_file() else make(x)
+            out[name] = sort_lines(lines)
+            log(f"combine_data.sh: combined {name}")
     extra = " ".join(extra_files).replace("utt2uniq", "").split()
-    if any((x / "segments").is_file() for x in dirs):
-        lines = []
-        for x in dirs:
-            if (x / "segments").is_file():
-                lines += [with_newline(v) for v in read_lines(x / "segments")]
-            else:
-                if not (x / "utt2dur").is_file() or (x / "utt2dur").stat().st_size == 0:
-                    raise InputError(
-                        x / "utt2dur",
-                        None,
-                        "needed to make segments for combining; create it first (utt2dur: '<utt> <seconds>')",
-                    )
-                log(f"combine_data.sh [info]: will generate missing segments for {x}")
-                lines += [
-                    f"{f[0]} {f[0]} 0 {f[1] if len(f) > 1 else ''}\n"
-                    for f in map(awk_fields, read_lines(x / "utt2dur"))
-                ]
-        out["segments"] = sort_lines(lines)
-        log("combine_data.sh: combined segments")
     for name in (*_COMBINE_FILES, *extra):
         present = [(x / name).is_file() for x in dirs]
         if all(present):

@@ -81,6 +81,7 @@ from spkflow.score.unsupervised_calibration import BatchCalibration
 __all__ = [
     "DOMAINS",
     "Recordings",
+    "domain_choice",
     "domain_embeddings",
     "enrol_gallery",
     "enrolment",
@@ -350,6 +351,12 @@ def verify_pairs(
         if v.llr is not None and np.isfinite(v.llr).all():  # a broken calibration: no figures of its decisions
             summary.update(decision_metrics(v.llr, labels, scoring.decision))
     return summary
+
+
+def domain_choice(embedder: Any, domain: str, *, progress: bool = True) -> str | np.ndarray:
+    """``--domain-mean`` of verify and identify: a named rule (:data:`DOMAINS`) as it is, else the
+    embeddings of the recordings at the path ``domain`` (:func:`domain_embeddings`)."""
+    return domain if domain in DOMAINS else domain_embeddings(embedder, domain, progress=progress)
 
 
 def domain_embeddings(embedder: Any, path: str, *, progress: bool = True) -> np.ndarray:

@@ -46,6 +46,7 @@ from spkflow.features.fbank import (
     compute_fbank,
     compute_vad,
     num_frames,
+    wave_frontend,
 )
 
 __all__ = ["SpkflowEmbedder", "FBANK_ON"]
@@ -207,12 +208,9 @@ class SpkflowEmbedder:
     def prepare_wave(self, wave: np.ndarray) -> np.ndarray:
         """The model's input of a mono waveform at :attr:`sample_rate`: fbank, VAD and mean
         normalisation as the config says (what the workers compute from a data dir's audio)."""
-        feats = compute_fbank(wave, self.sample_rate, self.fbank)
-        vad = compute_vad(feats, self.vad) if (self.use_vad and self.vad is not None) else None
-        out = apply_frontend(feats, vad, use_vad=self.use_vad, mean_norm=self.mean_norm)
-        if out.shape[0] == 0:
-            raise ValueError("no frames left after the frontend")
-        return out
+        return wave_frontend(
+            wave, self.sample_rate, self.fbank, self.vad, use_vad=self.use_vad, mean_norm=self.mean_norm
+        )
 
     def frames(self, x: np.ndarray) -> int:
         return self._count(x)

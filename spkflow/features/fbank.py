@@ -47,6 +47,7 @@ __all__ = [
     "compute_vad",
     "frame_log_energy",
     "apply_frontend",
+    "wave_frontend",
     "select_voiced",
 ]
 
@@ -385,4 +386,23 @@ def apply_frontend(
         out = out - out.mean(axis=0, keepdims=True)
     elif out is feats:
         out = out.copy()
+    return out
+
+
+def wave_frontend(
+    wave: np.ndarray,
+    sample_rate: int,
+    fbank: FbankOptions,
+    vad: VadOptions | None,
+    *,
+    use_vad: bool,
+    mean_norm: bool,
+) -> np.ndarray:
+    """What a spkflow model sees for a mono waveform at ``sample_rate``: fbank, energy VAD (when
+    ``use_vad`` and ``vad`` is given), then :func:`apply_frontend`.  ``ValueError`` when no frame is left."""
+    feats = compute_fbank(wave, sample_rate, fbank)
+    voiced = compute_vad(feats, vad) if (use_vad and vad is not None) else None
+    out = apply_frontend(feats, voiced, use_vad=use_vad, mean_norm=mean_norm)
+    if out.shape[0] == 0:
+        raise ValueError("no frames left after the frontend")
     return out

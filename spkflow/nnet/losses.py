@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from spkflow.core.checks import ConfigError, check_choice, check_keys
+from spkflow.core.checks import ConfigError, check_choice, check_keys, check_named_section
 
 __all__ = [
     "SpeakerLoss",
@@ -375,12 +375,7 @@ def check_loss_config(cfg: Any, source: str = "config") -> tuple[str, dict[str, 
 
     Raises :class:`~spkflow.core.checks.ConfigError` naming ``source`` (the config file) and the key.
     """
-    if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{source}: the loss section must be a mapping with a 'name', got {cfg!r}")
-    cfg = dict(cfg)
-    name = cfg.pop("name", None)
-    check_choice(source, "loss.name", name, tuple(sorted(LOSSES)))
-    check_keys("loss", cfg, _ALLOWED[name], source=source)
+    name, cfg = check_named_section("loss", cfg, _ALLOWED, source)
     if cfg.get("margin_warmup") is not None:
         cfg["margin_warmup"] = _check_margin_warmup(cfg["margin_warmup"], source)
     return name, cfg

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from spkflow.core.checks import ConfigError, check_choice, check_keys
+from spkflow.core.checks import ConfigError, check_choice, check_keys, check_named_section
 from spkflow.nnet.checkpoint import load_checkpoint
 
 __all__ = [
@@ -503,12 +503,7 @@ def check_model_config(cfg: Any, source: str = "config") -> tuple[str, dict[str,
 
     Raises :class:`~spkflow.core.checks.ConfigError` naming ``source`` (the config file) and the key.
     """
-    if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{source}: the model section must be a mapping with a 'name', got {cfg!r}")
-    cfg = dict(cfg)
-    name = cfg.pop("name", None)
-    check_choice(source, "model.name", name, tuple(sorted(MODELS)))
-    check_keys("model", cfg, MODEL_DEFAULTS[name], source=source)
+    name, cfg = check_named_section("model", cfg, MODEL_DEFAULTS, source)
     if name == "resnet":
         _check_resnet(cfg, source)
     return name, cfg
