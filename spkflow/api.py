@@ -364,7 +364,8 @@ class Embedder:
         the change of speaker, no calibration needed; or ``spectral``), resegmented when the count
         is forced or the file long (600 windows).  ``domain``: recordings like this one to centre
         on (raw embeddings ``[M, dim]``, or a data dir, an embedding scp or a gallery saved by ``identify
-        --save``), as the recipe centres on the windows of its set; None: the training mean, which
+        --save``), as the recipe centres on the windows of its set; None: the file's own windows when
+        they are :data:`~spkflow.diar.pipeline.CENTRE_FROM` or more, else the training mean, which
         merges speakers of corpora unlike the training data's (egs/speechocean762/diar1/RESULTS.md).
         ``threshold``: where ``ahc`` stops (an LLR; a score without calibration), tuned on
         held-out recordings; None: the calibrated decision.  ``num_speakers`` forces the count (a

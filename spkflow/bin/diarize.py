@@ -76,7 +76,8 @@ def get_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PATH",
         help="recordings like these to centre on: a data dir, an embedding scp or a gallery (identify --save) "
-        "(default: the training mean, which merges speakers of corpora unlike the training data's)",
+        "(default: the windows of all the files given when 600 or more, else the training mean, which merges "
+        "speakers of corpora unlike the training data's)",
     )
     add_bool_option(p, "--overwrite", default=False, help="replace files in --out / --plot that spkflow did not write")
     add_bool_option(

@@ -17,8 +17,11 @@ The policy (:meth:`Settings.options`), one place for the command, the API and, t
 ``ahc`` stopped at the calibrated LLR when the model's scoring has a calibration, else ``gmm``
 (the count from the recording's own scores; spectral before: leave-one-corpus-out with
 Resemblyzer, a model without calibration, 28.6 -> 20.2 % DER forgiving held out,
-egs/speechocean762/diar1/RESULTS.md); the centring is the set's windows (``centre="set"``) when
-recordings like these are given (a domain), else the scoring's training mean; ``threshold`` moves where ``ahc`` stops;
+egs/speechocean762/diar1/RESULTS.md); the centring is the set's windows (``centre="set"``):
+recordings like these when given (a domain), else the windows of all the recordings of the call
+(the recipe's set, the command's files, the API's one file) when they are at least
+:data:`CENTRE_FROM`, else the scoring's training mean (:func:`call_domain`); ``threshold`` moves
+where ``ahc`` stops;
 ``num_speakers`` forces the count and ``max_speakers`` bounds an estimated one.  A forced count is
 returned exactly (AHC counts only clusters of a share of the windows, resegmentation never
 empties one: an hour of 8 speakers forced to 8 gave 7, one a catch-all of 3 speakers); one the
@@ -81,12 +84,14 @@ from spkflow.score.model_scoring import Scoring
 
 __all__ = [
     "CENTRES",
+    "CENTRE_FROM",
     "EMBED_CHUNK",
     "METHODS",
     "RESEGMENT_FROM",
     "DiarOptions",
     "Settings",
     "Windowed",
+    "call_domain",
     "centring",
     "cluster_recording",
     "diarize_recording",
@@ -106,6 +111,13 @@ METHODS = ("spectral", "ahc", "gmm")
 #: run.sh's windows; the size from which spectral clustering groups windows, cluster.MAX_SPECTRAL)
 RESEGMENT_FROM = 600
 CENTRES = ("none", "set", "recording")
+#: fewest windows of one call (all its recordings together) that it is centred on when no domain
+#: is given (fewer: the training mean); leave-one-corpus-out, demo model, AHC at the calibrated
+#: LLR (egs/speechocean762/diar1/RESULTS.md): one 60 s conversation's own ~75 windows lose to the
+#: training mean on 4 corpora of 5, 36 of them together (~2,800 windows) win in 4 folds of 5, the
+#: hour's own 3,995 windows take its forced-count DER from 19.35 to 9.28 %; 600 (7.5 minutes of
+#: speech at 1.5 s / 0.75 s, the size from which resegmentation starts) lies between
+CENTRE_FROM = 600
 #: windows embedded per call of the embedding function by :func:`embed_windows` (48 s of speech at
 #: 1.5 s / 0.75 s): the steps a progress bar moves by, each well under a minute on a loaded CPU
 EMBED_CHUNK = 64
@@ -191,6 +203,30 @@ class Settings:
         )
 
 
+def call_domain(windows: Sequence[np.ndarray], domain: np.ndarray | None = None) -> np.ndarray | None:
+    """The raw embeddings a call's recordings are centred on (the module doc's policy; None: the
+    training mean), said in one INFO line: ``domain`` when given (recordings like these, which
+    win); else the rows of every ``windows[i]`` (each recording's raw window embeddings
+    ``[N_i, D]``) stacked, when there are at least :data:`CENTRE_FROM` of them."""
+    if domain is not None:
+        dom = np.atleast_2d(np.asarray(domain, dtype=np.float64))
+        log.info("centring: on the %d embeddings of the domain given", len(dom))
+        return dom
+    parts = [np.asarray(w, dtype=np.float64) for w in windows if len(w)]
+    n = sum(len(w) for w in parts)
+    if n < CENTRE_FROM:
+        log.info(
+            "centring: on the training mean (%d windows in %d recordings, fewer than %d to centre on; "
+            "give recordings like these as a domain)",
+            n,
+            len(windows),
+            CENTRE_FROM,
+        )
+        return None
+    log.info("centring: on the %d windows of the %d recordings of this call", n, len(windows))
+    return np.concatenate(parts)
+
+
 def centring(x: np.ndarray, opts: DiarOptions, domain: np.ndarray | None) -> np.ndarray | None:
     """The raw embeddings to centre on (None: the scoring's training mean): the recording's own
     windows ``x`` (at least 2), or ``domain``, the windows of the set, for ``centre="set"``."""
@@ -211,7 +247,7 @@ def embedding_space(x: np.ndarray, scoring: Scoring, opts: DiarOptions, domain: 
     if opts.backend:
         return scoring.space(x, domain)
     if domain is not None:
-        return l2_rows(x - x.mean(axis=0))
+        return l2_rows(x - domain.mean(axis=0))
     return l2_rows(x)
 
 

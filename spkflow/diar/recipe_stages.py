@@ -33,7 +33,7 @@ from spkflow.core.errors import InputError
 from spkflow.data.tables import read_kv, write_kv
 from spkflow.diar.metrics import format_table, score_diarization
 from spkflow.diar.overlap import add_second_speakers
-from spkflow.diar.pipeline import DiarOptions, diarize_recording
+from spkflow.diar.pipeline import DiarOptions, call_domain, diarize_recording
 from spkflow.diar.recordings import RecordingSet, load_recordings
 from spkflow.diar.regions import Regions, intersect, union
 from spkflow.diar.rttm import Turn, read_rttm, turns_by_recording, write_rttm
@@ -142,7 +142,8 @@ def cluster_set(
     """Cluster each recording of ``work_dir`` (``speech/`` and ``windows/`` of :func:`make_windows`)
     from the windows' embeddings in ``xvector_scp``; write all turns to ``out_rttm``.
     ``num_speakers``: a per-recording count (``reco2num_spk``) overriding ``opts.num_speakers``;
-    ``opts.centre == "set"`` centres every recording on the windows of all of them; ``overlap``:
+    ``opts.centre == "set"`` centres every recording on the windows of all of them when there are
+    enough (:func:`~spkflow.diar.pipeline.call_domain`, the command's rule), else the training mean; ``overlap``:
     regions of overlapped speech per recording, given a second speaker
     (:func:`spkflow.diar.overlap.add_second_speakers`)."""
     recs, regions = read_speech_dir(Path(work_dir) / "speech")
@@ -157,8 +158,16 @@ def cluster_set(
     turns: list[Turn] = []
     counts = {"recordings": len(recs), "speakers": 0, "overlap_turns": 0}
     domain = None
-    if opts.centre == "set" and emb:  # every window of the set: recordings like each one, no labels
-        domain = np.stack([np.asarray(v, dtype=np.float64).reshape(-1) for v in emb.values()])
+    if opts.centre == "set":  # every window of the set, if enough: recordings like each one, no labels
+        domain = call_domain(
+            [
+                np.stack([np.asarray(emb[w.id], dtype=np.float64).reshape(-1) for w in ws if w.id in emb])
+                for ws in by_rec.values()
+                if any(w.id in emb for w in ws)
+            ]
+        )
+        if domain is None:
+            opts = dataclasses.replace(opts, centre="none")
     for rec in recs:
         ws = by_rec.get(rec, [])
         if not ws:

@@ -12,7 +12,7 @@ import pytest
 from helpers.diar import embed_windows, make_conversations, write_tone_speech
 from spkflow import Embedder
 from spkflow.data.tables import read_kv
-from spkflow.diar.pipeline import DiarOptions
+from spkflow.diar.pipeline import CENTRE_FROM, DiarOptions
 from spkflow.diar.recipe_stages import cluster_set, make_windows, score_set
 from spkflow.diar.recordings import load_recordings, write_recordings
 from spkflow.diar.rttm import Turn, read_rttm, write_rttm
@@ -59,6 +59,14 @@ def test_set_with_silent_short_and_one_speaker_recordings(model, tmp_path, caplo
     assert rows["solo"]["ref_spk"] == rows["solo"]["hyp_spk"] == 1 and rows["solo"]["spk_err"] == 0.0
     assert (tmp_path / "scores" / "plot_solo.png").stat().st_size > 1000
     assert "| silent |" in (tmp_path / "scores" / "scores.md").read_text()
+    # centred "on the set" by the command's rule: a set of fewer than CENTRE_FROM windows, the training mean
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        cluster_set(
+            work, tmp_path / "xvector.scp", tmp_path / "set.rttm", scoring, DiarOptions(centre="set"), {"solo": 1}
+        )
+    assert f"fewer than {CENTRE_FROM} to centre on" in caplog.text
+    assert read_rttm(tmp_path / "set.rttm").turns == hyp
 
 
 def test_score_set_names_a_hypothesis_recording_not_in_the_set(tmp_path):
