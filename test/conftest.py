@@ -19,11 +19,11 @@ import pytest
 from helpers.audio import make_speakers
 from helpers.compat import settle_speechbrain_redirects
 from helpers.paths import db_var
-from helpers.suite import SCHEDULERS, unit_of_work
 
 # The real Slurm / Grid Engine fixtures, once per session for every test module (a module that
 # imported them itself would start a second cluster beside the first).
 from helpers.schedulers import sge_cluster, slurm_cluster  # noqa: F401
+from helpers.suite import SCHEDULERS, unit_of_work
 
 
 @pytest.fixture(scope="session", autouse=True)
