@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 
 import pytest
+import threadpoolctl
+import torch
 
 from helpers.audio import make_speakers
 from helpers.compat import settle_speechbrain_redirects
@@ -24,6 +26,7 @@ from helpers.paths import db_var
 # imported them itself would start a second cluster beside the first).
 from helpers.schedulers import sge_cluster, slurm_cluster  # noqa: F401
 from helpers.suite import SCHEDULERS, unit_of_work
+from spkflow.core.threads import THREAD_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -74,6 +77,28 @@ def _speechbrain_redirects():
     """After a test that imported SpeechBrain, before the next property test (helpers.compat)."""
     yield
     settle_speechbrain_redirects()
+
+
+@pytest.fixture(autouse=True)
+def _thread_pools():
+    """A test leaves the thread settings as it found them: a command's main called in the test
+    process pins its pools to the job's share (spkflow.core.threads, the environment included),
+    and a later test's bit-exactness must not depend on which tests ran before it.  Taken after
+    the module's own fixtures, so a module that pins one thread for all its tests keeps it."""
+    env = {name: os.environ.get(name) for name in THREAD_ENV}
+    pools = {i["prefix"]: i["num_threads"] for i in threadpoolctl.threadpool_info()}
+    threads = torch.get_num_threads()
+    yield
+    if any(os.environ.get(name) != value for name, value in env.items()):
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    if {i["prefix"]: i["num_threads"] for i in threadpoolctl.threadpool_info()} != pools:
+        threadpoolctl.threadpool_limits(limits=pools)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
