@@ -13,6 +13,7 @@ recipes     a recipe in a mirror of the project, the extraction script and its e
 train       a training set-up (data dir, features, batch lists, config) and the trainer's CLI arguments
 slow_step   a chosen call made slow in the processes a test starts (a step under way when a signal comes)
 schedulers  a real single-host Slurm and Grid Engine (the fixtures conftest.py imports)
+suite       how the suite is spread over pytest -n N workers (conftest.py's hooks)
 bench       what the benchmarks under test/bench share (best-of-N wall time)
 compat      work-arounds for third-party behaviour that breaks the test run itself (not spkflow)
 """
