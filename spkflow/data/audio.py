@@ -71,6 +71,7 @@ __all__ = [
     "AudioReader",
     "check_file",
     "decode_audio_bytes",
+    "FileSpan",
     "known_durations",
     "Segment",
     "load_audio",
@@ -90,6 +91,25 @@ __all__ = [
 MAX_OVERSHOOT = 0.5
 _ARK_RE = re.compile(r"^(?P<path>.+):(?P<offset>\d+)$")
 _STDERR_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """Where an utterance's samples lie in an audio file (:meth:`AudioReader.file_span`):
+    ``frames`` samples from sample ``offset`` of ``path``, at ``rate`` (the file's own).
+    ``exact``: a PCM or float WAV, or a FLAC, whose samples read from any sample on
+    (:meth:`AudioReader.read_span`) are those of the whole file decoded, bit for bit."""
+
+    path: str
+    offset: int
+    frames: int
+    rate: int
+    exact: bool
+
+
+#: formats and subtypes libsndfile seeks in sample by sample, losslessly (FileSpan.exact)
+_EXACT_FORMATS = ("WAV", "WAVEX", "FLAC")
+_EXACT_SUBTYPES = ("FLOAT", "DOUBLE")
 
 
 @dataclass(frozen=True)
@@ -530,7 +550,7 @@ class AudioReader:
         seg = self._segment(utt)
         spec = self._wav[seg.recording].strip()
         if not _is_pipe(spec) and _ark_location(spec) is None and not is_ffmpeg_file(spec):
-            return self._read_file_segment(utt, seg, spec)
+            return self._read_file_segment(utt)
         data, rate, source = self._decoded_recording(seg.recording, spec, utt)
         start, stop = self._segment_bounds(utt, seg, data.shape[0], rate, source)
         return to_mono_float(data[start:stop], utt, source), rate
@@ -561,23 +581,48 @@ class AudioReader:
             stop = frames
         return start, stop
 
-    def _read_file_segment(self, utt: str, seg: Segment, path: str) -> tuple[np.ndarray, int]:
-        check_file(path, utt, table=True)
+    def file_span(self, utt: str) -> FileSpan | None:
+        """Where the samples of ``utt`` lie in a file libsndfile reads (its header, no decoding;
+        ``segments`` resolved as :meth:`read` resolves them), or None for a ``cmd |`` pipe, an ark
+        entry or a file only ffmpeg decodes.  :class:`UtteranceError` naming the file when it is
+        missing, its header unreadable or a WAV cut short, or the segment lies outside it."""
+        seg = self._segment(utt) if self._segments is not None else None
+        spec = (self._wav[seg.recording] if seg is not None else self.entry(utt)).strip()
+        if not spec or _is_pipe(spec) or _ark_location(spec) is not None or is_ffmpeg_file(spec):
+            return None
+        check_file(spec, utt, table=True)
+        shown = shown_path(spec)
         try:
-            info = sf.info(os.fsencode(path))
+            info = sf.info(os.fsencode(spec))
         except Exception as exc:
-            raise UtteranceError(utt, path, f"cannot read audio header: {exc}") from exc
-        start, stop = self._segment_bounds(utt, seg, info.frames, info.samplerate, path)
-        data, rate = read_file(path, utt, start, stop, table=True)
-        wave = to_mono_float(data, utt, path)
+            raise UtteranceError(utt, shown, f"cannot read audio header: {exc}") from exc
+        if info.format == "WAV" and (problem := _wav_truncation(spec)) is not None:
+            raise UtteranceError(utt, shown, problem)
+        start, stop = 0, int(info.frames)
+        if seg is not None:
+            start, stop = self._segment_bounds(utt, seg, stop, info.samplerate, spec)
+        exact = info.format in _EXACT_FORMATS and (info.subtype.startswith("PCM_") or info.subtype in _EXACT_SUBTYPES)
+        return FileSpan(spec, start, stop - start, int(info.samplerate), exact)
+
+    def read_span(self, utt: str, span: FileSpan, start: int, stop: int) -> np.ndarray:
+        """Samples ``[start, stop)`` of ``utt`` (counted from its first sample, at ``span.rate``),
+        float32 mono in [-1, 1], by seeking; :class:`UtteranceError` naming the file when it holds
+        fewer samples than its header says (a file cut short)."""
+        data, _ = read_file(span.path, utt, span.offset + start, span.offset + stop, table=True)
+        wave = to_mono_float(data, utt, shown_path(span.path))
         if wave.shape[0] != stop - start:
             raise UtteranceError(
                 utt,
-                path,
-                f"file is truncated: read {wave.shape[0]} of {stop - start} "
-                f"samples of segment [{seg.start}, {seg.end}]",
+                shown_path(span.path),
+                f"file is truncated: read {wave.shape[0]} of the {stop - start} samples "
+                f"from sample {span.offset + start} (its header says {span.offset + span.frames} or more)",
             )
-        return wave, rate
+        return wave
+
+    def _read_file_segment(self, utt: str) -> tuple[np.ndarray, int]:
+        span = self.file_span(utt)
+        assert span is not None  # a plain file (read_native's test)
+        return self.read_span(utt, span, 0, span.frames), span.rate
 
     def recording_duration(self, rec: str) -> float:
         """Duration in seconds of recording ``rec`` of wav.scp (cached; header only for files)."""

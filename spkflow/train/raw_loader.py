@@ -156,12 +156,12 @@ class NxMWaveDataset(NxMBatches):
             per_crop = samples_for_frames(self.crop_range[1], self.fbank)
         return max(len(b) for b in self.batches) * per_crop
 
-    def _voiced_samples(self, utt: str, wave: np.ndarray) -> np.ndarray | None:
-        """Sample indices of the voiced waveform (None: the whole waveform)."""
+    def _voiced_samples(self, utt: str, samples: int) -> np.ndarray | None:
+        """Sample indices of the voiced waveform of ``samples`` samples (None: the whole waveform)."""
         if self.vad is None:
             return None
         v = self.vad.read(utt, cache_header=False)
-        frames = num_frames(len(wave), self.fbank)
+        frames = num_frames(samples, self.fbank)
         if len(v) != frames:
             raise UtteranceError(
                 utt, self.store.source(utt), f"{len(v)} VAD frames in {self.vad.scp} but the audio gives {frames}"
@@ -171,20 +171,21 @@ class NxMWaveDataset(NxMBatches):
             return None
         shift = self.fbank.window_shift
         idx = (k[:, None] * shift + np.arange(shift)[None, :]).ravel()
-        return np.minimum(idx, len(wave) - 1)
+        return np.minimum(idx, samples - 1)
 
-    def _stream(self, utt: str) -> tuple[np.ndarray, int]:
-        """(the voiced waveform of ``utt``, or the whole one; its number of frames as the ark
-        path counts them: voiced frames, or all frames)."""
+    def _stream(self, utt: str) -> tuple[Any, np.ndarray | None, int]:
+        """(the samples of ``utt`` as the store gives them (``len``, ``take``: whole in memory, or
+        left in the file), the indices of the voiced ones (None: all), its number of frames as the
+        ark path counts them: voiced frames, or all frames)."""
 
-        wave = self.store.read(utt)
-        idx = self._voiced_samples(utt, wave)
+        samples = self.store.samples(utt)
+        idx = self._voiced_samples(utt, len(samples))
         if idx is not None:
-            return wave[idx], len(idx) // self.fbank.window_shift
-        frames = num_frames(len(wave), self.fbank)
+            return samples, idx, len(idx) // self.fbank.window_shift
+        frames = num_frames(len(samples), self.fbank)
         if frames <= 0:
-            raise UtteranceError(utt, self.store.source(utt), f"{len(wave)} samples is shorter than one frame")
-        return wave, frames
+            raise UtteranceError(utt, self.store.source(utt), f"{len(samples)} samples is shorter than one frame")
+        return samples, None, frames
 
     def __getitem__(
         self, index: int | tuple[int, torch.Tensor | None]
@@ -210,7 +211,7 @@ class NxMWaveDataset(NxMBatches):
         reads = [need if f == 1.0 else int(math.ceil(need * f)) + 2 for f in factors]
         spans = np.array([T if f == 1.0 else -(-(r - need) // shift) + T for f, r in zip(factors, reads, strict=True)])
         streams = [self._stream(u) for u in utts]
-        n = np.array([frames for _, frames in streams], dtype=np.int64)
+        n = np.array([frames for _, _, frames in streams], dtype=np.int64)
         # the start frame exactly as the ark path draws it (same generator, same bounds for factor 1)
         rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
         starts = rng.integers(0, np.where(n >= spans, n - spans + 1, n)).tolist()
@@ -219,11 +220,12 @@ class NxMWaveDataset(NxMBatches):
         buf = out.numpy()
         counts: collections.Counter[str] = collections.Counter(crops=len(utts))
         for i, u in enumerate(utts):
-            wave = streams[i][0]
+            samples, idx, _ = streams[i]
+            length = len(samples) if idx is None else len(idx)  # of the (voiced) waveform
             pos = starts[i] * shift + np.arange(reads[i])
-            if pos[-1] >= len(wave):
-                pos %= len(wave)
-            x = wave[pos]
+            if pos[-1] >= length:
+                pos %= length
+            x = samples.take(pos if idx is None else idx[pos])  # original sample positions
             if factors[i] != 1.0:
                 x = speed_perturb(x, float(factors[i]))
                 if len(x) < need:
