@@ -156,8 +156,8 @@ class NxMWaveDataset(NxMBatches):
             per_crop = samples_for_frames(self.crop_range[1], self.fbank)
         return max(len(b) for b in self.batches) * per_crop
 
-    def _voiced_samples(self, utt: str, samples: int) -> np.ndarray | None:
-        """Sample indices of the voiced waveform of ``samples`` samples (None: the whole waveform)."""
+    def _voiced_frames(self, utt: str, samples: int) -> np.ndarray | None:
+        """The voiced frames of ``utt`` (``samples`` samples long; None: use the whole waveform)."""
         if self.vad is None:
             return None
         v = self.vad.read(utt, cache_header=False)
@@ -166,26 +166,41 @@ class NxMWaveDataset(NxMBatches):
             raise UtteranceError(
                 utt, self.store.source(utt), f"{len(v)} VAD frames in {self.vad.scp} but the audio gives {frames}"
             )
-        k = voiced_frames(v)
-        if k is None:
-            return None
-        shift = self.fbank.window_shift
-        idx = (k[:, None] * shift + np.arange(shift)[None, :]).ravel()
-        return np.minimum(idx, samples - 1)
+        return voiced_frames(v)
 
     def _stream(self, utt: str) -> tuple[Any, np.ndarray | None, int]:
         """(the samples of ``utt`` as the store gives them (``len``, ``take``: whole in memory, or
-        left in the file), the indices of the voiced ones (None: all), its number of frames as the
-        ark path counts them: voiced frames, or all frames)."""
+        left in its file), its voiced frames (None: all), its number of frames as the ark path
+        counts them: voiced frames, or all frames)."""
 
         samples = self.store.samples(utt)
-        idx = self._voiced_samples(utt, len(samples))
-        if idx is not None:
-            return samples, idx, len(idx) // self.fbank.window_shift
+        voiced = self._voiced_frames(utt, len(samples))
+        if voiced is not None:
+            return samples, voiced, len(voiced)
         frames = num_frames(len(samples), self.fbank)
         if frames <= 0:
             raise UtteranceError(utt, self.store.source(utt), f"{len(samples)} samples is shorter than one frame")
         return samples, None, frames
+
+    def _take(self, stream: tuple[Any, np.ndarray | None, int], start: int, count: int) -> np.ndarray:
+        """``count`` samples of the (voiced) waveform from frame ``start`` on, wrapping around at its
+        end.  The voiced waveform is each voiced frame's hop (``frame_shift`` samples) in a row, the
+        last hop cut at the end of the audio: a position maps to the audio's sample
+        ``voiced[p // shift] * shift + p % shift``; only those samples are read (the store's ``take``)."""
+        samples, voiced, _ = stream
+        shift = self.fbank.window_shift
+        length = len(samples) if voiced is None else len(voiced) * shift
+        pos = start * shift + np.arange(count)
+        if pos[-1] >= length:
+            pos %= length
+        if voiced is not None:
+            pos = np.minimum(voiced[pos // shift] * shift + pos % shift, len(samples) - 1)
+        return samples.take(pos)
+
+    def crop(self, utt: str, start: int, count: int) -> np.ndarray:
+        """``count`` samples of ``utt``'s (voiced) waveform from frame ``start`` on, as a batch
+        takes them before speed perturbation and augmentation (float32)."""
+        return self._take(self._stream(utt), start, count)
 
     def __getitem__(
         self, index: int | tuple[int, torch.Tensor | None]
@@ -220,12 +235,7 @@ class NxMWaveDataset(NxMBatches):
         buf = out.numpy()
         counts: collections.Counter[str] = collections.Counter(crops=len(utts))
         for i, u in enumerate(utts):
-            samples, idx, _ = streams[i]
-            length = len(samples) if idx is None else len(idx)  # of the (voiced) waveform
-            pos = starts[i] * shift + np.arange(reads[i])
-            if pos[-1] >= length:
-                pos %= length
-            x = samples.take(pos if idx is None else idx[pos])  # original sample positions
+            x = self._take(streams[i], starts[i], reads[i])
             if factors[i] != 1.0:
                 x = speed_perturb(x, float(factors[i]))
                 if len(x) < need:

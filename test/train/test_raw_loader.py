@@ -20,7 +20,9 @@ from helpers.audio import make_speakers, write_data_dir
 from helpers.spread import THREADS, permuted, within
 from spkflow.augment.sources import coloured_noise
 from spkflow.augment.wave import WaveAugment, normalize_augment_config
+from spkflow.data.ark import KaldiArkReader
 from spkflow.data.audio import AudioReader
+from spkflow.data.voiced import voiced_frames
 from spkflow.features.fbank import FbankOptions, VadOptions
 from spkflow.features.jobs import extract_job, merge_jobs
 from spkflow.train.loader import NxMCropDataset, make_loader
@@ -364,7 +366,8 @@ def _copy_as(corpus, name: str, fmt: str, subtype: str) -> Path:
 
 
 def _segmented(corpus) -> Path:
-    """The corpus's recordings cut by ``segments`` (from 0.05 s; to the end, or to 0.1 s before it)."""
+    """The corpus's recordings cut by ``segments`` (from 0.05 s; to the end, or to 0.1 s before
+    it), with their own stage-2 VAD (``feats/vad.scp`` inside)."""
     d = corpus["root"] / "segmented"
     if not d.is_dir():
         shutil.copytree(corpus["data"], d)
@@ -374,6 +377,9 @@ def _segmented(corpus) -> Path:
             end = -1 if i % 2 else round(sf.info(path).duration - 0.1, 3)
             lines.append(f"{utt} {utt} 0.05 {end}\n")
         (d / "segments").write_text("".join(lines))
+        (d / "feats").mkdir()
+        extract_job(d, corpus["root"] / "list", d / "arks", "train", 1, FB, VadOptions(), progress=False)
+        merge_jobs(d, d / "feats", d / "arks", "train", 1)
     return d
 
 
@@ -384,6 +390,7 @@ SPAN_CASES = [  # (data dir, files in wav.scp, use the VAD)
     ("wav16", "wav", "PCM_16", True),
     ("wav16", "wav", "PCM_16", False),
     ("wavfloat", "wav", "FLOAT", True),
+    ("segments", "flac", "PCM_16", True),
     ("segments", "flac", "PCM_16", False),
 ]
 
@@ -417,7 +424,7 @@ def test_crops_read_by_span_equal_the_whole_file_crops(corpus, monkeypatch, name
             seed=3,
             crop=(40, 110),
             use_vad=use_vad,
-            vad_scp=corpus["feats"] / "vad.scp",
+            vad_scp=(data / "feats" if name == "segments" else corpus["feats"]) / "vad.scp",
             augment=speed,
             num_utt=2,
             fbank_on="device",  # the crops' samples themselves
@@ -425,9 +432,22 @@ def test_crops_read_by_span_equal_the_whole_file_crops(corpus, monkeypatch, name
 
     span, whole = make(True), make(False)
     reader = AudioReader(data, sample_rate=SR)
+    vad = KaldiArkReader((data / "feats" if name == "segments" else corpus["feats"]) / "vad.scp")
+    shift = FB.window_shift
     for u in corpus["utts"]:
         got = span.store.samples(u)
-        assert isinstance(got, FileCrops) and len(got) == len(reader.read(u))  # the header's length
+        wave = reader.read(u)
+        assert isinstance(got, FileCrops) and len(got) == len(wave)  # the header's length
+        # the voiced waveform built whole, as the loader built it before reading spans
+        keep = voiced_frames(vad.read(u)) if use_vad else None
+        stream = (
+            wave
+            if keep is None
+            else wave[np.minimum((keep[:, None] * shift + np.arange(shift)).ravel(), len(wave) - 1)]
+        )
+        for start in (0, 7, len(stream) // shift - 3):  # the last wraps around
+            want = stream[(start * shift + np.arange(4000)) % len(stream)]
+            assert np.array_equal(span.crop(u, start, 4000), want), (u, start)
     wraps = fits = perturbed = 0
     for b in range(len(span)):
         T = span.crop_length(b)
