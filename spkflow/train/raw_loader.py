@@ -11,6 +11,13 @@
   ark path draws it (from the voiced frame count); the crop's frames straddle the joins of voiced
   runs where the ark path concatenates whole frames.  Without VAD (or when every frame or none is
   voiced) the whole waveform is used.
+* Reading: a crop reads only the samples it covers (its voiced-waveform positions mapped to the
+  file's samples), one contiguous read from the smallest to the largest (a crop that wraps around
+  spans most of the file), where the store can (:meth:`spkflow.train.stores.AudioFiles.samples`:
+  WAV or FLAC at the loader's rate, and its rule for the decoded-audio cache); the length the VAD
+  is checked against and the crop starts are drawn from comes from the file's header.  The crop's
+  samples are those of the whole file decoded, bit for bit, so a batch does not depend on how its
+  files were read.
 * Speed perturbation (``augment.speed.factors``): one factor per speaker of the batch (drawn
   from the batch generator); a crop of ``ceil(samples * factor)`` samples is resampled to the
   length needed (:func:`spkflow.augment.wave.speed_perturb`), so every crop has ``T`` frames; the

@@ -21,6 +21,15 @@ its batch list line), ``prepare(b)`` (before batch ``b`` in this process) and ``
 take), ``gather``, ``mean`` and ``dim``; audio stores ``read(utt)`` and ``source(utt)``.
 :func:`open_store` opens the one a training config asks for.
 
+Audio files are read by span: :meth:`AudioFiles.samples` gives the raw loader an utterance's
+length from its file's header, and each crop reads only the samples it covers, by seeking (WAV
+and FLAC at the loader's rate, ``segments`` included: where libsndfile's seek is exact; anything
+else is decoded whole).  The rule for the per-process decoded-audio cache
+(:data:`spkflow.augment.wave.AUDIO_CACHE`): a file in it is cropped from memory; a file not in it
+is read by span and not put in it, so a training set larger than the cache costs a span read per
+crop instead of a decode, a quantisation and an eviction per crop; what is decoded whole (babble
+and RIR sources, audio to resample or decompress whole, shards) fills it.
+
 Arks and audio files are random access: ``prepare`` does nothing.  Shards are read front to
 back: ``prepare(b)`` follows the batch list, so it knows which shards batch ``b`` needs and which
 batches this process will serve (the trainer's, or a DataLoader worker's ``b0, b0 + W, ...``):
@@ -47,6 +56,12 @@ only see manifests); its Shar readers, like WebDataset, stream shards through a 
   k onward needs);
 * the four stores give the same batches bit for bit (``test/train/test_stores.py``: arks, shards,
   voiced shards; audio files, audio shards);
+* a crop read by span is the whole file decoded then indexed, bit for bit, and its start is drawn
+  from the header's length: a batch is the same whether its files were read by span, from the
+  cache or whole (``test/train/test_raw_loader.py``).  WeSpeaker decodes each file whole for every
+  crop (``parse_raw``, then ``random_chunk``); SpeechBrain's VoxCeleb recipe reads only the crop
+  (``torchaudio.load`` with ``frame_offset``) but draws its start with Python's ``random`` from
+  the duration its CSV recorded, at 16 kHz whatever the file's rate, and without a VAD;
 * a damaged shard is a loud error naming the shard and the member (a crc32 per member, checked
   as it is read), never a skipped utterance: skipping would change the batch (it would no longer
   equal the arks' batch of the same list, and a resumed run would differ from an uninterrupted
