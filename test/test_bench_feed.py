@@ -61,6 +61,7 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         assert r["batches"] > 2 and r["items_timed"] > 0
         if per_batch is not None:
             assert r["items_timed"] == per_batch * (r["batches"] - 2), (path, r)
-    assert result["train_raw_aug"]["whole_decode_cpu_ms_per_item"] > 0  # beside the parts, not one of them
+    raw = result["train_raw_aug"]  # beside the parts, not among them
+    assert raw["whole_decode_cpu_ms_per_item"] > 0 and raw["cached_crop_read_cpu_ms_per_item"] > 0
     extracted = result["extract_fbank_workers"]["items_timed"], result["extract_fbank_device"]["items_timed"]
     assert extracted[0] == extracted[1] and 0 < extracted[0] < 24

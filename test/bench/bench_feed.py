@@ -28,8 +28,10 @@ frontend of a decoded utterance), ``crop_read`` (a raw crop's samples as the loa
 ``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a crop), ``read`` (a crop's rows from
 the arks), ``shard_read`` (the shards read whole, per crop they serve); ``train_raw_aug`` also
 reports ``whole_decode_cpu_ms_per_item``, what decoding the whole file costs (the loader's read
-before it read spans; not a part).  ``share`` = items_per_s / ideal_items_per_s: what the pipeline (Python per item,
-copies, padding, collation, the main process's unpickling, worker scheduling) leaves of the ideal.
+before it read spans), and ``cached_crop_read_cpu_ms_per_item``, ``crop_read`` with the files in
+the decoded-audio cache (a training set that fits in it); neither is a part.  ``share`` =
+items_per_s / ideal_items_per_s: what the pipeline (Python per item, copies, padding, collation,
+the main process's unpickling, worker scheduling) leaves of the ideal.
 
 Threads as a user's machine has them: nothing is set in the environment (the workers pin their own
 pools, spkflow.core.threads).  The decoded-audio cache is off (bench_gpu.py's setting:
@@ -296,6 +298,17 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     }
     run("train_raw_aug", cfg, ark_batches, parts)
     out["train_raw_aug"]["whole_decode_cpu_ms_per_item"] = round(1e3 * per_item(audio.read, sample), 6)
+    # the same crop_read with every file in a decoded-audio cache (a training set that fits in it)
+    from spkflow.augment.wave import DecodedAudioCache
+    from spkflow.train import stores
+
+    off, stores.AUDIO_CACHE = stores.AUDIO_CACHE, DecodedAudioCache(4096)
+    try:
+        for u in sample:
+            stores.AUDIO_CACHE.read(crops_of.store.audio, u)
+        out["train_raw_aug"]["cached_crop_read_cpu_ms_per_item"] = round(1e3 * per_item(crop_read, sample), 6)
+    finally:
+        stores.AUDIO_CACHE = off
 
     # shards of the same features, read whole; batch lists a loader can serve front to back
     shard_dir = make_shards(feats, a)
