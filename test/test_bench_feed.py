@@ -23,7 +23,7 @@ PARTS = {
     "extract_fbank_workers": {"decode", "frontend"},
     "extract_fbank_device": {"decode"},
     "train_arks": {"read"},
-    "train_raw_aug": {"decode", "augment", "fbank"},
+    "train_raw_aug": {"crop_read", "augment", "fbank"},
     "train_shards": {"read", "shard_read"},
 }
 
@@ -61,5 +61,7 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         assert r["batches"] > 2 and r["items_timed"] > 0
         if per_batch is not None:
             assert r["items_timed"] == per_batch * (r["batches"] - 2), (path, r)
+    raw = result["train_raw_aug"]  # beside the parts, not among them
+    assert raw["whole_decode_cpu_ms_per_item"] > 0 and raw["cached_crop_read_cpu_ms_per_item"] > 0
     extracted = result["extract_fbank_workers"]["items_timed"], result["extract_fbank_device"]["items_timed"]
     assert extracted[0] == extracted[1] and 0 < extracted[0] < 24

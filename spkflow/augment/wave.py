@@ -50,11 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import soundfile as sf
 
 from spkflow.core.checks import ConfigError, check_choice, check_factors, check_keys, check_range, check_value
-from spkflow.core.errors import InputError
-from spkflow.data.audio import AudioReader, read_file, resample, to_mono_float
+from spkflow.core.errors import InputError, UtteranceError
+from spkflow.data.audio import AudioReader, FileSpan, resample
 from spkflow.data.tables import read_kv
 
 __all__ = [
@@ -279,15 +278,24 @@ class DecodedAudioCache:
         self._bytes = 0
         self.hits = self.misses = 0
 
-    def read(self, reader: Any, utt: str) -> np.ndarray:
-        """``reader.read(utt)`` (an :class:`spkflow.data.audio.AudioReader`), from memory when it is there."""
+    def get(self, reader: Any, utt: str) -> np.ndarray | None:
+        """What :meth:`read` gives when ``utt`` is in memory (a hit), else None (nothing read)."""
         key = (reader.source(utt), int(reader.sample_rate or 0))
         got = self._items.get(key)
+        if got is None:
+            return None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return got.astype(np.float32) * np.float32(1 / 32768) if got.dtype == np.int16 else got
+
+    def read(self, reader: Any, utt: str) -> np.ndarray:
+        """``reader.read(utt)`` (an :class:`spkflow.data.audio.AudioReader`), from memory when it is
+        there, else decoded and kept (the least recently used dropped to make room)."""
+        got = self.get(reader, utt)
         if got is not None:
-            self._items.move_to_end(key)
-            self.hits += 1
-            return got.astype(np.float32) * np.float32(1 / 32768) if got.dtype == np.int16 else got
+            return got
         self.misses += 1
+        key = (reader.source(utt), int(reader.sample_rate or 0))
         x = reader.read(utt)
         if x.size * 2 > self.max_bytes:  # cannot be kept even as int16 (the cache off): no quantising
             return x
@@ -334,7 +342,7 @@ class AudioBank:
                 groups[s].append(i)
             self._by_speaker = {s: np.asarray(v) for s, v in groups.items() if s is not None}
         self._plain = not self.reader.has_segments
-        self._info: dict[str, tuple[int, int]] = {}  # key -> (frames, rate) of a plain file
+        self._info: dict[str, FileSpan] = {}  # key -> where a plain file's samples lie
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -353,19 +361,17 @@ class AudioBank:
         """Utterance ``i`` in full (through :data:`AUDIO_CACHE`)."""
         return AUDIO_CACHE.read(self.reader, self.keys[i])
 
-    def _file_info(self, key: str) -> tuple[int, int] | None:
+    def _file_info(self, key: str) -> FileSpan | None:
         if not self._plain:
             return None
         got = self._info.get(key)
         if got is None:
-            spec = self.reader.entry(key).strip()
-            if spec.endswith("|") or not os.path.isfile(spec):
-                return None
             try:
-                info = sf.info(spec)
-            except Exception:
+                got = self.reader.file_span(key)
+            except UtteranceError:  # read whole, where the reader names what is wrong
                 return None
-            got = (int(info.frames), int(info.samplerate))
+            if got is None:
+                return None
             self._info[key] = got
         return got
 
@@ -374,14 +380,11 @@ class AudioBank:
         i = self.pick(rng, exclude_speaker)
         key = self.keys[i]
         info = self._file_info(key)
-        if info is not None and info[0] > 8 * int(math.ceil(n * info[1] / self.sample_rate)):
+        if info is not None and info.frames > 8 * int(math.ceil(n * info.rate / self.sample_rate)):
             # a long file: read just the piece (with a margin for the resampling filter)
-            frames, rate = info
-            need = int(math.ceil(n * rate / self.sample_rate)) + 64
-            start = int(rng.integers(0, frames - need + 1))
-
-            data, _ = read_file(self.reader.entry(key).strip(), key, start, start + need, table=True)
-            x = resample(to_mono_float(data, key, key), rate, self.sample_rate)[:n]
+            need = int(math.ceil(n * info.rate / self.sample_rate)) + 64
+            start = int(rng.integers(0, info.frames - need + 1))
+            x = resample(self.reader.read_span(key, info, start, start + need), info.rate, self.sample_rate)[:n]
             if len(x) == n:
                 return x
         x = self.whole(i)

@@ -55,7 +55,6 @@ import os
 import re
 import stat
 import struct
-import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,12 +64,14 @@ import soundfile as sf
 
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ffmpeg import decode_file, default_ffmpeg, is_ffmpeg_file, probe_ffmpeg
+from spkflow.data.pipes import decode_output, is_pipe, pipe_command, run_pipe
 from spkflow.data.tables import read_kv, write_kv
 
 __all__ = [
     "AudioReader",
     "check_file",
     "decode_audio_bytes",
+    "FileSpan",
     "known_durations",
     "Segment",
     "load_audio",
@@ -89,7 +90,25 @@ __all__ = [
 #: how far (seconds) a segment's end may run past the recording before it is an error (Kaldi: 0.5)
 MAX_OVERSHOOT = 0.5
 _ARK_RE = re.compile(r"^(?P<path>.+):(?P<offset>\d+)$")
-_STDERR_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """Where an utterance's samples lie in an audio file (:meth:`AudioReader.file_span`):
+    ``frames`` samples from sample ``offset`` of ``path``, at ``rate`` (the file's own).
+    ``exact``: a PCM or float WAV, or a FLAC, whose samples read from any sample on
+    (:meth:`AudioReader.read_span`) are those of the whole file decoded, bit for bit."""
+
+    path: str
+    offset: int
+    frames: int
+    rate: int
+    exact: bool
+
+
+#: formats and subtypes libsndfile seeks in sample by sample, losslessly (FileSpan.exact)
+_EXACT_FORMATS = ("WAV", "WAVEX", "FLAC")
+_EXACT_SUBTYPES = ("FLOAT", "DOUBLE")
 
 
 @dataclass(frozen=True)
@@ -104,14 +123,6 @@ class Segment:
 # --------------------------------------------------------------------------- decoding
 
 
-def _is_pipe(spec: str) -> bool:
-    return spec.rstrip().endswith("|")
-
-
-def _pipe_command(spec: str) -> str:
-    return spec.rstrip()[:-1].strip()
-
-
 def shown_path(path: str) -> str:
     """A path as text for a message: bytes that are not UTF-8 (read with ``surrogateescape``)
     written as ``\\xNN``."""
@@ -121,7 +132,7 @@ def shown_path(path: str) -> str:
 def _not_found_hint(path: str) -> str:
     """What a path that is no file but reads like a Kaldi table entry is: a command or an ark
     offset is honoured only in a wav.scp (see the module doc)."""
-    if _is_pipe(path):
+    if is_pipe(path):
         return (
             f"; {path.strip()!r} is not a file: commands ('cmd |') are run only from a data dir's wav.scp "
             "(verify / identify --data DATA_DIR; AudioReader in Python), never from a path"
@@ -172,53 +183,6 @@ def to_mono_float(data: np.ndarray, utt: str, source: str) -> np.ndarray:
     if not np.all(np.isfinite(out)):
         raise UtteranceError(utt, source, "audio contains NaN or infinite samples")
     return np.clip(out, -1.0, 1.0)
-
-
-def _fix_streamed_wav(raw: bytes) -> bytes | None:
-    """A WAV written to a pipe may carry 0 in its RIFF/data sizes (the writer could not seek
-    back).  Return the bytes with the sizes set from the actual length, or None if not such a
-    WAV."""
-    if len(raw) < 12 or raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
-        return None
-    pos = 12
-    while pos + 8 <= len(raw):
-        cid, size = raw[pos : pos + 4], struct.unpack("<I", raw[pos + 4 : pos + 8])[0]
-        if cid == b"data":
-            fixed = bytearray(raw)
-            fixed[4:8] = struct.pack("<I", min(len(raw) - 8, 0xFFFFFFFF))
-            fixed[pos + 4 : pos + 8] = struct.pack("<I", min(len(raw) - pos - 8, 0xFFFFFFFF))
-            return bytes(fixed)
-        pos += 8 + size + (size & 1)
-    return None
-
-
-def _decode_bytes(raw: bytes, utt: str, source: str) -> tuple[np.ndarray, int]:
-    try:
-        data, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
-        if data.shape[0] == 0:
-            fixed = _fix_streamed_wav(raw)
-            if fixed is not None:
-                data, rate = sf.read(io.BytesIO(fixed), dtype="float32", always_2d=True)
-    except Exception as exc:  # soundfile raises LibsndfileError/RuntimeError/TypeError
-        raise UtteranceError(utt, source, f"cannot decode audio from command output ({len(raw)} bytes): {exc}") from exc
-    return data, int(rate)
-
-
-def _run_pipe(command: str, utt: str) -> bytes:
-    try:
-        proc = subprocess.run(command, shell=True, capture_output=True, stdin=subprocess.DEVNULL, check=False)
-    except OSError as exc:
-        raise UtteranceError(utt, f"{command} |", f"cannot start command: {exc}") from exc
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL:]
-        raise UtteranceError(
-            utt,
-            f"{command} |",
-            f"command failed with exit code {proc.returncode}" + (f"; stderr: {err}" if err else "; no stderr"),
-        )
-    if not proc.stdout:
-        raise UtteranceError(utt, f"{command} |", "command wrote no audio to stdout")
-    return proc.stdout
 
 
 def _wav_truncation(path: str) -> str | None:
@@ -298,9 +262,9 @@ def _decode_spec(spec: str, utt: str, table: bool) -> tuple[np.ndarray, int, str
         spec = spec.strip()
         if not spec:
             raise UtteranceError(utt, "wav.scp", "empty wav.scp entry")
-        if _is_pipe(spec):
-            command = _pipe_command(spec)
-            data, rate = _decode_bytes(_run_pipe(command, utt), utt, f"{command} |")
+        if is_pipe(spec):
+            command = pipe_command(spec)
+            data, rate = decode_output(run_pipe(command, utt), utt, f"{command} |")
             return data, rate, f"{command} |"
         ark = _ark_location(spec)
         if ark is not None:
@@ -316,7 +280,7 @@ def _decode_spec(spec: str, utt: str, table: bool) -> tuple[np.ndarray, int, str
         raise UtteranceError(utt, "''", "empty path")
     if is_ffmpeg_file(spec):
         check_file(spec, utt, table=table)
-        data, rate = _decode_bytes(decode_file(spec, utt), utt, shown_path(spec))
+        data, rate = decode_output(decode_file(spec, utt), utt, shown_path(spec))
         return data, rate, shown_path(spec)
     data, rate = read_file(spec, utt, table=table)
     return data, rate, shown_path(spec)
@@ -398,7 +362,7 @@ def spec_duration(spec: str, utt: str = "<audio>", *, table: bool = False) -> fl
     header only for files, decoding for pipes/arks."""
     if table:
         spec = spec.strip()
-    if not table or (not _is_pipe(spec) and _ark_location(spec) is None):
+    if not table or (not is_pipe(spec) and _ark_location(spec) is None):
         check_file(spec, utt, table=table)
         shown = shown_path(spec)
         if is_ffmpeg_file(spec):
@@ -529,8 +493,8 @@ class AudioReader:
             return read_audio(self.entry(utt), utt, table=True)
         seg = self._segment(utt)
         spec = self._wav[seg.recording].strip()
-        if not _is_pipe(spec) and _ark_location(spec) is None and not is_ffmpeg_file(spec):
-            return self._read_file_segment(utt, seg, spec)
+        if not is_pipe(spec) and _ark_location(spec) is None and not is_ffmpeg_file(spec):
+            return self._read_file_segment(utt)
         data, rate, source = self._decoded_recording(seg.recording, spec, utt)
         start, stop = self._segment_bounds(utt, seg, data.shape[0], rate, source)
         return to_mono_float(data[start:stop], utt, source), rate
@@ -561,23 +525,48 @@ class AudioReader:
             stop = frames
         return start, stop
 
-    def _read_file_segment(self, utt: str, seg: Segment, path: str) -> tuple[np.ndarray, int]:
-        check_file(path, utt, table=True)
+    def file_span(self, utt: str) -> FileSpan | None:
+        """Where the samples of ``utt`` lie in a file libsndfile reads (its header, no decoding;
+        ``segments`` resolved as :meth:`read` resolves them), or None for a ``cmd |`` pipe, an ark
+        entry or a file only ffmpeg decodes.  :class:`UtteranceError` naming the file when it is
+        missing, its header unreadable or a WAV cut short, or the segment lies outside it."""
+        seg = self._segment(utt) if self._segments is not None else None
+        spec = (self._wav[seg.recording] if seg is not None else self.entry(utt)).strip()
+        if not spec or is_pipe(spec) or _ark_location(spec) is not None or is_ffmpeg_file(spec):
+            return None
+        check_file(spec, utt, table=True)
+        shown = shown_path(spec)
         try:
-            info = sf.info(os.fsencode(path))
+            info = sf.info(os.fsencode(spec))
         except Exception as exc:
-            raise UtteranceError(utt, path, f"cannot read audio header: {exc}") from exc
-        start, stop = self._segment_bounds(utt, seg, info.frames, info.samplerate, path)
-        data, rate = read_file(path, utt, start, stop, table=True)
-        wave = to_mono_float(data, utt, path)
+            raise UtteranceError(utt, shown, f"cannot read audio header: {exc}") from exc
+        if info.format == "WAV" and (problem := _wav_truncation(spec)) is not None:
+            raise UtteranceError(utt, shown, problem)
+        start, stop = 0, int(info.frames)
+        if seg is not None:
+            start, stop = self._segment_bounds(utt, seg, stop, info.samplerate, spec)
+        exact = info.format in _EXACT_FORMATS and (info.subtype.startswith("PCM_") or info.subtype in _EXACT_SUBTYPES)
+        return FileSpan(spec, start, stop - start, int(info.samplerate), exact)
+
+    def read_span(self, utt: str, span: FileSpan, start: int, stop: int) -> np.ndarray:
+        """Samples ``[start, stop)`` of ``utt`` (counted from its first sample, at ``span.rate``),
+        float32 mono in [-1, 1], by seeking; :class:`UtteranceError` naming the file when it holds
+        fewer samples than its header says (a file cut short)."""
+        data, _ = read_file(span.path, utt, span.offset + start, span.offset + stop, table=True)
+        wave = to_mono_float(data, utt, shown_path(span.path))
         if wave.shape[0] != stop - start:
             raise UtteranceError(
                 utt,
-                path,
-                f"file is truncated: read {wave.shape[0]} of {stop - start} "
-                f"samples of segment [{seg.start}, {seg.end}]",
+                shown_path(span.path),
+                f"file is truncated: read {wave.shape[0]} of the {stop - start} samples "
+                f"from sample {span.offset + start} (its header says {span.offset + span.frames} or more)",
             )
-        return wave, rate
+        return wave
+
+    def _read_file_segment(self, utt: str) -> tuple[np.ndarray, int]:
+        span = self.file_span(utt)
+        assert span is not None  # a plain file (read_native's test)
+        return self.read_span(utt, span, 0, span.frames), span.rate
 
     def recording_duration(self, rec: str) -> float:
         """Duration in seconds of recording ``rec`` of wav.scp (cached; header only for files)."""
@@ -685,7 +674,7 @@ def native_rates(data_dir: str | os.PathLike[str], limit: int = 20000) -> tuple[
     for key in keys:
         spec = wav[key].strip()
         rate: int | None = None
-        if _is_pipe(spec):
+        if is_pipe(spec):
             m = _PIPE_RATE.search(spec)
             rate = int(m.group(1)) if m else None
         elif _ark_location(spec) is None:

@@ -11,6 +11,13 @@
   ark path draws it (from the voiced frame count); the crop's frames straddle the joins of voiced
   runs where the ark path concatenates whole frames.  Without VAD (or when every frame or none is
   voiced) the whole waveform is used.
+* Reading: a crop reads only the samples it covers (its voiced-waveform positions mapped to the
+  file's samples), one contiguous read from the smallest to the largest (a crop that wraps around
+  spans most of the file), where the store can (:meth:`spkflow.train.stores.AudioFiles.samples`:
+  WAV or FLAC at the loader's rate, and its rule for the decoded-audio cache); the length the VAD
+  is checked against and the crop starts are drawn from comes from the file's header.  The crop's
+  samples are those of the whole file decoded, bit for bit, so a batch does not depend on how its
+  files were read.
 * Speed perturbation (``augment.speed.factors``): one factor per speaker of the batch (drawn
   from the batch generator); a crop of ``ceil(samples * factor)`` samples is resampled to the
   length needed (:func:`spkflow.augment.wave.speed_perturb`), so every crop has ``T`` frames; the
@@ -156,35 +163,51 @@ class NxMWaveDataset(NxMBatches):
             per_crop = samples_for_frames(self.crop_range[1], self.fbank)
         return max(len(b) for b in self.batches) * per_crop
 
-    def _voiced_samples(self, utt: str, wave: np.ndarray) -> np.ndarray | None:
-        """Sample indices of the voiced waveform (None: the whole waveform)."""
+    def _voiced_frames(self, utt: str, samples: int) -> np.ndarray | None:
+        """The voiced frames of ``utt`` (``samples`` samples long; None: use the whole waveform)."""
         if self.vad is None:
             return None
         v = self.vad.read(utt, cache_header=False)
-        frames = num_frames(len(wave), self.fbank)
+        frames = num_frames(samples, self.fbank)
         if len(v) != frames:
             raise UtteranceError(
                 utt, self.store.source(utt), f"{len(v)} VAD frames in {self.vad.scp} but the audio gives {frames}"
             )
-        k = voiced_frames(v)
-        if k is None:
-            return None
-        shift = self.fbank.window_shift
-        idx = (k[:, None] * shift + np.arange(shift)[None, :]).ravel()
-        return np.minimum(idx, len(wave) - 1)
+        return voiced_frames(v)
 
-    def _stream(self, utt: str) -> tuple[np.ndarray, int]:
-        """(the voiced waveform of ``utt``, or the whole one; its number of frames as the ark
-        path counts them: voiced frames, or all frames)."""
+    def _stream(self, utt: str) -> tuple[Any, np.ndarray | None, int]:
+        """(the samples of ``utt`` as the store gives them (``len``, ``take``: whole in memory, or
+        left in its file), its voiced frames (None: all), its number of frames as the ark path
+        counts them: voiced frames, or all frames)."""
 
-        wave = self.store.read(utt)
-        idx = self._voiced_samples(utt, wave)
-        if idx is not None:
-            return wave[idx], len(idx) // self.fbank.window_shift
-        frames = num_frames(len(wave), self.fbank)
+        samples = self.store.samples(utt)
+        voiced = self._voiced_frames(utt, len(samples))
+        if voiced is not None:
+            return samples, voiced, len(voiced)
+        frames = num_frames(len(samples), self.fbank)
         if frames <= 0:
-            raise UtteranceError(utt, self.store.source(utt), f"{len(wave)} samples is shorter than one frame")
-        return wave, frames
+            raise UtteranceError(utt, self.store.source(utt), f"{len(samples)} samples is shorter than one frame")
+        return samples, None, frames
+
+    def _take(self, stream: tuple[Any, np.ndarray | None, int], start: int, count: int) -> np.ndarray:
+        """``count`` samples of the (voiced) waveform from frame ``start`` on, wrapping around at its
+        end.  The voiced waveform is each voiced frame's hop (``frame_shift`` samples) in a row, the
+        last hop cut at the end of the audio: a position maps to the audio's sample
+        ``voiced[p // shift] * shift + p % shift``; only those samples are read (the store's ``take``)."""
+        samples, voiced, _ = stream
+        shift = self.fbank.window_shift
+        length = len(samples) if voiced is None else len(voiced) * shift
+        pos = start * shift + np.arange(count)
+        if pos[-1] >= length:
+            pos %= length
+        if voiced is not None:
+            pos = np.minimum(voiced[pos // shift] * shift + pos % shift, len(samples) - 1)
+        return samples.take(pos)
+
+    def crop(self, utt: str, start: int, count: int) -> np.ndarray:
+        """``count`` samples of ``utt``'s (voiced) waveform from frame ``start`` on, as a batch
+        takes them before speed perturbation and augmentation (float32)."""
+        return self._take(self._stream(utt), start, count)
 
     def __getitem__(
         self, index: int | tuple[int, torch.Tensor | None]
@@ -210,7 +233,7 @@ class NxMWaveDataset(NxMBatches):
         reads = [need if f == 1.0 else int(math.ceil(need * f)) + 2 for f in factors]
         spans = np.array([T if f == 1.0 else -(-(r - need) // shift) + T for f, r in zip(factors, reads, strict=True)])
         streams = [self._stream(u) for u in utts]
-        n = np.array([frames for _, frames in streams], dtype=np.int64)
+        n = np.array([frames for _, _, frames in streams], dtype=np.int64)
         # the start frame exactly as the ark path draws it (same generator, same bounds for factor 1)
         rng = np.random.default_rng([self.seed, self.epoch, b, _LOADER_PURPOSE])
         starts = rng.integers(0, np.where(n >= spans, n - spans + 1, n)).tolist()
@@ -219,11 +242,7 @@ class NxMWaveDataset(NxMBatches):
         buf = out.numpy()
         counts: collections.Counter[str] = collections.Counter(crops=len(utts))
         for i, u in enumerate(utts):
-            wave = streams[i][0]
-            pos = starts[i] * shift + np.arange(reads[i])
-            if pos[-1] >= len(wave):
-                pos %= len(wave)
-            x = wave[pos]
+            x = self._take(streams[i], starts[i], reads[i])
             if factors[i] != 1.0:
                 x = speed_perturb(x, float(factors[i]))
                 if len(x) < need:

@@ -21,6 +21,15 @@ its batch list line), ``prepare(b)`` (before batch ``b`` in this process) and ``
 take), ``gather``, ``mean`` and ``dim``; audio stores ``read(utt)`` and ``source(utt)``.
 :func:`open_store` opens the one a training config asks for.
 
+Audio files are read by span: :meth:`AudioFiles.samples` gives the raw loader an utterance's
+length from its file's header, and each crop reads only the samples it covers, by seeking (WAV
+and FLAC at the loader's rate, ``segments`` included: where libsndfile's seek is exact; anything
+else is decoded whole).  The rule for the per-process decoded-audio cache
+(:data:`spkflow.augment.wave.AUDIO_CACHE`): a file in it is cropped from memory; a file not in it
+is read by span and not put in it, so a training set larger than the cache costs a span read per
+crop instead of a decode, a quantisation and an eviction per crop; what is decoded whole (babble
+and RIR sources, audio to resample or decompress whole, shards) fills it.
+
 Arks and audio files are random access: ``prepare`` does nothing.  Shards are read front to
 back: ``prepare(b)`` follows the batch list, so it knows which shards batch ``b`` needs and which
 batches this process will serve (the trainer's, or a DataLoader worker's ``b0, b0 + W, ...``):
@@ -47,6 +56,12 @@ only see manifests); its Shar readers, like WebDataset, stream shards through a 
   k onward needs);
 * the four stores give the same batches bit for bit (``test/train/test_stores.py``: arks, shards,
   voiced shards; audio files, audio shards);
+* a crop read by span is the whole file decoded then indexed, bit for bit, and its start is drawn
+  from the header's length: a batch is the same whether its files were read by span, from the
+  cache or whole (``test/train/test_raw_loader.py``).  WeSpeaker decodes each file whole for every
+  crop (``parse_raw``, then ``random_chunk``); SpeechBrain's VoxCeleb recipe reads only the crop
+  (``torchaudio.load`` with ``frame_offset``) but draws its start with Python's ``random`` from
+  the duration its CSV recorded, at 16 kHz whatever the file's rate, and without a VAD;
 * a damaged shard is a loud error naming the shard and the member (a crc32 per member, checked
   as it is read), never a skipped utterance: skipping would change the batch (it would no longer
   equal the arks' batch of the same list, and a resumed run would differ from an uninterrupted
@@ -72,15 +87,24 @@ import numpy as np
 import torch
 
 from spkflow.augment.wave import AUDIO_CACHE
-from spkflow.core.errors import InputError
+from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ark import ArkRecords, KaldiArkReader, MemoryArks, parse_header
-from spkflow.data.audio import AudioReader, decode_audio_bytes, resample
+from spkflow.data.audio import AudioReader, FileSpan, decode_audio_bytes, resample
 from spkflow.data.shards import Shard, ShardSet
 from spkflow.data.tables import read_kv
 from spkflow.data.voiced import voiced_frames
 from spkflow.features.fbank import FbankOptions
 
-__all__ = ["ArkStore", "AudioFiles", "AudioShards", "FeatureShards", "check_batches", "open_store"]
+__all__ = [
+    "ArkStore",
+    "AudioFiles",
+    "AudioShards",
+    "FeatureShards",
+    "FileCrops",
+    "InMemory",
+    "check_batches",
+    "open_store",
+]
 
 
 def check_batches(batches: Sequence[Sequence[str]], *tables: tuple[Container[str], str]) -> None:
@@ -435,13 +459,56 @@ class FeatureShards(_Features):
         return h.cols if h is not None else 1
 
 
-class AudioFiles:
-    """A data dir's audio files (``wav.scp``, optional ``segments``), decoded at ``sample_rate``
-    by :class:`spkflow.data.audio.AudioReader` through the per-process decoded-audio cache."""
+class InMemory:
+    """An utterance's samples held whole (decoded): ``len`` and :meth:`take`, as :class:`FileCrops`."""
 
-    def __init__(self, data_dir: str | os.PathLike[str], sample_rate: int) -> None:
+    def __init__(self, wave: np.ndarray) -> None:
+        self.wave = wave
+
+    def __len__(self) -> int:
+        return len(self.wave)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """``wave[positions]`` (float32)."""
+        return self.wave[positions]
+
+
+class FileCrops:
+    """An utterance's samples left in its file (:meth:`AudioFiles.samples`): ``len`` from the
+    header; :meth:`take` reads the one contiguous span from the smallest position asked to the
+    largest (:meth:`spkflow.data.audio.AudioReader.read_span`), the same float32 values as the
+    whole file decoded then indexed."""
+
+    def __init__(self, reader: AudioReader, utt: str, span: FileSpan) -> None:
+        self.reader, self.utt, self.span = reader, utt, span
+
+    def __len__(self) -> int:
+        return self.span.frames
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        lo, hi = int(positions.min()), int(positions.max()) + 1
+        return self.reader.read_span(self.utt, self.span, lo, hi)[positions - lo]
+
+
+class AudioFiles:
+    """A data dir's audio files (``wav.scp``, optional ``segments``) at ``sample_rate``, read by
+    :class:`spkflow.data.audio.AudioReader`.
+
+    :meth:`samples` (what the raw loader crops) follows one rule: an utterance in the
+    per-process decoded-audio cache (:data:`spkflow.augment.wave.AUDIO_CACHE`) is cropped from
+    memory; one that is not, in a file whose samples can be read exactly by seeking (WAV or
+    FLAC, PCM or float, at ``sample_rate``: :attr:`FileSpan.exact`; with or without
+    ``segments``), is left in its file: its length comes from the header and each crop reads
+    only the samples it spans, without entering the cache (a training set larger than the
+    cache no longer evicts and decodes a whole file per crop); anything else (a rate to
+    resample, MP3 / OGG / m4a, a ``cmd |`` pipe, an ark entry; or ``span_reads=False``) is
+    decoded whole through the cache, as :meth:`read` does.  Either way a crop has the same
+    samples bit for bit (``test/train/test_raw_loader.py``)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], sample_rate: int, *, span_reads: bool = True) -> None:
         self.audio = AudioReader(data_dir, sample_rate=int(sample_rate))
         self.sample_rate = int(sample_rate)
+        self.span_reads = bool(span_reads)
         self.name = str(Path(data_dir) / "wav.scp")
         spk = Path(data_dir) / "utt2spk"
         self.speakers: Mapping[str, str] = read_kv(spk) if spk.is_file() else {}
@@ -466,7 +533,20 @@ class AudioFiles:
         return self.audio.source(utt)
 
     def read(self, utt: str) -> np.ndarray:
+        """The whole waveform of ``utt`` (through :data:`AUDIO_CACHE`)."""
         return AUDIO_CACHE.read(self.audio, utt)
+
+    def samples(self, utt: str) -> InMemory | FileCrops:
+        """The samples of ``utt`` as a crop takes them, by the rule of the class doc."""
+        wave = AUDIO_CACHE.get(self.audio, utt)
+        if wave is not None:
+            return InMemory(wave)
+        span = self.audio.file_span(utt) if self.span_reads else None
+        if span is None or not span.exact or span.rate != self.sample_rate:
+            return InMemory(self.read(utt))
+        if span.frames <= 0:
+            raise UtteranceError(utt, self.source(utt), "audio has no samples")
+        return FileCrops(self.audio, utt, span)
 
 
 class _ShardAudio:
@@ -530,6 +610,10 @@ class AudioShards:
 
     def read(self, utt: str) -> np.ndarray:
         return AUDIO_CACHE.read(_ShardAudio(self), utt)
+
+    def samples(self, utt: str) -> InMemory:
+        """The samples of ``utt`` as a crop takes them: decoded whole from its shard (through the cache)."""
+        return InMemory(self.read(utt))
 
 
 def open_store(

@@ -23,14 +23,19 @@ batches after each worker's first, so worker start-up is not counted; the consum
 and drops it), and ``ideal_items_per_s``, the per-core sum of the path's parts x workers: each part
 timed alone in this process at one thread (a worker's share, spkflow.core.threads) on the same
 kind of items: ``decode`` (the audio file to samples), ``frontend`` (fbank + VAD + the model's
-frontend of a decoded utterance), ``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a
-crop), ``read`` (a crop's rows from the arks), ``shard_read`` (the shards read whole, per crop
-they serve).  ``share`` = items_per_s / ideal_items_per_s: what the pipeline (Python per item,
-copies, padding, collation, the main process's unpickling, worker scheduling) leaves of the ideal.
+frontend of a decoded utterance), ``crop_read`` (a raw crop's samples as the loader reads them:
+:meth:`spkflow.train.stores.AudioFiles.samples`, the header and one span of the file, the VAD),
+``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a crop), ``read`` (a crop's rows from
+the arks), ``shard_read`` (the shards read whole, per crop they serve); ``train_raw_aug`` also
+reports ``whole_decode_cpu_ms_per_item``, what decoding the whole file costs (the loader's read
+before it read spans), and ``cached_crop_read_cpu_ms_per_item``, ``crop_read`` with the files in
+the decoded-audio cache (a training set that fits in it); neither is a part.  ``share`` =
+items_per_s / ideal_items_per_s: what the pipeline (Python per item, copies, padding, collation,
+the main process's unpickling, worker scheduling) leaves of the ideal.
 
 Threads as a user's machine has them: nothing is set in the environment (the workers pin their own
 pools, spkflow.core.threads).  The decoded-audio cache is off (bench_gpu.py's setting:
-VoxCeleb's files do not fit in it), so every raw crop decodes its file.  Data: real speech cut
+VoxCeleb's files do not fit in it), so every raw crop reads its span from its file.  Data: real speech cut
 into clips (bench_gpu.py: the corpora through db.sh, or ``--data``'s wav.scp), utterances cycling
 over them.  test/test_bench_feed.py runs it tiny so that it cannot rot.
 """
@@ -278,12 +283,32 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
             x = speed_perturb(x, f)[:n]
         aug(x, rng, speaker=utt2spk[u], counts=collections.Counter())
 
+    crops_of = epoch_dataset(
+        cfg["frontend"], open_store(cfg, str(data), str(feats), known_utts=utt2spk), ark_batches, seed=0, epoch=1,
+        crop=(T, T), wave_aug=None, vad_scp=str(feats / "vad.scp"), num_utt=a.num_utt, utt2spk=utt2spk,
+    )  # fmt: skip
+
+    def crop_read(u: str) -> None:  # as the loader reads a crop: the store's samples, the VAD, one span
+        crops_of.crop(u, int(rng.integers(0, 100)), n)
+
     parts = {
-        "decode": per_item(audio.read, sample),
+        "crop_read": per_item(crop_read, sample),
         "augment": per_item(augment, sample),
         "fbank": per_item(lambda u: compute_fbank(waves[u][:n], 16000, fb), sample),
     }
     run("train_raw_aug", cfg, ark_batches, parts)
+    out["train_raw_aug"]["whole_decode_cpu_ms_per_item"] = round(1e3 * per_item(audio.read, sample), 6)
+    # the same crop_read with every file in a decoded-audio cache (a training set that fits in it)
+    from spkflow.augment.wave import DecodedAudioCache
+    from spkflow.train import stores
+
+    off, stores.AUDIO_CACHE = stores.AUDIO_CACHE, DecodedAudioCache(4096)
+    try:
+        for u in sample:
+            stores.AUDIO_CACHE.read(crops_of.store.audio, u)
+        out["train_raw_aug"]["cached_crop_read_cpu_ms_per_item"] = round(1e3 * per_item(crop_read, sample), 6)
+    finally:
+        stores.AUDIO_CACHE = off
 
     # shards of the same features, read whole; batch lists a loader can serve front to back
     shard_dir = make_shards(feats, a)

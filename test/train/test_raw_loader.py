@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,15 @@ from helpers.audio import make_speakers, write_data_dir
 from helpers.spread import THREADS, permuted, within
 from spkflow.augment.sources import coloured_noise
 from spkflow.augment.wave import WaveAugment, normalize_augment_config
+from spkflow.data.ark import KaldiArkReader
+from spkflow.data.audio import AudioReader
+from spkflow.data.voiced import voiced_frames
 from spkflow.features.fbank import FbankOptions, VadOptions
 from spkflow.features.jobs import extract_job, merge_jobs
 from spkflow.train.loader import NxMCropDataset, make_loader
 from spkflow.train.raw_loader import CropFbank, NxMWaveDataset, samples_for_frames
 from spkflow.train.state import partial_losses
+from spkflow.train.stores import AudioFiles, FileCrops, InMemory
 
 FB = FbankOptions(num_mel_bins=20)
 SR = 16000
@@ -341,3 +346,158 @@ def test_trainer_on_audio_reads_no_stage2_output(corpus, tmp_path):
         InputError, match=rf"{data / 'feats.scp'}: not found, and frontend\.vad \(stage 2's vad\.scp\) needs it"
     ):
         Trainer(opts(with_vad, "vad")).run()
+
+
+def _copy_as(corpus, name: str, fmt: str, subtype: str) -> Path:
+    """The corpus's data dir with every file written again as ``fmt`` / ``subtype`` (same samples)."""
+    root = corpus["root"] / name
+    if root.is_dir():
+        return root / "data"
+    wav = {}
+    for line in (corpus["data"] / "wav.scp").read_text().splitlines():
+        utt, path = line.split(maxsplit=1)
+        x, rate = sf.read(path, dtype="float32")
+        out = root / "audio" / f"{utt}.{fmt}"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(out, x, rate, subtype=subtype)
+        wav[utt] = str(out)
+    u2s = dict(line.split() for line in (corpus["data"] / "utt2spk").read_text().splitlines())
+    return write_data_dir(root / "data", wav, u2s)
+
+
+def _segmented(corpus) -> Path:
+    """The corpus's recordings cut by ``segments`` (from 0.05 s; to the end, or to 0.1 s before
+    it), with their own stage-2 VAD (``feats/vad.scp`` inside)."""
+    d = corpus["root"] / "segmented"
+    if not d.is_dir():
+        shutil.copytree(corpus["data"], d)
+        lines = []
+        for i, line in enumerate((d / "wav.scp").read_text().splitlines()):
+            utt, path = line.split(maxsplit=1)
+            end = -1 if i % 2 else round(sf.info(path).duration - 0.1, 3)
+            lines.append(f"{utt} {utt} 0.05 {end}\n")
+        (d / "segments").write_text("".join(lines))
+        (d / "feats").mkdir()
+        extract_job(d, corpus["root"] / "list", d / "arks", "train", 1, FB, VadOptions(), progress=False)
+        merge_jobs(d, d / "feats", d / "arks", "train", 1)
+    return d
+
+
+SPAN_CASES = [  # (data dir, files in wav.scp, use the VAD)
+    ("flac16", "flac", "PCM_16", True),
+    ("flac16", "flac", "PCM_16", False),
+    ("flac24", "flac", "PCM_24", True),
+    ("wav16", "wav", "PCM_16", True),
+    ("wav16", "wav", "PCM_16", False),
+    ("wavfloat", "wav", "FLOAT", True),
+    ("segments", "flac", "PCM_16", True),
+    ("segments", "flac", "PCM_16", False),
+]
+
+
+@pytest.mark.parametrize(("name", "fmt", "subtype", "use_vad"), SPAN_CASES)
+def test_crops_read_by_span_equal_the_whole_file_crops(corpus, monkeypatch, name, fmt, subtype, use_vad):
+    """A crop read from its file by seeking (only the span its samples need, VAD positions mapped
+    to the file's) has the samples of the whole file decoded then indexed, bit for bit: WAV and
+    FLAC, with and without the VAD, speed factors, crops that wrap around, segments.  With the
+    cache off every crop is a span read; nothing enters the cache."""
+    from spkflow.augment.wave import DecodedAudioCache
+    from spkflow.train import stores
+
+    data = (
+        _segmented(corpus)
+        if name == "segments"
+        else corpus["data"]
+        if name == "flac16"
+        else _copy_as(corpus, name, fmt, subtype)
+    )
+    cache = DecodedAudioCache(0)  # SPKFLOW_AUDIO_CACHE_MB=0 (VoxCeleb's setting): nothing kept
+    monkeypatch.setattr(stores, "AUDIO_CACHE", cache)
+    speed = WaveAugment(normalize_augment_config({"speed": {"factors": [0.9, 1.0, 1.1]}}), SR)
+    batches = corpus["batches"] * 3  # more draws of speed factors and crop starts
+
+    def make(span_reads: bool) -> NxMWaveDataset:
+        return NxMWaveDataset(
+            AudioFiles(data, SR, span_reads=span_reads),
+            batches,
+            fbank=FB,
+            seed=3,
+            crop=(40, 110),
+            use_vad=use_vad,
+            vad_scp=(data / "feats" if name == "segments" else corpus["feats"]) / "vad.scp",
+            augment=speed,
+            num_utt=2,
+            fbank_on="device",  # the crops' samples themselves
+        )
+
+    span, whole = make(True), make(False)
+    reader = AudioReader(data, sample_rate=SR)
+    vad = KaldiArkReader((data / "feats" if name == "segments" else corpus["feats"]) / "vad.scp")
+    shift = FB.window_shift
+    for u in corpus["utts"]:
+        got = span.store.samples(u)
+        wave = reader.read(u)
+        assert isinstance(got, FileCrops) and len(got) == len(wave)  # the header's length
+        # the voiced waveform built whole, as the loader built it before reading spans
+        keep = voiced_frames(vad.read(u)) if use_vad else None
+        stream = (
+            wave
+            if keep is None
+            else wave[np.minimum((keep[:, None] * shift + np.arange(shift)).ravel(), len(wave) - 1)]
+        )
+        for start in (0, 7, len(stream) // shift - 3):  # the last wraps around
+            want = stream[(start * shift + np.arange(4000)) % len(stream)]
+            assert np.array_equal(span.crop(u, start, 4000), want), (u, start)
+    wraps = fits = perturbed = 0
+    for b in range(len(span)):
+        T = span.crop_length(b)
+        frames = [span._stream(u)[2] for u in batches[b]]
+        wraps += sum(n < T for n in frames)
+        fits += sum(n > T + 20 for n in frames)
+        x, u, s, c = span[b]
+        y, v, t, d = whole[b]
+        assert u == v and torch.equal(s, t) and c == d
+        assert torch.equal(x, y), (name, use_vad, b)
+        perturbed += int(s.ne(1).sum())  # factor index 1 is 1.0
+    assert wraps and fits and perturbed
+    assert cache.misses == len(batches) * 6 and cache.hits == 0 and not cache._items  # the whole-file path's
+
+
+def test_the_cache_rule(corpus, monkeypatch, tmp_path):
+    """A file in the decoded-audio cache is cropped from memory; one that is not is read by span
+    and not inserted; a rate to resample or a format without exact seeking is decoded whole."""
+    from spkflow.augment.wave import DecodedAudioCache
+    from spkflow.core.errors import UtteranceError
+    from spkflow.train import stores
+
+    cache = DecodedAudioCache(64)
+    monkeypatch.setattr(stores, "AUDIO_CACHE", cache)
+    store = AudioFiles(corpus["data"], SR)
+    u, w = corpus["utts"][:2]
+    assert isinstance(store.samples(u), FileCrops) and not cache._items  # read by span, not kept
+    store.read(u)
+    kept = store.samples(u)
+    assert isinstance(kept, InMemory) and cache.hits == 1 and isinstance(store.samples(w), FileCrops)
+    pos = np.array([5, 3, 900, 4])
+    audio = AudioReader(corpus["data"])
+    assert np.array_equal(kept.take(pos), audio.read(u)[pos])
+    assert np.array_equal(store.samples(w).take(pos), audio.read(w)[pos]) and len(cache._items) == 1
+    # another rate (resampled) or OGG (no exact seeking): decoded whole, through the cache
+    x, _ = sf.read(audio.entry(u), dtype="float32")
+    sf.write(tmp_path / "a.flac", x, 8000)
+    sf.write(tmp_path / "b.ogg", x, SR)
+    other = write_data_dir(
+        tmp_path / "d", {"a": str(tmp_path / "a.flac"), "b": str(tmp_path / "b.ogg")}, {"a": "s", "b": "s"}
+    )
+    store = AudioFiles(other, SR)
+    for k in ("a", "b"):
+        assert isinstance(store.samples(k), InMemory)
+    assert cache.misses == 3
+    # a FLAC cut short: its header promises samples it does not hold; the crop that reaches them is named
+    cut = tmp_path / "cut.flac"
+    raw = Path(audio.entry(u)).read_bytes()
+    cut.write_bytes(raw[: len(raw) // 2])
+    store = AudioFiles(write_data_dir(tmp_path / "c", {"c": str(cut)}, {"c": "s"}), SR)
+    got = store.samples("c")
+    with pytest.raises(UtteranceError, match=r"'c'.*cut\.flac"):
+        got.take(np.arange(len(got) - 400, len(got)))
