@@ -278,6 +278,10 @@ class DecodedAudioCache:
         self._bytes = 0
         self.hits = self.misses = 0
 
+    def room(self) -> int:
+        """Bytes that can still be kept before :meth:`read` drops anything."""
+        return self.max_bytes - self._bytes
+
     def get(self, reader: Any, utt: str) -> np.ndarray | None:
         """What :meth:`read` gives when ``utt`` is in memory (a hit), else None (nothing read)."""
         key = (reader.source(utt), int(reader.sample_rate or 0))

@@ -26,9 +26,11 @@ length from its file's header, and each crop reads only the samples it covers, b
 and FLAC at the loader's rate, ``segments`` included: where libsndfile's seek is exact; anything
 else is decoded whole).  The rule for the per-process decoded-audio cache
 (:data:`spkflow.augment.wave.AUDIO_CACHE`): a file in it is cropped from memory; a file not in it
-is read by span and not put in it, so a training set larger than the cache costs a span read per
-crop instead of a decode, a quantisation and an eviction per crop; what is decoded whole (babble
-and RIR sources, audio to resample or decompress whole, shards) fills it.
+is decoded whole and kept while the cache has room for it without dropping anything (a set that
+fits, the demo's, is decoded once per worker), else read by span and not kept, so a training set
+larger than the cache costs a span read per crop instead of a decode, a quantisation and an
+eviction per crop; what is decoded whole (babble and RIR sources, audio to resample or decompress
+whole, shards) fills it too.
 
 Arks and audio files are random access: ``prepare`` does nothing.  Shards are read front to
 back: ``prepare(b)`` follows the batch list, so it knows which shards batch ``b`` needs and which
@@ -542,8 +544,8 @@ class AudioFiles:
         if wave is not None:
             return InMemory(wave)
         span = self.audio.file_span(utt) if self.span_reads else None
-        if span is None or not span.exact or span.rate != self.sample_rate:
-            return InMemory(self.read(utt))
+        if span is None or not span.exact or span.rate != self.sample_rate or AUDIO_CACHE.room() >= 4 * span.frames:
+            return InMemory(self.read(utt))  # decoded whole (and kept while the cache has room: float32 at most)
         if span.frames <= 0:
             raise UtteranceError(utt, self.source(utt), "audio has no samples")
         return FileCrops(self.audio, utt, span)

@@ -464,8 +464,9 @@ def test_crops_read_by_span_equal_the_whole_file_crops(corpus, monkeypatch, name
 
 
 def test_the_cache_rule(corpus, monkeypatch, tmp_path):
-    """A file in the decoded-audio cache is cropped from memory; one that is not is read by span
-    and not inserted; a rate to resample or a format without exact seeking is decoded whole."""
+    """A file in the decoded-audio cache is cropped from memory; one that is not is decoded whole
+    and kept while the cache has room for it, else read by span and not inserted (nothing is
+    dropped for it); a rate to resample or a format without exact seeking is decoded whole."""
     from spkflow.augment.wave import DecodedAudioCache
     from spkflow.core.errors import UtteranceError
     from spkflow.train import stores
@@ -474,8 +475,9 @@ def test_the_cache_rule(corpus, monkeypatch, tmp_path):
     monkeypatch.setattr(stores, "AUDIO_CACHE", cache)
     store = AudioFiles(corpus["data"], SR)
     u, w = corpus["utts"][:2]
-    assert isinstance(store.samples(u), FileCrops) and not cache._items  # read by span, not kept
-    store.read(u)
+    assert isinstance(store.samples(u), InMemory) and len(cache._items) == 1  # room: decoded once, kept
+    cache.max_bytes = cache._bytes + 1000  # full: no room for another file
+    assert isinstance(store.samples(w), FileCrops) and len(cache._items) == 1  # read by span, not kept
     kept = store.samples(u)
     assert isinstance(kept, InMemory) and cache.hits == 1 and isinstance(store.samples(w), FileCrops)
     pos = np.array([5, 3, 900, 4])
