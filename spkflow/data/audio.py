@@ -106,11 +106,6 @@ class FileSpan:
     exact: bool
 
 
-#: formats and subtypes libsndfile seeks in sample by sample, losslessly (FileSpan.exact)
-_EXACT_FORMATS = ("WAV", "WAVEX", "FLAC")
-_EXACT_SUBTYPES = ("FLOAT", "DOUBLE")
-
-
 @dataclass(frozen=True)
 class Segment:
     """One line of ``segments``: ``utt rec start end`` (seconds; ``end == -1``: to the end)."""
@@ -395,6 +390,11 @@ def _read_table(path: Path) -> list[tuple[str, str]]:
     """``(key, rest)`` in file order; InputError (file:line) on a malformed line or duplicate key."""
 
     return list(read_kv(path).items())
+
+
+#: formats and subtypes libsndfile seeks in sample by sample, losslessly (FileSpan.exact)
+_EXACT_FORMATS = ("WAV", "WAVEX", "FLAC")
+_EXACT_SUBTYPES = ("FLOAT", "DOUBLE")
 
 
 class AudioReader:
