@@ -215,6 +215,10 @@ def save():
     time.sleep(5)  # longer than the grace (2 s)
     with open(sys.argv[1] + ".saved", "w") as f:
         f.write("ok\\n")
+    name_this_thread("exiting")  # written; what follows (closing files, a parent's exit trap) is not saving
+    time.sleep(float(sys.argv[2]))
+    with open(sys.argv[1] + ".done", "w") as f:
+        f.write("ok\\n")
     os._exit(143)
 
 signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=save).start())
@@ -230,7 +234,9 @@ def test_a_process_writing_its_checkpoint_is_waited_for_beyond_the_grace(tmp_pat
     lose for longer than the grace (2 s) is left to finish (it ends by itself, its file written);
     beside it, a process that ignores the signal is still killed, once the writer is done."""
     (tmp_path / "saver.py").write_text(SAVER)
-    body = f'"{sys.executable}" "{tmp_path}/saver.py" "$1" &\n(trap \'\' TERM; sleep 305) &\necho $! > "$1.pid"\nwait\n'
+    body = (
+        f'"{sys.executable}" "{tmp_path}/saver.py" "$1" 0 &\n(trap \'\' TERM; sleep 305) &\necho $! > "$1.pid"\nwait\n'
+    )
     p = start(script(tmp_path, "stage.sh", body), str(tmp_path / "x"))
     try:
         wait_file(tmp_path / "x.ready")
@@ -247,34 +253,15 @@ def test_a_process_writing_its_checkpoint_is_waited_for_beyond_the_grace(tmp_pat
     assert wait_until(lambda: not any(process_alive(q) for q in tree), 10) and not process_alive(stubborn)
 
 
-AFTER_SAVE = """import os, signal, sys, threading, time
-from spkflow.core.procs import SAVING_THREAD, name_this_thread
-
-def save():
-    name_this_thread(SAVING_THREAD)
-    time.sleep(5)  # ends 1 s past the second extension of the grace (2 s): at 2 and 4 s
-    name_this_thread("exiting")  # written; what follows (closing files, a parent's exit trap) is not saving
-    time.sleep(1.5)
-    with open(sys.argv[1] + ".done", "w") as f:
-        f.write("ok\\n")
-    os._exit(143)
-
-signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=save).start())
-with open(sys.argv[1] + ".ready", "w") as f:
-    f.write("ok\\n")
-while True:
-    time.sleep(1)
-"""
-
-
 def test_the_grace_after_a_checkpoint_counts_from_the_end_of_its_writing(tmp_path: Path) -> None:
     """What runs after the checkpoint is written gets the whole grace (2 s) from the end of the
     writing, not what is left of a grace counted from the last time the supervisor looked: before,
     the supervisor looked only when a grace ran out (2, 4, 6 s after the signal), and a process that
     ended its writing at 5 s and exited at 6.5 s was killed at 6 s (the CI's failure of
     test_sigterm_to_a_new_recipe_in_training_checkpoints_and_stops_everything)."""
-    (tmp_path / "saver.py").write_text(AFTER_SAVE)
-    p = start(script(tmp_path, "stage.sh", f'"{sys.executable}" "{tmp_path}/saver.py" "$1"\n'), str(tmp_path / "x"))
+    (tmp_path / "saver.py").write_text(SAVER)
+    # the writing ends at 5 s, 1 s past the grace's second extension (at 2 and 4 s); the exit 1.5 s later
+    p = start(script(tmp_path, "stage.sh", f'"{sys.executable}" "{tmp_path}/saver.py" "$1" 1.5\n'), str(tmp_path / "x"))
     try:
         wait_file(tmp_path / "x.ready")
         p.send_signal(signal.SIGTERM)
