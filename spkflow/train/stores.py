@@ -500,11 +500,12 @@ class AudioFiles:
     per-process decoded-audio cache (:data:`spkflow.augment.wave.AUDIO_CACHE`) is cropped from
     memory; one that is not, in a file whose samples can be read exactly by seeking (WAV or
     FLAC, PCM or float, at ``sample_rate``: :attr:`FileSpan.exact`; with or without
-    ``segments``), is left in its file: its length comes from the header and each crop reads
-    only the samples it spans, without entering the cache (a training set larger than the
-    cache no longer evicts and decodes a whole file per crop); anything else (a rate to
-    resample, MP3 / OGG / m4a, a ``cmd |`` pipe, an ark entry; or ``span_reads=False``) is
-    decoded whole through the cache, as :meth:`read` does.  Either way a crop has the same
+    ``segments``), is decoded whole and kept while the cache has room for it without dropping
+    anything, else left in its file: its length comes from the header and each crop reads only
+    the samples it spans, without entering the cache (a training set larger than the cache no
+    longer evicts and decodes a whole file per crop); anything else (a rate to resample, MP3 /
+    OGG / m4a, a ``cmd |`` pipe, an ark entry; or ``span_reads=False``) is decoded whole through
+    the cache, as :meth:`read` does.  Either way a crop has the same
     samples bit for bit (``test/train/test_raw_loader.py``)."""
 
     def __init__(self, data_dir: str | os.PathLike[str], sample_rate: int, *, span_reads: bool = True) -> None:
