@@ -8,7 +8,7 @@ float16 is CUDA-only; a narrower ECAPA)."""
 from __future__ import annotations
 
 import copy
-import socket
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -120,19 +120,15 @@ def test_trainer_with_amp_on_the_device(accel, tmp_path):
     assert json.loads((tmp_path / "exp" / "history.json").read_text())["epochs"] == [1]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_ddp_step_on_one_device_equals_the_plain_step(accel):
+def test_ddp_step_on_one_device_equals_the_plain_step(accel, tmp_path):
     """DistributedDataParallel over NCCL (gloo on the CPU), one process: the all-reduced gradients
-    and the step equal those without DDP."""
+    and the step equal those without DDP.  The rendezvous is a file, not a port: a port found free
+    and then bound can be taken in between by another job's store (a CI run hung here 400 s)."""
     import torch.distributed as dist
 
     backend = "nccl" if accel == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    store = f"file://{tmp_path / 'rendezvous'}"
+    dist.init_process_group(backend, init_method=store, rank=0, world_size=1, timeout=timedelta(seconds=120))
     try:
         torch.manual_seed(0)
         model = build_model({"name": "ecapa_tdnn", "input_dim": 80, "channels": 64, "scale": 4, "embed_dim": 32})
