@@ -88,9 +88,9 @@ def test_a_signal_to_the_scripts_pid_stops_its_whole_tree(tmp_path: Path, sig: s
     # job ignores SIGINT (bash's rule), so that one is killed after the grace time (2 s here)
     assert (tmp_path / "trap").read_text().startswith("trap")
     if sig == signal.SIGINT:
-        assert took < 4 and "stage.sh: killing 1 process(es) still running 2 s after SIGINT" in err, err
+        assert took >= 1.9 and "stage.sh: killing 1 process(es) still running 2 s after SIGINT" in err, err
     else:
-        assert took < 1.5 and "killing" not in err, err
+        assert "killing" not in err, err  # ended by itself (the wait above bounds it), nothing killed
     # without the supervisor (the case it fixes): the same signal to the script's pid reaches that
     # bash only, which acts on it when its foreground child ends; the children go on meanwhile
     plain = tmp_path / "plain"
@@ -127,7 +127,7 @@ wait
         p.kill()
     err = p.stderr.read()
     assert code == 143 and not process_alive(stubborn)
-    assert 1.9 <= took < 5, took  # SPKFLOW_STOP_GRACE=2
+    assert took >= 1.9, took  # SPKFLOW_STOP_GRACE=2: not before the grace (the wait above bounds it after)
     assert "stage.sh: killing 1 process(es) still running 2 s after SIGTERM" in err, err
 
 

@@ -308,7 +308,7 @@ def test_download_attempt_fails_fast(tmp_path: Path) -> None:
     start = time.monotonic()
     with pytest.raises(CorpusNotFound, match="export MYCORPUS="):
         ensure_corpus(tmp_path / "c", "wav.scp", "MYCORPUS", "https://10.255.255.1/none.git", True, timeout=2)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 60  # a hang is minutes; 30x the probe's timeout on a loaded box
     assert not list(tmp_path.iterdir())  # no partial download left
 
 

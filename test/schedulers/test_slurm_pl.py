@@ -247,11 +247,10 @@ def test_num_nodes_default_translation_is_one_task_per_node(slurm_cluster: Slurm
     # The built-in (and recipe) translation asks for K nodes with one task each. The one-node
     # test cluster cannot grant two: Slurm accepts the job and leaves it pending for ever
     # (reason PartitionNodeLimit); slurm.pl must say so and cancel it rather than wait.
-    t0 = time.monotonic()
     r = slurm_pl(slurm_cluster, ["--num-nodes", "2", "log/n.log", "hostname"], tmp_path, timeout=60)
     assert r.returncode == 1
     assert "will not run: pending for ever (slurm reason PartitionNodeLimit" in r.stderr
-    assert "log is in log/n.log" in r.stderr and time.monotonic() - t0 < 30
+    assert "log is in log/n.log" in r.stderr  # said and cancelled, not waited for (the timeout bounds it)
     script = (tmp_path / "log" / "q" / "n.sh").read_text()
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script
     assert "srun --kill-on-bad-exit=1 ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} bash -c" in script
