@@ -103,10 +103,17 @@ rirs=()
 mapfile -t files < <(grep -rl --include='test_*.py' 'pytest.mark.cuda' test | sort)
 log "pytest -m '${markers}' on ${device}: ${#files[@]} files (at most ${tests_limit} s)"
 tests_rc=0
+# a test running past 120 s leaves every thread's stack in tests.log (pytest's faulthandler), so a
+# hang names its place before the timeout stops the run
 timeout -k 10 "${tests_limit}" "${python}" -m pytest -q -ra -p no:cacheprovider -m "${markers}" \
-    --junitxml "${out}/junit.xml" "${files[@]}" > "${out}/tests.log" 2>&1 || tests_rc=$?
-tail -n 15 "${out}/tests.log"
-[ "${tests_rc}" = 124 ] && log "Error: the tests ran past ${tests_limit} s and were stopped"
+    -o faulthandler_timeout=120 --junitxml "${out}/junit.xml" "${files[@]}" > "${out}/tests.log" 2>&1 || tests_rc=$?
+if [ "${tests_rc}" = 124 ]; then
+    grep -A 12 '^Timeout (' "${out}/tests.log" || true  # the innermost frames of each stack dumped
+    tail -n 15 "${out}/tests.log"
+    log "Error: the tests ran past ${tests_limit} s and were stopped (the stacks above: ${out}/tests.log)"
+else
+    tail -n 15 "${out}/tests.log"
+fi
 
 # --- 4. the benchmark
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_work.XXXXXX")
