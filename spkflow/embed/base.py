@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from spkflow.core import procs
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.extras import install_hint
 from spkflow.data.audio import AudioReader
@@ -377,13 +378,25 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def pad(xs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """[T_i, ...] arrays -> zero-padded [B, T_max, ...] and lengths [B]."""
+def padded_shape(xs: Sequence[np.ndarray]) -> tuple[int, ...]:
+    """The shape :func:`pad` gives ``xs``: [B, T_max, ...]."""
+    return (len(xs), max(x.shape[0] for x in xs), *xs[0].shape[1:])
+
+
+def pad_into(xs: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """Write [T_i, ...] arrays zero-padded into ``out`` (float32, :func:`padded_shape`; its old
+    contents need not be zero); returns the lengths [B] (int64)."""
     lengths = np.array([x.shape[0] for x in xs], dtype=np.int64)
-    out = np.zeros((len(xs), int(lengths.max()), *xs[0].shape[1:]), dtype=np.float32)
     for i, x in enumerate(xs):
         out[i, : x.shape[0]] = x
-    return out, lengths
+        out[i, x.shape[0] :] = 0
+    return lengths
+
+
+def pad(xs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """[T_i, ...] arrays -> zero-padded [B, T_max, ...] and lengths [B]."""
+    out = np.empty(padded_shape(xs), dtype=np.float32)
+    return out, pad_into(xs, out)
 
 
 class PadCollate:
@@ -402,8 +415,12 @@ class PadCollate:
         import torch
 
         good = [(utt, x) for utt, x, err in items if err is None]
+        # in a worker the batch is made in shared memory (procs.shared_empty): handed over uncopied
+        empty = procs.shared_empty if torch.utils.data.get_worker_info() is not None else torch.empty
         parts = []
         for part in split_by_frames(good, lambda it: self.frames(it[1]), self.max_frames):
-            feats, lengths = pad([x for _, x in part])
-            parts.append(([u for u, _ in part], torch.from_numpy(feats), torch.from_numpy(lengths)))
+            xs = [x for _, x in part]
+            feats = empty(padded_shape(xs))
+            lengths = pad_into(xs, feats.numpy())
+            parts.append(([u for u, _ in part], feats, torch.from_numpy(lengths)))
         return [(utt, err) for utt, _, err in items], parts

@@ -19,7 +19,7 @@ from helpers.audio import make_mixed_data, make_speakers
 from helpers.models import l2, make_spkflow_model_dir
 from helpers.spread import permuted, within
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.embed.base import plan_batches, split_by_frames
+from spkflow.embed.base import PadCollate, pad, pad_into, padded_shape, plan_batches, split_by_frames
 from spkflow.embed.run import (
     JobWriter,
     MergeError,
@@ -80,6 +80,43 @@ def test_split_by_frames_bound(lens, max_frames):
     assert sorted(i for p in parts for i, _ in p) == list(range(len(lens)))
     for p in parts:
         assert len(p) == 1 or len(p) * max(n for _, n in p) <= max_frames
+
+
+def test_pad_into_zeroes_the_padding_of_a_reused_buffer():
+    xs = [np.ones((3, 2), np.float32), 2 * np.ones((5, 2), np.float32)]
+    out = np.full(padded_shape(xs), np.nan, dtype=np.float32)  # a buffer holding an old batch
+    assert pad_into(xs, out).tolist() == [3, 5]
+    assert (out[0, :3] == 1).all() and (out[0, 3:] == 0).all() and (out[1] == 2).all()
+    fresh, lengths = pad(xs)
+    assert np.array_equal(fresh, out) and lengths.tolist() == [3, 5]
+
+
+def test_pad_collate_makes_the_batch_in_shared_memory_in_a_worker():
+    """In a DataLoader worker the padded batch is made in shared memory (handed over uncopied);
+    in the main process (no workers) in ordinary memory; the same values either way."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    rng = np.random.default_rng(0)
+    items = [(f"u{i}", rng.standard_normal((n, 4)).astype(np.float32), None) for i, n in enumerate((7, 3, 5))]
+    collate = PadCollate(lambda x: x.shape[0], max_frames=10**6)
+
+    def where(batch: list) -> tuple:  # what the worker's collate made, seen where it was made
+        _, parts = collate(batch)
+        return parts, [feats.is_shared() for _, feats, _ in parts]
+
+    seen = {}
+    for workers in (0, 1):
+        loader = DataLoader(items, batch_size=3, collate_fn=where, num_workers=workers)
+        ((parts, shared),) = list(loader)
+        seen[workers] = shared
+        ((utts, feats, lengths),) = parts
+        assert sorted(utts) == ["u0", "u1", "u2"]
+        for i, u in enumerate(utts):
+            x = dict((k, v) for k, v, _ in items)[u]
+            assert lengths[i] == len(x) and torch.equal(feats[i, : len(x)], torch.from_numpy(x))
+            assert not feats[i, len(x) :].any()
+    assert seen == {0: [False], 1: [True]}
 
 
 # ----------------------------------------------------------------------------- job outputs
