@@ -1,7 +1,7 @@
 """Benchmark: what the loaders feed, without a model, against the per-core sum of their parts.
 
     .venv/bin/python test/bench/bench_feed.py --json OUT [--workers N] [--data DIR] [--rirs DIR]
-        [--utt-sec 6] [--extract-utts 256] [--extract-batch 16] [--num-spk 64 --num-utt 2 --crop 200]
+        [--utt-sec 6] [--audio-format flac|wav] [--extract-utts 256] [--extract-batch 16] [--num-spk 64 --num-utt 2 --crop 200]
         [--train-batches 12] [--part-items 48] [--workdir DIR]
 
 Paths (each through the entry point the recipes use, so that the figures follow the code):
@@ -338,6 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--rirs", type=Path, default=None, help="impulse responses (default: made with make_rirs)")
     p.add_argument("--utt-sec", type=float, default=6.0, help="utterance length (s)")
     p.add_argument("--clips", type=int, default=48, help="distinct clips the utterances cycle over")
+    p.add_argument("--audio-format", choices=("flac", "wav"), default="flac", help="the clips' format (16-bit)")
     p.add_argument("--extract-utts", type=int, default=256)
     p.add_argument("--extract-batch", type=int, default=16)
     p.add_argument("--num-spk", type=int, default=64, help="N of the training batches")
@@ -353,7 +354,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = a.workdir or Path(tempfile.mkdtemp(prefix="bench_feed."))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        clips = bench_gpu.make_clips(bench_gpu.source_files(a.data), work / "clips", a.utt_sec, limit=a.clips)
+        clips = bench_gpu.make_clips(
+            bench_gpu.source_files(a.data),
+            work / f"clips_{a.audio_format}",
+            a.utt_sec,
+            limit=a.clips,
+            fmt=a.audio_format,
+        )
         clips_dir = bench_gpu.write_data_dir(
             work / "clips_data", {c.stem: str(c) for c in clips}, {c.stem: c.stem for c in clips}, a.utt_sec
         )
@@ -362,6 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "command": "python test/bench/bench_feed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},  # None: as a user's machine has them
             "utt_sec": a.utt_sec,
+            "audio_format": a.audio_format,
             "batch": f"{a.num_spk}x{a.num_utt}x{a.crop} frames",
         }
         parts = a.paths.split(",")

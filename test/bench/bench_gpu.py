@@ -193,9 +193,11 @@ def source_files(data: Path | None) -> list[Path]:
     return files
 
 
-def make_clips(files: Sequence[Path], out: Path, seconds: float, rate: int = 16000, limit: int = 48) -> list[Path]:
+def make_clips(
+    files: Sequence[Path], out: Path, seconds: float, rate: int = 16000, limit: int = 48, fmt: str = "flac"
+) -> list[Path]:
     """Consecutive ``seconds`` windows of the files' speech (resampled to ``rate``, each file's
-    tail carried into the next) as FLAC clips, at most ``limit``."""
+    tail carried into the next) as 16-bit clips (``fmt``: flac or wav), at most ``limit``."""
     import numpy as np
     import soundfile as sf
 
@@ -209,7 +211,7 @@ def make_clips(files: Sequence[Path], out: Path, seconds: float, rate: int = 160
         w, sr = sf.read(f, dtype="float32", always_2d=True)
         buf = np.concatenate([buf, resample(w[:, 0], sr, rate)])
         while len(buf) >= n and len(clips) < limit:
-            path = out / f"clip{len(clips):03d}.flac"
+            path = out / f"clip{len(clips):03d}.{fmt}"
             sf.write(path, buf[:n], rate, subtype="PCM_16")
             clips.append(path)
             buf = buf[n:]
