@@ -42,8 +42,13 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
             "--json", str(out), "--workers", "2", "--data", str(data), "--rirs", str(rirs), "--utt-sec", "1",
             "--clips", "6", "--extract-utts", "24", "--extract-batch", "4", "--num-spk", "4", "--num-utt", "2",
             "--crop", "40", "--train-batches", "4", "--part-items", "4", "--workdir", str(tmp_path / "work"),
+            "--audio-format", "wav",  # FLAC, the default, is what bench_gpu.py's clips are (test_bench_gpu.py)
         ]
     )  # fmt: skip
+    assert (
+        result["audio_format"] == "wav"
+        and sorted(p.suffix for p in (tmp_path / "work" / "clips_wav").iterdir()) == [".wav"] * 6
+    )
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     assert set(bench_feed.PATHS) == set(PARTS) <= set(result)
     assert result["machine"]["cpus"] >= 1 and result["command"].startswith("python test/bench/bench_feed.py")
