@@ -1,8 +1,8 @@
 """Benchmark: what the loaders feed, without a model, against the per-core sum of their parts.
 
     .venv/bin/python test/bench/bench_feed.py --json OUT [--workers N] [--data DIR] [--rirs DIR]
-        [--utt-sec 6] [--audio-format flac|wav] [--extract-utts 256] [--extract-batch 16] [--num-spk 64 --num-utt 2 --crop 200]
-        [--train-batches 12] [--part-items 48] [--workdir DIR]
+        [--utt-sec 6] [--audio-format flac|wav] [--extract-utts 256] [--extract-batch 16]
+        [--num-spk 64 --num-utt 2 --crop 200] [--train-batches 12] [--part-items 48] [--workdir DIR]
 
 Paths (each through the entry point the recipes use, so that the figures follow the code):
 
