@@ -42,10 +42,6 @@ everything the script started:
 * SIGTSTP / SIGCONT (Ctrl-Z, ``fg``, ``bg``) are passed on, so a suspended run is suspended
   whole; a signal ignored when the supervisor started (INT under ``nohup ... &``) stays ignored.
 
-:func:`shared_empty` makes a DataLoader worker's batch where the main process will read it:
-in shared memory from the start, so handing it over copies nothing (torch would otherwise move
-a batch made in the worker's own memory there, a copy of every byte).
-
 Without it a signal to a script's pid stops only that bash (or, where the script traps it,
 nothing until its foreground child returns): without it spk.sh was seen re-parented to PID 1 with
 ten of its processes running 10 s after ``kill -TERM`` of run.sh.  Kaldi's and ESPnet's recipes rely
@@ -57,7 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import signal
 import subprocess
@@ -65,7 +60,6 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from spkflow.core.threads import worker_threads
 
@@ -153,19 +147,6 @@ def saving(pids: Sequence[int]) -> list[int]:
             except OSError:
                 continue
     return out
-
-
-def shared_empty(shape: tuple[int, ...]) -> Any:
-    """An uninitialised float32 torch tensor in shared memory, allocated there directly (measured:
-    a third less CPU per training batch than ``torch.empty(...).share_memory_()``, which copies)."""
-    import torch
-
-    nbytes = 4 * math.prod(shape)
-    try:
-        storage = torch.UntypedStorage._new_shared(nbytes)  # what torch.multiprocessing uses
-        return torch.empty(0, dtype=torch.float32).set_(storage).view(shape)
-    except (AttributeError, RuntimeError, TypeError):
-        return torch.empty(shape, dtype=torch.float32).share_memory_()
 
 
 def worker_init(_worker_id: int = 0) -> None:

@@ -45,9 +45,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from spkflow.core import procs
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.extras import install_hint
+from spkflow.core.shared_batches import HeldBuffers, shared_empty
 from spkflow.data.audio import AudioReader
 from spkflow.data.jobs import file_sha256
 
@@ -410,17 +410,36 @@ class PadCollate:
 
     def __init__(self, frames: Callable[[np.ndarray], int], max_frames: int) -> None:
         self.frames, self.max_frames = frames, max_frames
+        self.held = HeldBuffers()
 
-    def __call__(self, items: list[Any]) -> tuple[list[tuple[str, Any]], list[tuple[list[str], Any, Any]]]:
+    def __call__(
+        self, items: list[Any], into: Any = None
+    ) -> tuple[list[tuple[str, Any]], list[tuple[list[str], Any, Any]]]:
+        """``into``: a flat float32 buffer (a :class:`~spkflow.core.shared_batches.BufferPool`'s)
+        the parts are written into one after the other when they fit in it; else, in a worker,
+        each is made in a fresh shared segment (handed over uncopied)."""
         import torch
 
         good = [(utt, x) for utt, x, err in items if err is None]
-        # in a worker the batch is made in shared memory (procs.shared_empty): handed over uncopied
-        empty = procs.shared_empty if torch.utils.data.get_worker_info() is not None else torch.empty
+        split = split_by_frames(good, lambda it: self.frames(it[1]), self.max_frames)
+        shapes = [padded_shape([x for _, x in part]) for part in split]
+        if into is not None and sum(math.prod(s) for s in shapes) <= into.numel():
+            into, at = self.held.hold(into), 0
+        else:
+            into = None
+        worker = torch.utils.data.get_worker_info() is not None
         parts = []
-        for part in split_by_frames(good, lambda it: self.frames(it[1]), self.max_frames):
+        for part, shape in zip(split, shapes, strict=True):
             xs = [x for _, x in part]
-            feats = empty(padded_shape(xs))
+            if into is not None:
+                feats, at = into[at : at + math.prod(shape)].view(shape), at + math.prod(shape)
+            else:
+                feats = shared_empty(shape) if worker else torch.empty(shape)
             lengths = pad_into(xs, feats.numpy())
             parts.append(([u for u, _ in part], feats, torch.from_numpy(lengths)))
         return [(utt, err) for utt, _, err in items], parts
+
+
+def batch_elements(batch: tuple[Any, list[tuple[list[str], Any, Any]]]) -> int:
+    """The float32 elements a :class:`PadCollate` batch holds (what its buffer must take)."""
+    return sum(int(feats.numel()) for _, feats, _ in batch[1])

@@ -69,7 +69,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ import numpy as np
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.procs import die_with_parent
+from spkflow.core.shared_batches import BufferPool, can_pool
 from spkflow.core.threads import worker_threads
 from spkflow.data.audio import known_durations
 from spkflow.data.datadir import DataDir
@@ -94,7 +95,7 @@ from spkflow.data.jobs import (
 )
 from spkflow.data.jobs import committed_entries as _committed
 from spkflow.data.tables import check_sorted_unique, read_keys, read_kv_lines
-from spkflow.embed.base import Embedder, plan_batches, split_by_frames
+from spkflow.embed.base import Embedder, batch_elements, plan_batches, split_by_frames
 
 __all__ = [
     "data_dir_keys",
@@ -265,20 +266,73 @@ def job_loader(
         max_frames,
         num_workers,
     )
-    # spkflow models: padding in the workers (PadCollate), pinned batches on CUDA; others: lists
+    # spkflow models: padding in the workers (PadCollate) into buffers the job recycles, pinned
+    # batches on CUDA; others: lists
     collater = getattr(embedder, "collater", None)
     worker_side = collater is not None and hasattr(embedder, "embed_padded")
     on_cuda = str(getattr(embedder, "device", "cpu")).startswith("cuda")
-    loader = DataLoader(
-        _Inputs(utts, embedder.preparer(data_dir)),
-        batch_sampler=[[index[u] for u in b] for b in batches],
+    inputs = _Inputs(utts, embedder.preparer(data_dir))
+    plan = [[index[u] for u in b] for b in batches]
+    common: dict[str, Any] = dict(
         num_workers=num_workers,
-        collate_fn=collater(max_frames) if worker_side else _collate,
         pin_memory=on_cuda and worker_side,
         worker_init_fn=_worker_init if num_workers > 0 else None,
         prefetch_factor=4 if num_workers > 0 else None,
     )
-    return loader, worker_side
+    if not (worker_side and num_workers > 0 and can_pool()):
+        collate = collater(max_frames) if worker_side else _collate
+        return DataLoader(inputs, batch_sampler=plan, collate_fn=collate, **common), worker_side
+    pool = BufferPool(0, limit=4 * num_workers + 4, pinned=bool(common["pin_memory"]))  # 4: prefetch_factor
+    loader = DataLoader(
+        _PaddedBatches(inputs, plan, collater(max_frames)), batch_size=None, sampler=_PoolSampler(len(plan), pool),
+        collate_fn=_collate, **common,
+    )  # fmt: skip
+    return _Recycled(loader, pool), True
+
+
+class _PaddedBatches:
+    """Batch ``b`` of a job's plan, padded by ``collate`` (:class:`PadCollate`) in the worker
+    into the pool buffer sent with its index."""
+
+    def __init__(self, inputs: _Inputs, plan: list[list[int]], collate: Any) -> None:
+        self.inputs, self.plan, self.collate = inputs, plan, collate
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, index: tuple[int, Any]) -> Any:
+        b, into = index
+        return self.collate([self.inputs[i] for i in self.plan[b]], into)
+
+
+class _PoolSampler:
+    """Batch indices in order, each with a free buffer of ``pool`` (or None)."""
+
+    def __init__(self, n: int, pool: BufferPool) -> None:
+        self.n, self.pool = n, pool
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        for b in range(self.n):
+            yield b, self.pool.take()
+
+
+class _Recycled:
+    """The job's loader, telling its pool each batch that comes back (in its order)."""
+
+    def __init__(self, loader: Any, pool: BufferPool) -> None:
+        self.loader, self.pool = loader, pool
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            parts = batch[1]
+            self.pool.arrived(parts[0][1] if parts else None, needed=batch_elements(batch))
+            yield batch
 
 
 def run_job(

@@ -29,11 +29,10 @@ rows of the crop are touched (a 1.6 s crop of a 10 s utterance reads 16% of it);
 matrices are decoded only for the crop's rows; headers are cached per worker; VAD vectors and
 CMVN stats are read in place, without copies.
 The batch tensor is made in shared memory, so handing it to the trainer copies nothing, and
-those buffers are recycled: a fresh 33 MB shared segment per batch cost a worker about as much
-CPU as reading the crops (page allocation, zeroing, mapping, unmapping), so the main process
-keeps a pool of them and sends a free one along with each batch index; a buffer counts as free
-only when it is back from its worker and nothing outside the pool refers to its storage (the
-storage's reference count, so a batch the caller keeps is never overwritten).
+those buffers are recycled (:mod:`spkflow.core.shared_batches`, which stage 5 uses too): a fresh
+33 MB shared segment per batch cost a worker about as much CPU as reading the crops (page
+allocation, zeroing, mapping, unmapping), so the main process keeps a pool of them and sends a
+free one along with each batch index.
 Anchors: WeSpeaker's and voxceleb_trainer's loaders read audio and compute fbank per
 utterance per step; ESPnet's ``kaldiio.load_scp`` readers read whole matrices and reopen or
 LRU-cache file handles.
@@ -41,7 +40,6 @@ LRU-cache file handles.
 
 from __future__ import annotations
 
-import collections
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -52,6 +50,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from spkflow.core import procs
 from spkflow.core.errors import InputError, UtteranceError
+from spkflow.core.shared_batches import BufferPool, HeldBuffers, can_pool, shared_empty
 from spkflow.train.batches import crop_frames
 from spkflow.train.stores import ArkStore
 
@@ -93,17 +92,11 @@ class NxMBatches(Dataset):
         raise NotImplementedError
 
     def _hold(self, buffer: torch.Tensor) -> torch.Tensor:
-        """Keep the last few pool buffers referenced in this worker: torch then finds their
-        mapping in its cache when the same buffer comes back, instead of mapping it again."""
-        held: collections.OrderedDict[int, torch.Tensor] | None = getattr(self, "_held", None)
+        """Keep the last few pool buffers mapped in this worker (:class:`HeldBuffers`)."""
+        held: HeldBuffers | None = getattr(self, "_held", None)
         if held is None:
-            held = self._held = collections.OrderedDict()
-        key = buffer.untyped_storage().data_ptr()
-        held[key] = buffer
-        held.move_to_end(key)
-        while len(held) > 16:
-            held.popitem(last=False)
-        return buffer
+            held = self._held = HeldBuffers()
+        return held.hold(buffer)
 
     def batch_tensor(self, shape: tuple[int, ...], into: torch.Tensor | None) -> torch.Tensor:
         numel = int(np.prod(shape))
@@ -112,7 +105,7 @@ class NxMBatches(Dataset):
         if into is not None and into.numel() >= numel:
             return self._hold(into)[:numel].view(shape)
         if torch.utils.data.get_worker_info() is not None:
-            return procs.shared_empty(shape)
+            return shared_empty(shape)
         return torch.empty(shape)
 
 
@@ -211,57 +204,12 @@ class NxMCropDataset(NxMBatches):
         return out, list(utts)
 
 
-class _BufferPool:
-    """Shared-memory batch buffers owned by the main process (see the module docstring).
-
-    :meth:`take` hands out a buffer only when it is not on its way through a worker (sent with
-    an index and not yet back) and its storage has no reference outside the pool.  Batches come
-    back in the order their indices were sent, so :meth:`arrived` checks each against the
-    buffer sent with it; should torch ever hand a batch back in a storage other than the pool's
-    (its mapping cache missed), reuse stops for the rest of the epoch instead of guessing."""
-
-    def __init__(self, numel: int, limit: int) -> None:
-        self.numel, self.limit = numel, limit
-        self.buffers: list[tuple[torch.Tensor, int]] = []  # (buffer, storage use count when free)
-        self.sent: collections.deque[int | None] = collections.deque()  # storage pointers, in send order
-        self.enabled = numel > 0
-
-    @staticmethod
-    def _uses(t: torch.Tensor) -> int:
-        # references to the storage from any tensor, view or storage object (a private torch
-        # function; make_loader does not pool when a torch build lacks it)
-        return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
-
-    def take(self) -> torch.Tensor | None:
-        t = self._free() if self.enabled else None
-        self.sent.append(t.untyped_storage().data_ptr() if t is not None else None)
-        return t
-
-    def _free(self) -> torch.Tensor | None:
-        busy = set(self.sent)
-        for t, free_uses in self.buffers:
-            if t.untyped_storage().data_ptr() not in busy and self._uses(t) == free_uses:
-                return t
-        if len(self.buffers) >= self.limit:  # the caller keeps many batches: allocate as usual
-            return None
-        t = procs.shared_empty((self.numel,))
-        self.buffers.append((t, self._uses(t)))
-        return t
-
-    def arrived(self, x: torch.Tensor | None) -> None:
-        ptr = self.sent.popleft() if self.sent else None
-        if ptr is not None and (x is None or ptr != x.untyped_storage().data_ptr()):
-            self.enabled = False
-            self.buffers = []
-            self.sent = collections.deque([None] * len(self.sent))
-
-
 class _IndexSampler:
     """Batch indices ``start..stop-1``, each with a free pool buffer when a pool is set."""
 
     def __init__(self, start: int, stop: int) -> None:
         self.start, self.stop = start, stop
-        self.pool: _BufferPool | None = None
+        self.pool: BufferPool | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -302,7 +250,7 @@ class _Relay(Dataset):
 
 class _Loader(DataLoader):
     """A DataLoader that raises a worker's :class:`_Failed` error as itself and, with ``pooled``,
-    whose workers fill recycled shared-memory buffers (:class:`_BufferPool`).  Its workers are
+    whose workers fill recycled shared-memory buffers (:class:`BufferPool`).  Its workers are
     shut down as soon as iteration stops, by an error or by the caller: they ignore SIGTERM
     (:func:`spkflow.core.procs.worker_init`), so workers left to the garbage collector would make
     the interpreter's exit wait on them for ever."""
@@ -313,7 +261,7 @@ class _Loader(DataLoader):
         pool = None
         if self.pooled:
             sampler: _IndexSampler = self.sampler  # type: ignore[assignment]
-            pool = _BufferPool(
+            pool = BufferPool(
                 self.dataset.batch_numel(),  # type: ignore[attr-defined]
                 limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4,
             )
@@ -366,13 +314,7 @@ def make_loader(
             multiprocessing_context=multiprocessing_context,
             worker_init_fn=procs.worker_init,  # workers die with the trainer, even when it is SIGKILLed
         )
-    pooled = (
-        num_workers > 0
-        and reuse_buffers
-        and not pin_memory
-        and isinstance(dataset, NxMBatches)
-        and hasattr(torch._C, "_storage_Use_Count")
-    )
+    pooled = num_workers > 0 and reuse_buffers and not pin_memory and isinstance(dataset, NxMBatches) and can_pool()
     loader = _Loader(
         _Relay(dataset) if num_workers > 0 else dataset,
         batch_size=None,

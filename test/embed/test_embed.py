@@ -12,6 +12,7 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,6 +118,39 @@ def test_pad_collate_makes_the_batch_in_shared_memory_in_a_worker():
             assert lengths[i] == len(x) and torch.equal(feats[i, : len(x)], torch.from_numpy(x))
             assert not feats[i, len(x) :].any()
     assert seen == {0: [False], 1: [True]}
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_stage5_batches_come_back_in_recycled_buffers(embedder, tmp_path, keep):
+    """With workers, stage 5's padded batches come back in the buffers of the job's pool (sent
+    again as they come free) and equal the batches made without workers; a caller that keeps every
+    batch never sees one overwritten."""
+    from spkflow.embed.run import job_loader
+
+    data = make_speakers(tmp_path, num_spk=4, num_utt=8, min_sec=0.5, max_sec=1.5, seed=3)
+    utts = sorted((data / "utt2spk").read_text().split()[::2])
+
+    def batches(workers: int) -> tuple[list, list[bool], object]:
+        loader, worker_side = job_loader(embedder, data, utts, batch_size=1, max_frames=400, num_workers=workers)
+        assert worker_side
+        out, in_pool = [], []
+        for _, parts in loader:
+            pool = getattr(loader, "pool", None)
+            ptrs = {t.untyped_storage().data_ptr() for t, _ in pool.buffers} if pool is not None else set()
+            in_pool.append(parts[0][1].untyped_storage().data_ptr() in ptrs)
+            out.append([(keys, f if keep else f.clone(), n) for keys, f, n in parts])
+        return out, in_pool, loader
+
+    plain, _, _ = batches(0)
+    pooled, in_pool, loader = batches(2)
+    assert len(pooled) == len(plain) == 32
+    for a, b in zip(pooled, plain, strict=True):
+        for (ka, fa, na), (kb, fb, nb) in zip(a, b, strict=True):
+            assert ka == kb and torch.equal(fa, fb) and torch.equal(na, nb)
+    # the first 8 (4 per worker) go out before the pool has a size; then the batches come back in
+    # its buffers, as many as the caller lets go of
+    assert loader.pool.enabled and not any(in_pool[:8])
+    assert sum(in_pool) >= (16 if not keep else 1), in_pool
 
 
 # ----------------------------------------------------------------------------- job outputs
