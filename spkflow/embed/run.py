@@ -249,9 +249,11 @@ def job_loader(
     num_workers: int = 1,
     job_id: int | str = 1,
 ) -> tuple[Any, bool]:
-    """(the DataLoader of a job's inputs, whether its batches are padded in the workers): batches
-    of ``utts`` planned by duration; spkflow models get ``(items, parts)`` of :class:`PadCollate`
-    (pinned on CUDA), other models lists of ``(utt, input, error)``.  What :func:`run_job` reads,
+    """(the loader of a job's inputs, whether its batches are padded in the workers): batches of
+    ``utts`` planned by duration; spkflow models get ``(items, parts)`` of :class:`PadCollate`
+    (pinned on CUDA; with workers, padded into buffers of a
+    :class:`~spkflow.core.shared_batches.BufferPool` the job sends again), other models lists of
+    ``(utt, input, error)``.  What :func:`run_job` reads,
     and what ``test/bench/bench_feed.py`` times without a model."""
     from torch.utils.data import DataLoader
 
