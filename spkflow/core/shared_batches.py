@@ -4,8 +4,8 @@ in buffers that are used again.
 A worker that makes a batch in its own memory has torch copy every byte into a fresh shared
 segment to hand it over; a worker that makes it in a fresh shared segment (:func:`shared_empty`)
 saves the copy but still pays for the segment: its pages are faulted in and zeroed when first
-written, then unmapped (filling a fresh 6 MB segment took 9.2 ms of CPU on the project's 2-core
-VM against 1.7 ms for one used again: 0.47 ms per 6 s utterance of stage 5).
+written, then unmapped (stage 5 from WAV on two workers: -19 % CPU per utterance with the pool,
+docs/gpu.md "Stage 5's batches in recycled buffers", with the command).
 So the main process keeps a :class:`BufferPool` and sends a free buffer along with each batch
 index; the worker fills it (keeping the last few mapped, :class:`HeldBuffers`) and the batch comes
 back in it.
