@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Iterator
 from typing import Any
 
 #: pool buffers a worker keeps mapped (torch's mapping cache finds them when they come back)
@@ -113,3 +114,18 @@ class BufferPool:
         if sent[0] != x.untyped_storage().data_ptr():
             self.enabled = False
             self.buffers = []
+
+
+class IndexSampler:
+    """Batch indices ``start..stop-1`` in order, each with a free buffer of ``pool`` when one is
+    set (``(index, buffer or None)``); the bare index otherwise."""
+
+    def __init__(self, start: int, stop: int, pool: BufferPool | None = None) -> None:
+        self.start, self.stop, self.pool = start, stop, pool
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __iter__(self) -> Iterator[Any]:
+        for b in range(self.start, self.stop):
+            yield b if self.pool is None else (b, self.pool.take())

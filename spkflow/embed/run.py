@@ -78,7 +78,7 @@ import numpy as np
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.procs import die_with_parent
-from spkflow.core.shared_batches import BufferPool, can_pool
+from spkflow.core.shared_batches import BufferPool, IndexSampler, can_pool
 from spkflow.core.threads import worker_threads
 from spkflow.data.audio import known_durations
 from spkflow.data.datadir import DataDir
@@ -284,10 +284,10 @@ def job_loader(
     if not (worker_side and num_workers > 0 and can_pool()):
         collate = collater(max_frames) if worker_side else _collate
         return DataLoader(inputs, batch_sampler=plan, collate_fn=collate, **common), worker_side
-    pool = BufferPool(0, limit=4 * num_workers + 4, pinned=bool(common["pin_memory"]))  # 4: prefetch_factor
+    pool = BufferPool(0, limit=num_workers * common["prefetch_factor"] + 4, pinned=bool(common["pin_memory"]))
     loader = DataLoader(
-        _PaddedBatches(inputs, plan, collater(max_frames)), batch_size=None, sampler=_PoolSampler(len(plan), pool),
-        collate_fn=_collate, **common,
+        _PaddedBatches(inputs, plan, collater(max_frames)), batch_size=None,
+        sampler=IndexSampler(0, len(plan), pool), collate_fn=_collate, **common,
     )  # fmt: skip
     return _Recycled(loader, pool), True
 
@@ -305,20 +305,6 @@ class _PaddedBatches:
     def __getitem__(self, index: tuple[int, Any]) -> Any:
         b, into = index
         return self.collate([self.inputs[i] for i in self.plan[b]], into)
-
-
-class _PoolSampler:
-    """Batch indices in order, each with a free buffer of ``pool`` (or None)."""
-
-    def __init__(self, n: int, pool: BufferPool) -> None:
-        self.n, self.pool = n, pool
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self) -> Iterator[tuple[int, Any]]:
-        for b in range(self.n):
-            yield b, self.pool.take()
 
 
 class _Recycled:

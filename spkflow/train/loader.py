@@ -50,7 +50,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from spkflow.core import procs
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.core.shared_batches import BufferPool, HeldBuffers, can_pool, shared_empty
+from spkflow.core.shared_batches import BufferPool, HeldBuffers, IndexSampler, can_pool, shared_empty
 from spkflow.train.batches import crop_frames
 from spkflow.train.stores import ArkStore
 
@@ -204,21 +204,6 @@ class NxMCropDataset(NxMBatches):
         return out, list(utts)
 
 
-class _IndexSampler:
-    """Batch indices ``start..stop-1``, each with a free pool buffer when a pool is set."""
-
-    def __init__(self, start: int, stop: int) -> None:
-        self.start, self.stop = start, stop
-        self.pool: BufferPool | None = None
-
-    def __len__(self) -> int:
-        return self.stop - self.start
-
-    def __iter__(self) -> Iterator[int | tuple[int, torch.Tensor | None]]:
-        for b in range(self.start, self.stop):
-            yield b if self.pool is None else (b, self.pool.take())
-
-
 class _Failed:
     """A batch a worker could not make: the error, sent back as itself (torch would re-raise an
     error whose ``__init__`` takes more than the message as a RuntimeError holding a traceback as text)."""
@@ -260,7 +245,7 @@ class _Loader(DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         pool = None
         if self.pooled:
-            sampler: _IndexSampler = self.sampler  # type: ignore[assignment]
+            sampler: IndexSampler = self.sampler  # type: ignore[assignment]
             pool = BufferPool(
                 self.dataset.batch_numel(),  # type: ignore[attr-defined]
                 limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4,
@@ -318,7 +303,7 @@ def make_loader(
     loader = _Loader(
         _Relay(dataset) if num_workers > 0 else dataset,
         batch_size=None,
-        sampler=_IndexSampler(start_batch, len(dataset)),
+        sampler=IndexSampler(start_batch, len(dataset)),
         num_workers=num_workers,
         pin_memory=pin_memory,
         collate_fn=_identity,

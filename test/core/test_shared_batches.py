@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spkflow.core.shared_batches import BufferPool, HeldBuffers, can_pool, shared_empty
+from spkflow.core.shared_batches import BufferPool, HeldBuffers, IndexSampler, can_pool, shared_empty
 
 pytestmark = pytest.mark.skipif(not can_pool(), reason="this torch lacks the storage use count")
 
@@ -72,3 +72,11 @@ def test_a_worker_keeps_its_last_buffers_mapped():
         assert held.hold(b) is b
     kept = {t.untyped_storage().data_ptr() for t in held._held.values()}
     assert kept == {b.untyped_storage().data_ptr() for b in bufs[-16:]}
+
+
+def test_the_index_sampler_sends_a_buffer_with_each_index_when_pooled():
+    assert list(IndexSampler(2, 5)) == [2, 3, 4] and len(IndexSampler(2, 5)) == 3
+    pool = BufferPool(8, limit=4)
+    sent = list(IndexSampler(0, 3, pool))
+    assert [b for b, _ in sent] == [0, 1, 2] and all(t is not None and t.numel() == 8 for _, t in sent)
+    assert len({t.untyped_storage().data_ptr() for _, t in sent}) == 3 and len(pool.sent) == 3  # all on their way
