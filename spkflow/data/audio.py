@@ -177,7 +177,9 @@ def to_mono_float(data: np.ndarray, utt: str, source: str) -> np.ndarray:
         out = np.asarray(data, dtype=np.float32)
     if not np.all(np.isfinite(out)):
         raise UtteranceError(utt, source, "audio contains NaN or infinite samples")
-    return np.clip(out, -1.0, 1.0)
+    if out.size and (out.max() > 1.0 or out.min() < -1.0):  # integer PCM never is: no copy then
+        out = np.clip(out, -1.0, 1.0)
+    return out
 
 
 def _wav_truncation(path: str) -> str | None:
