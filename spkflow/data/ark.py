@@ -13,6 +13,7 @@ copied byte for byte gives the same values wherever it lies.  Used by the traini
 from __future__ import annotations
 
 import dataclasses
+import functools
 import mmap
 import os
 import struct
@@ -42,6 +43,14 @@ _PLAIN = {"FM": np.dtype("<f4"), "FV": np.dtype("<f4"), "DM": np.dtype("<f8"), "
 def _item_size(kind: str) -> int:
     """Bytes per element of a row-major record: float or double, or CM2's / CM3's 16 / 8-bit codes."""
     return _PLAIN[kind].itemsize if kind in _PLAIN else 2 if kind == "CM2" else 1
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_head(kind: str, rows: int, cols: int) -> bytes:
+    """The header bytes of an uncompressed ``kind`` entry of ``rows`` (x ``cols``): the same for
+    every per-utterance VAD length or CMVN statistics, so made once (read on every crop)."""
+    head = b"\0B" + kind.encode() + b" \x04" + struct.pack("<i", rows)
+    return head + (b"\x04" + struct.pack("<i", cols) if cols else b"")
 
 
 def parse_header(head: bytes, off: int) -> _Header | None:
@@ -200,9 +209,7 @@ class ArkRecords:
         if loc is None:
             return None
         i, off = loc
-        head = b"\0B" + kind.encode() + b" \x04" + struct.pack("<i", rows)
-        if cols:
-            head += b"\x04" + struct.pack("<i", cols)
+        head = _plain_head(kind, rows, cols)
         m = self._map(i)
         if m[off : off + len(head)].tobytes() != head:
             return None
