@@ -50,7 +50,15 @@ from torch.utils.data import DataLoader, Dataset
 
 from spkflow.core import procs
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.core.shared_batches import BufferPool, HeldBuffers, IndexSampler, can_pool, shared_empty
+from spkflow.core.shared_batches import (
+    BufferPool,
+    HeldBuffers,
+    IndexSampler,
+    can_pool,
+    from_slots,
+    shared_empty,
+    to_slots,
+)
 from spkflow.train.batches import crop_frames
 from spkflow.train.stores import ArkStore
 
@@ -197,10 +205,11 @@ class NxMCropDataset(NxMBatches):
                 store.gather(u, pos if k is None else k[pos], buf[i])
             if means is not None:
                 means[i] = store.mean(u, k, rows[i], dim)
+        # torch's broadcast subtraction: half numpy's time on rows of 80 (the same float32 results)
         if means is not None:
-            buf -= means.astype(np.float32)[:, None, :]
+            out.sub_(torch.from_numpy(means.astype(np.float32)).unsqueeze(1))
         elif self.mean_norm == "crop":
-            buf -= buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+            out.sub_(torch.from_numpy(buf.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)))
         return out, list(utts)
 
 
@@ -219,12 +228,16 @@ class _Relay(Dataset):
 
     def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset
+        self.slots: list[torch.Tensor] = []  # the pool's slots (set before the workers start)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
     def __getitem__(self, index: Any) -> Any:
         try:
+            if isinstance(index, tuple) and isinstance(index[1], int):  # a slot, by number
+                b, slot = index
+                return to_slots(self.dataset[(b, self.slots[slot])], slot, self.slots[slot])
             return self.dataset[index]
         except (InputError, UtteranceError, OSError) as e:
             return _Failed(e)
@@ -241,21 +254,28 @@ class _Loader(DataLoader):
     the interpreter's exit wait on them for ever."""
 
     pooled = False
+    _slots: list[torch.Tensor] | None = None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         pool = None
+        slots: list[torch.Tensor] = []
         if self.pooled:
             sampler: IndexSampler = self.sampler  # type: ignore[assignment]
-            pool = BufferPool(
-                self.dataset.batch_numel(),  # type: ignore[attr-defined]
-                limit=4 * self.num_workers * (self.prefetch_factor or 2) + 4,
-            )
+            relay: _Relay = self.dataset  # type: ignore[assignment]
+            numel = relay.batch_numel()
+            in_flight = self.num_workers * (self.prefetch_factor or 2)
+            if self._slots is None:  # made once, before the workers start (persistent ones keep them)
+                self._slots = relay.slots = BufferPool.make_slots(numel, in_flight + 2)
+            slots = self._slots
+            pool = BufferPool(numel, limit=4 * in_flight + 4, slots=slots)
             sampler.pool = pool
         it = super().__iter__()
         try:
             for item in it:
                 if isinstance(item, _Failed):
                     raise item.error
+                if slots:
+                    item = from_slots(item, slots)
                 if pool is not None:
                     pool.arrived(
                         item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None

@@ -8,7 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spkflow.core.shared_batches import BufferPool, HeldBuffers, IndexSampler, can_pool, shared_empty
+from spkflow.core.shared_batches import (
+    BufferPool,
+    HeldBuffers,
+    IndexSampler,
+    InSlot,
+    can_pool,
+    from_slots,
+    shared_empty,
+    to_slots,
+)
 
 pytestmark = pytest.mark.skipif(not can_pool(), reason="this torch lacks the storage use count")
 
@@ -80,3 +89,31 @@ def test_the_index_sampler_sends_a_buffer_with_each_index_when_pooled():
     sent = list(IndexSampler(0, 3, pool))
     assert [b for b, _ in sent] == [0, 1, 2] and all(t is not None and t.numel() == 8 for _, t in sent)
     assert len({t.untyped_storage().data_ptr() for _, t in sent}) == 3 and len(pool.sent) == 3  # all on their way
+
+
+def test_slots_go_out_by_number_and_come_back_as_views_of_the_main_processes_buffers():
+    slots = BufferPool.make_slots(10, 2)
+    pool = BufferPool(10, limit=4, slots=slots)
+    assert [pool.take(), pool.take()] == [0, 1]  # the workers have them: numbers travel
+    extra = pool.take()  # both on their way: a buffer of its own, sent as a tensor
+    assert isinstance(extra, torch.Tensor) and len(pool.buffers) == 3
+    # the first batch back, made in slot 0 (the worker's mapping of it): the view crosses as an
+    # InSlot, the rest as it is
+    lengths = torch.tensor([3, 2])
+    item = (slots[0][4:10].view(2, 3), ["a", "b"], [lengths, slots[0][::2]])
+    sent = to_slots(item, 0, slots[0])
+    assert isinstance(sent[0], InSlot) and (sent[0].slot, sent[0].offset, sent[0].shape) == (0, 4, (2, 3))
+    assert sent[2][0] is lengths and isinstance(sent[2][1], torch.Tensor)  # not in the slot / not contiguous
+    got = from_slots(sent, slots)
+    assert got[0].untyped_storage().data_ptr() == slots[0].untyped_storage().data_ptr()
+    assert got[0].storage_offset() == 4 and got[0].shape == (2, 3) and got[1] == ["a", "b"]
+    pool.arrived(got[0])
+    assert pool.enabled and isinstance(pool.take(), torch.Tensor)  # slot 0 is back but still held
+    del got, sent, item
+    assert pool.take() == 0  # dropped: out again, by number
+
+
+def test_slots_smaller_than_the_batches_are_not_used():
+    pool = BufferPool(10, limit=4, slots=BufferPool.make_slots(6, 2))
+    assert pool.slots == [] and isinstance(pool.take(), torch.Tensor)
+    assert BufferPool.make_slots(0, 3) == []  # size unknown (stage 5): no slots

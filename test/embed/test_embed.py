@@ -136,7 +136,7 @@ def test_stage5_batches_come_back_in_recycled_buffers(embedder, tmp_path, keep):
         out, in_pool = [], []
         for _, parts in loader:
             pool = getattr(loader, "pool", None)
-            ptrs = {t.untyped_storage().data_ptr() for t, _ in pool.buffers} if pool is not None else set()
+            ptrs = {t.untyped_storage().data_ptr() for t, *_ in pool.buffers} if pool is not None else set()
             in_pool.append(parts[0][1].untyped_storage().data_ptr() in ptrs)
             out.append([(keys, f if keep else f.clone(), n) for keys, f, n in parts])
         return out, in_pool, loader

@@ -11,6 +11,7 @@ import torch
 
 from helpers.audio import make_speakers
 from spkflow.core.errors import InputError
+from spkflow.core.shared_batches import InSlot
 from spkflow.data.ark import KaldiArkReader
 from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.features.jobs import _cmvn_stats, extract_job, merge_jobs, write_split
@@ -181,6 +182,29 @@ def test_recycled_buffers_never_overwrite_a_kept_batch(synthetic):
         assert len(ptrs) < len(d)  # the dropped batches' buffers did come back
     plain = list(make_loader(d, num_workers=2, prefetch_factor=2, reuse_buffers=False))
     assert all(torch.equal(x, r) for (x, _), r in zip(plain, ref, strict=True))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_batches_travel_in_slots_the_workers_were_given_at_start(synthetic, context):
+    """The pool's first buffers (slots) reach the workers once, when they start (inherited, or
+    pickled with the dataset under spawn); the batches made in them come back as views of the
+    main process's own slots, equal to the in-process batches, again under persistent workers."""
+    d = ds(synthetic, seed=4, epoch=1)
+    ref = [d[b][0].clone() for b in range(len(d))]
+    loader = make_loader(d, num_workers=1, prefetch_factor=2, multiprocessing_context=context, persistent_workers=True)
+    for _epoch in range(2):
+        in_slots = 0
+        for b, (x, _) in enumerate(loader):
+            assert torch.equal(x, ref[b])
+            ptr = x.untyped_storage().data_ptr()
+            in_slots += any(ptr == t.untyped_storage().data_ptr() for t in loader._slots)
+            del x
+        assert in_slots == len(d)  # each batch dropped at once: every one fits a free slot
+    assert len(loader._slots) == 1 * 2 + 2
+    # what a worker sends for a batch made in slot 0: its number and place, not the tensor (under
+    # spawn the main process would map a returned tensor to its own slot again, unseen above)
+    sent, utts = loader.dataset[(0, 0)]
+    assert isinstance(sent, InSlot) and sent.slot == 0 and utts == d.batches[0]
 
 
 def test_bad_inputs(synthetic, tmp_path):
