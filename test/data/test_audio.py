@@ -15,7 +15,15 @@ import pytest
 import soundfile as sf
 
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.data.audio import AudioReader, known_durations, load_audio, resample, utt2dur, write_utt2dur
+from spkflow.data.audio import (
+    AudioReader,
+    known_durations,
+    load_audio,
+    read_file,
+    resample,
+    utt2dur,
+    write_utt2dur,
+)
 
 
 def sine(freq: float, seconds: float, rate: int, amp: float = 0.5) -> np.ndarray:
@@ -35,6 +43,21 @@ def peak_freq(x: np.ndarray, rate: int) -> float:
     w = np.hanning(len(x))
     spec = np.abs(np.fft.rfft(x * w))
     return float(np.fft.rfftfreq(len(x), 1 / rate)[np.argmax(spec)])
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_16_bit_audio_reads_as_libsndfile_scales_it_bit_for_bit(tmp_path: Path, fmt: str) -> None:
+    """16-bit PCM is read as int16 and scaled by spkflow (faster than libsndfile's float loop):
+    every code, the extremes included, gives libsndfile's own float32, whole files and spans."""
+    codes = np.concatenate([np.arange(-32768, 32768, dtype=np.int16), [-32768, 32767, 0, -1, 1]]).astype(np.int16)
+    stereo = np.stack([codes, codes[::-1]], axis=1)
+    path = tmp_path / f"all.{fmt}"
+    sf.write(path, stereo, 16000, subtype="PCM_16")
+    want = sf.read(path, dtype="float32", always_2d=True)[0]
+    got, rate = read_file(str(path), "u")
+    assert rate == 16000 and got.dtype == np.float32 and np.array_equal(got, want)
+    assert np.array_equal(read_file(str(path), "u", 1000, 5000)[0], want[1000:5000])
+    assert got.min() == -1.0 and got.max() == np.float32(32767 / 32768)
 
 
 @pytest.mark.parametrize("fmt,subtype", [("wav", "PCM_16"), ("flac", "PCM_16"), ("wav", "FLOAT"), ("flac", "PCM_24")])
