@@ -123,10 +123,13 @@ class BufferPool:
         self.buffers: list[tuple[Any, int, int | None]] = []
         self.sent: collections.deque[tuple[int, int] | None] = collections.deque()  # (pointer, numel)
         self.enabled = can_pool()
-        self.slots: list[Any] = []
         if slots and self.enabled and all(t.numel() >= numel > 0 for t in slots):
-            self.slots = slots
             self.buffers = [(t, self._uses(t), k) for k, t in enumerate(slots)]
+
+    @property
+    def slots(self) -> list[Any]:
+        """The slots this pool hands out by number (none once it grew or stopped reusing)."""
+        return [t for t, _, k in self.buffers if k is not None]
 
     @staticmethod
     def make_slots(numel: int, count: int) -> list[Any]:
@@ -168,12 +171,12 @@ class BufferPool:
         ``needed`` elements (0: it fitted)."""
         sent = self.sent.popleft() if self.sent else None
         if needed > self.numel:  # too small for what the batches need: larger ones, with room to spare
-            self.numel, self.buffers, self.slots = needed + needed // 4, [], []
+            self.numel, self.buffers = needed + needed // 4, []
         if sent is None or x is None or self.pinned or needed > sent[1]:
             return
         if sent[0] != x.untyped_storage().data_ptr():
             self.enabled = False
-            self.buffers, self.slots = [], []
+            self.buffers = []
 
 
 class IndexSampler:
