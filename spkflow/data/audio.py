@@ -231,7 +231,7 @@ def shortfall(path: str, decoded: int, rate: int) -> str | None:
 def _read_float(f: sf.SoundFile, frames: int = -1) -> np.ndarray:
     """``frames`` of an open file as float32 [frames, channels], as libsndfile scales them; 16-bit
     PCM read as int16, scaled here by 1 / 32768 (libsndfile's factor, a power of two: the same bits)
-    in a third of libsndfile's time for a 16-bit WAV (docs/gpu.md "Decoding 16-bit audio")."""
+    in a third to a half of libsndfile's time for a 16-bit WAV (docs/gpu.md, 16-bit audio)."""
     if f.subtype == "PCM_16":
         return np.multiply(f.read(frames, dtype="int16", always_2d=True), np.float32(1 / 32768), dtype=np.float32)
     return f.read(frames, dtype="float32", always_2d=True)
