@@ -80,6 +80,8 @@ def test_multichannel_takes_channel_0_and_float_is_clipped(tmp_path: Path) -> No
     assert np.allclose(load_audio(str(tmp_path / "st.wav")), left, atol=1e-4)
     y = load_audio(str(tmp_path / "loud.wav"))
     assert y.max() == 1.0
+    sf.write(tmp_path / "low.wav", -loud, 16000, subtype="FLOAT")  # below -1 only: clipped as well
+    assert load_audio(str(tmp_path / "low.wav")).min() == -1.0
 
 
 def test_pipe_is_decoded_from_stdout(tmp_path: Path) -> None:
