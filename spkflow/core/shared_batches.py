@@ -95,7 +95,7 @@ def to_slots(item: Any, slot: int, buffer: Any) -> Any:
         if item.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr() and item.is_contiguous():
             return InSlot(slot, item.storage_offset(), tuple(item.shape))
         return item
-    if isinstance(item, (tuple, list)):
+    if isinstance(item, (tuple, list)) and not _plain(item):
         return type(item)(to_slots(x, slot, buffer) for x in item)
     return item
 
@@ -106,9 +106,17 @@ def from_slots(item: Any, slots: list[Any]) -> Any:
     if isinstance(item, InSlot):
         numel = math.prod(item.shape)
         return slots[item.slot][item.offset : item.offset + numel].view(item.shape)
-    if isinstance(item, (tuple, list)):
+    if isinstance(item, (tuple, list)) and not _plain(item):
         return type(item)(from_slots(x, slots) for x in item)
     return item
+
+
+def _plain(items: tuple[Any, ...] | list[Any]) -> bool:
+    """Whether ``items`` holds strings and numbers only (a batch's utterance ids): nothing to visit."""
+    return _SCALARS.issuperset(map(type, items))
+
+
+_SCALARS = frozenset((str, int, float, bool, bytes, type(None)))
 
 
 class BufferPool:
