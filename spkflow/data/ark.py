@@ -17,7 +17,7 @@ import functools
 import mmap
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -273,6 +273,51 @@ class ArkRecords:
         if block.shape[1] != out.shape[1]:
             raise ValueError(f"'{utt}' has dimension {block.shape[1]}, expected {out.shape[1]} ({self.scp})")
         np.take(block, frames - lo, axis=0, out=out, mode="clip")
+
+    def spans_into(self, utts: Sequence[str], starts: Sequence[int], out: np.ndarray) -> None:
+        """``out[j] = matrix(utts[j])[starts[j] : starts[j] + T]`` for a float32 C-contiguous ``out``
+        [len(utts), T, cols]: :meth:`gather` of consecutive rows for a whole batch of crops.  An
+        uncompressed float matrix is one read straight into ``out`` (pread) or one byte copy from
+        the map, with no other work per crop than its checks; other entries go through
+        :meth:`gather`."""
+        B, T, cols = out.shape
+        n = T * cols * 4
+        flat = memoryview(out.reshape(-1).view(np.uint8)) if self.access == "pread" else None
+        dst = out.reshape(B, -1).view(np.uint8)
+        heads, index = self._headers, self._index
+        for j, utt in enumerate(utts):
+            h, lo = heads.get(utt) or self.header(utt), starts[j]
+            if h is None or h.kind != "FM":
+                self.gather(utt, np.arange(lo, lo + T), out[j], contiguous=True)
+                continue
+            if h.cols != cols:
+                raise ValueError(f"'{utt}' has dimension {h.cols}, expected {cols} ({self.scp})")
+            if not 0 <= lo <= lo + T <= h.rows:
+                raise IndexError(f"rows {lo}:{lo + T} of '{utt}' ({h.rows} rows)")
+            i, start = index[utt][0], h.data + lo * cols * 4
+            if flat is not None:
+                if os.preadv(self._open(i), [flat[j * n : (j + 1) * n]], start) != n:
+                    raise self._truncated(utt, i, start, n, self._sizes[i])
+            else:
+                dst[j] = self._bytes(utt, i, start, n)
+
+    def plain_stack(self, utts: Sequence[str], kind: str, rows: int, cols: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`plain_view` for a batch: an array ``[len(utts), rows(, cols)]`` of ``kind`` and
+        which of its rows were found so (a bool per utterance; the others are zero, read them with
+        :meth:`read`).  One gather per buffer instead of a view per utterance."""
+        head = _plain_head(kind, rows, cols)
+        dtype = _PLAIN[kind]
+        size, shape = len(head) + rows * max(cols, 1) * dtype.itemsize, (rows, cols) if cols else (rows,)
+        raw = np.zeros((len(utts), size), dtype=np.uint8)
+        where = np.array([self._index.get(u, (-1, 0)) for u in utts], dtype=np.int64).reshape(-1, 2)
+        for i in np.unique(where[:, 0]).tolist():
+            if i < 0:
+                continue
+            m = self._map(int(i))
+            sel = np.flatnonzero((where[:, 0] == i) & (where[:, 1] + size <= len(m)))
+            raw[sel] = np.lib.stride_tricks.sliding_window_view(m, size)[where[sel, 1]]  # a row copy each
+        found = (raw[:, : len(head)] == np.frombuffer(head, dtype=np.uint8)).all(axis=1)
+        return np.ascontiguousarray(raw[:, len(head) :]).view(dtype).reshape(len(utts), *shape), found
 
     def _preadv_into(self, utt: str, i: int, start: int, dst: np.ndarray) -> None:
         n = dst.nbytes

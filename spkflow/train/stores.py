@@ -163,6 +163,25 @@ class _Features:
         full = self.feats.rows_view(utt, 0, rows)
         return (full if kept is None else full[kept]).mean(axis=0, dtype=np.float64)
 
+    def spans(self, utts: Sequence[str], starts: Sequence[int], out: np.ndarray) -> None:
+        """``out[j]`` = the rows ``starts[j] :`` of ``utts[j]`` (:meth:`spkflow.data.ark.ArkRecords.spans_into`)."""
+        self.feats.spans_into(utts, starts, out)
+
+    def means_of(
+        self, utts: Sequence[str], kept: Sequence[np.ndarray | None], rows: Sequence[int], dim: int
+    ) -> np.ndarray:
+        """:meth:`mean` of each of ``utts`` ([len(utts), dim] float64), the stored statistics
+        gathered for the whole batch at once."""
+        out = np.empty((len(utts), dim), dtype=np.float64)
+        found = np.zeros(len(utts), dtype=bool)
+        if self.cmvn is not None:
+            stats, found = self.cmvn.plain_stack(utts, "DM", 2, dim + 1)
+            counts = np.where(found, stats[:, 0, dim], 1.0)
+            np.divide(stats[:, 0, :dim], counts[:, None], out=out)
+        for j in np.flatnonzero(~found).tolist():
+            out[j] = self.mean(utts[j], kept[j], rows[j], dim)
+        return out
+
     def dim(self, utt: str) -> int:
         """The feature dimension (that of ``utt``)."""
         h = self.feats.header(utt)

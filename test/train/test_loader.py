@@ -131,6 +131,28 @@ def test_utterance_mean_matches_frontend(synthetic, tmp_path):
     assert torch.allclose(a[4][0], ds(synthetic, crop=100)[4][0], atol=1e-3)
 
 
+def test_stats_of_a_batch_as_each_utterance_reads_them(synthetic, tmp_path):
+    """A batch's statistics in one gather (plain_stack): each found one equals its plain_view, an
+    entry of another shape or a missing one is not found; the means agree with mean() one by one,
+    which also serves the utterances a statistics file lacks."""
+    utts = synthetic["utts"]
+    r = KaldiArkReader(synthetic["dir"] / "cmvn_utt.scp")
+    stats, found = r.plain_stack([*utts[::-1], "nobody"], "DM", 2, F + 1)
+    assert found.tolist() == [True] * len(utts) + [False]
+    for u, s in zip(utts[::-1], stats, strict=False):
+        assert np.array_equal(s, r.plain_view(u, "DM", 2, F + 1))
+    assert not r.plain_stack(utts, "DM", 2, F)[1].any() and not r.plain_stack(utts, "DV", 2)[1].any()
+    lines = (synthetic["dir"] / "cmvn_utt.scp").read_text().splitlines()
+    (tmp_path / "feats.scp").write_text((synthetic["dir"] / "feats.scp").read_text())
+    (tmp_path / "cmvn_utt.scp").write_text("\n".join(lines[1::2]) + "\n")  # half the utterances
+    store = ds(synthetic, use_vad=False, cmvn_scp=tmp_path / "cmvn_utt.scp").store
+    rows = [store.frames(u)[0] for u in utts]
+    means = store.means_of(utts, [None] * len(utts), rows, F)
+    for j, u in enumerate(utts):
+        assert np.array_equal(means[j], store.mean(u, None, rows[j], F))
+        assert np.allclose(means[j], synthetic["feats"][u].mean(axis=0), atol=1e-4)
+
+
 def test_crop_mean_norm(synthetic):
     x, _ = ds(synthetic, mean_norm="crop")[1]
     assert torch.allclose(x.mean(dim=1), torch.zeros(12, F), atol=1e-3)
@@ -234,6 +256,10 @@ def test_bad_inputs(synthetic, tmp_path):
             KaldiArkReader(tmp_path / "t.scp", access=access).gather(
                 "spk0-u0", np.arange(100, 120), np.empty((20, F), np.float32), contiguous=True
             )
+        with pytest.raises(OSError, match="'spk0-u0' is truncated"):
+            KaldiArkReader(tmp_path / "t.scp", access=access).spans_into(
+                ["spk0-u0"], [100], np.empty((1, 20, F), np.float32)
+            )
     with pytest.raises(KeyError, match="not in"):
         KaldiArkReader(synthetic["dir"] / "feats.scp").read("nobody")
 
@@ -261,6 +287,19 @@ def test_reader_matches_kaldiio(tmp_path, method, access):
         assert np.allclose(out, want[[4, 0, 2]], rtol=1e-5, atol=1e-5)
         r.gather(k, np.array([1, 2, 3]), out, contiguous=True)
         assert np.allclose(out, want[1:4], rtol=1e-5, atol=1e-5)
+    # a batch of crops at once: the same values as the gather of each (uncompressed floats: one
+    # read or copy per crop; the others through gather), whatever the order of the entries
+    keys = list(mats) * 2
+    starts = [1, 40, 200, 7, 2, 0, 297, 150]  # u0 u1 u2 u9, twice
+    crops = np.empty((len(keys), 3, 80), np.float32)
+    r.spans_into(keys, starts, crops)
+    for j, (k, lo) in enumerate(zip(keys, starts, strict=True)):
+        r.gather(k, np.arange(lo, lo + 3), out, contiguous=True)
+        assert np.array_equal(crops[j], out)
+    with pytest.raises(IndexError, match=r"rows 4:7 of 'u0' \(5 rows\)"):
+        r.spans_into(["u1", "u0"], [0, 4], crops[:2])
+    with pytest.raises(ValueError, match="'u1' has dimension 80, expected 40"):
+        r.spans_into(["u1"], [0], np.empty((1, 3, 40), np.float32))
     assert np.array_equal(KaldiArkReader(tmp_path / "v.scp").read("v"), np.arange(7, dtype=np.float32))
 
 
