@@ -22,9 +22,9 @@ import bench_feed  # noqa: E402
 PARTS = {
     "extract_fbank_workers": {"decode", "frontend"},
     "extract_fbank_device": {"decode"},
-    "train_arks": {"read"},
+    "train_arks": {"read", "normalise"},
     "train_raw_aug": {"crop_read", "augment", "fbank"},
-    "train_shards": {"read", "shard_read"},
+    "train_shards": {"read", "normalise", "shard_read"},
 }
 
 

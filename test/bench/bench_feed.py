@@ -26,7 +26,8 @@ kind of items: ``decode`` (the audio file to samples), ``frontend`` (fbank + VAD
 frontend of a decoded utterance), ``crop_read`` (a raw crop's samples as the loader reads them:
 :meth:`spkflow.train.stores.AudioFiles.samples`, the header and one span of the file, the VAD),
 ``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a crop), ``read`` (a crop's rows from
-the arks), ``shard_read`` (the shards read whole, per crop they serve); ``train_raw_aug`` also
+the arks), ``normalise`` (the utterance means subtracted from a batch of crops, per crop: the
+recipe's ``mean_norm``), ``shard_read`` (the shards read whole, per crop they serve); ``train_raw_aug`` also
 reports ``whole_decode_cpu_ms_per_item``, what decoding the whole file costs (the loader's read
 before it read spans), and ``cached_crop_read_cpu_ms_per_item``, ``crop_read`` with the files in
 the decoded-audio cache (a training set that fits in it); neither is a part.  ``share`` =
@@ -227,6 +228,7 @@ def epoch_batches(plan: Callable[[int], Sequence[Sequence[str]]], need: int) -> 
 
 def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespace) -> dict[str, dict[str, Any]]:
     import numpy as np
+    import torch
 
     from spkflow.augment.wave import WaveAugment, speed_perturb
     from spkflow.data.ark import KaldiArkReader
@@ -274,7 +276,13 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     offs = np.arange(T)
     starts = {u: int(rng.integers(0, max(1, ark.num_rows(u) - T + 1))) for u in sample}
     read = per_item(lambda u: ark.gather(u, starts[u] + offs, buf, contiguous=True), sample)
-    run("train_arks", cfg, ark_batches, {"read": read})
+    # the recipe's mean normalisation: the crops' means subtracted from a batch (torch, as the loader)
+    crops_per_batch = a.num_spk * a.num_utt
+    values = np.random.default_rng(1)
+    batch = torch.from_numpy(values.standard_normal((crops_per_batch, T, fb.dim), dtype=np.float32))
+    shift = torch.from_numpy(values.standard_normal((crops_per_batch, 1, fb.dim), dtype=np.float32))
+    normalise = per_item(lambda _: batch.sub_(shift), range(8)) / crops_per_batch
+    run("train_arks", cfg, ark_batches, {"read": read, "normalise": normalise})
 
     # raw audio with the recipe's augmentation
     cfg = train_config(src, "raw", False)
@@ -333,7 +341,12 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     # the windows are dealt to the streams (a worker each): every shard is read once per epoch in all
     crops_per_epoch = sum(map(len, plan_shard_epoch(data / "spk2utt", u2s, a.num_spk, a.num_utt, seed=0, epoch=1,
                                                     pool=2, streams=a.workers).batches))  # fmt: skip
-    run("train_shards", cfg, shard_batches, {"read": read, "shard_read": whole / crops_per_epoch})
+    run(
+        "train_shards",
+        cfg,
+        shard_batches,
+        {"read": read, "normalise": normalise, "shard_read": whole / crops_per_epoch},
+    )
     return out
 
 
