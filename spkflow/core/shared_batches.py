@@ -16,9 +16,10 @@ the caller keeps is never overwritten.  Batches come back in the order their ind
 should torch ever hand a batch back in a storage other than the one sent with it (its mapping
 cache missed, so the caller's tensor is a second mapping the count cannot see), reuse stops
 for the rest of the epoch instead of guessing.  A batch that needed more than its buffer (made
-in a fresh segment) makes the pool's buffers larger; under pinning (the caller gets a pinned
-copy, never the buffer) only the order is followed.  PyTorch's DataLoader, ESPnet's,
-WeSpeaker's and SpeechBrain's loaders allocate a new segment per batch.
+in a fresh segment) makes the pool's buffers larger, unless the pool has slots (below: those stay,
+and such a batch, a lone utterance over stage 5's frame bound, keeps a segment of its own); under
+pinning (the caller gets a pinned copy, never the buffer) only the order is followed.  PyTorch's
+DataLoader, ESPnet's, WeSpeaker's and SpeechBrain's loaders allocate a new segment per batch.
 
 Slots: a buffer sent with an index travels as a file descriptor (torch's sharing: a connection to
 the sender's resource sharer, both ways, per batch).  When the buffers' size is known before the
@@ -26,7 +27,8 @@ workers start, the pool makes its first ones then (:meth:`BufferPool.make_slots`
 them once, with the dataset, and a batch in a slot goes out as the slot's number and comes back as
 a :class:`InSlot` the main process turns into a view of its own buffer (:func:`from_slots`): no
 descriptor either way (the trainer's loader on arks, with the loader's torch subtraction of the
-means: -21 % CPU per crop, +54 % crops/s; docs/gpu.md "Slots", with its command).
+means: -21 % CPU per crop, +54 % crops/s; docs/gpu.md "Slots", with its command).  Stage 5 sizes
+its slots by its planner's frame bound (not under pinning, where the caller gets pinned copies).
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ class BufferPool:
         """The next batch is back, in tensor ``x`` (None: it used no buffer), having needed
         ``needed`` elements (0: it fitted)."""
         sent = self.sent.popleft() if self.sent else None
-        if needed > self.numel:  # too small for what the batches need: larger ones, with room to spare
+        if needed > self.numel and not self.slots:  # too small for the batches: larger ones, with room to spare
             self.numel, self.buffers = needed + needed // 4, []
         if sent is None or x is None or self.pinned or needed > sent[1]:
             return

@@ -408,9 +408,12 @@ class PadCollate:
     Returns ``(items, parts)``: ``items`` as loaded minus the inputs (``(utt, err)``, for error
     handling), ``parts`` a list of ``(utts, feats [B, T, D], lengths [B])``."""
 
-    def __init__(self, frames: Callable[[np.ndarray], int], max_frames: int) -> None:
+    def __init__(self, frames: Callable[[np.ndarray], int], max_frames: int, per_frame: float = 0.0) -> None:
         self.frames, self.max_frames = frames, max_frames
         self.held = HeldBuffers()
+        # elements of a batch within the frame bound, a quarter over (the last frame's window of
+        # each utterance); 0: unknown (an input's elements per frame were not given)
+        self.bound = int(1.25 * max_frames * per_frame)
 
     def __call__(
         self, items: list[Any], into: Any = None

@@ -217,7 +217,10 @@ class SpkflowEmbedder:
 
     def collater(self, max_frames: int) -> PadCollate:
         """Worker-side batch assembly for :func:`spkflow.embed.run.run_job` (see :class:`PadCollate`)."""
-        return PadCollate(self._count, max_frames)
+        # input elements per counted frame: a frame shift of samples, or a row of features
+        shift = self.sample_rate * float(self.fbank.frame_shift) / 1000.0
+        per_frame = (shift if self.fbank_on == "device" else self.fbank.num_mel_bins) / self._count.per_frame
+        return PadCollate(self._count, max_frames, per_frame)
 
     def embed_padded(self, feats: Any, lengths: Any) -> np.ndarray:
         """Embeddings (float32) of a padded batch from :class:`PadCollate`: features ``[B, T, F]``

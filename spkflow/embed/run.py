@@ -78,7 +78,7 @@ import numpy as np
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.procs import die_with_parent
-from spkflow.core.shared_batches import BufferPool, IndexSampler, can_pool
+from spkflow.core.shared_batches import BufferPool, IndexSampler, can_pool, from_slots, to_slots
 from spkflow.core.threads import worker_threads
 from spkflow.data.audio import known_durations
 from spkflow.data.datadir import DataDir
@@ -284,43 +284,57 @@ def job_loader(
     if not (worker_side and num_workers > 0 and can_pool()):
         collate = collater(max_frames) if worker_side else _collate
         return DataLoader(inputs, batch_sampler=plan, collate_fn=collate, **common), worker_side
-    pool = BufferPool(0, limit=num_workers * common["prefetch_factor"] + 4, pinned=bool(common["pin_memory"]))
+    collate, pinned = collater(max_frames), bool(common["pin_memory"])
+    in_flight = num_workers * common["prefetch_factor"]
+    # slots (the workers get them once, batches travel by number) where the batches are not pinned
+    # copies; under pinning the buffers travel with each index and are sized by the first batches
+    numel = 0 if pinned else collate.bound
+    slots = BufferPool.make_slots(numel, in_flight + 2)
+    pool = BufferPool(numel if slots else 0, limit=in_flight + 4, pinned=pinned, slots=slots)
     loader = DataLoader(
-        _PaddedBatches(inputs, plan, collater(max_frames)), batch_size=None,
+        _PaddedBatches(inputs, plan, collate, slots), batch_size=None,
         sampler=IndexSampler(0, len(plan), pool), collate_fn=_collate, **common,
     )  # fmt: skip
-    return _Recycled(loader, pool), True
+    return _Recycled(loader, pool, slots), True
 
 
 class _PaddedBatches:
     """Batch ``b`` of a job's plan, padded by ``collate`` (:class:`PadCollate`) in the worker
-    into the pool buffer sent with its index."""
+    into the pool buffer sent with its index (a slot of ``slots`` by number); its lengths go back
+    as numpy arrays (a tensor would cross in a shared segment of its own)."""
 
-    def __init__(self, inputs: _Inputs, plan: list[list[int]], collate: Any) -> None:
-        self.inputs, self.plan, self.collate = inputs, plan, collate
+    def __init__(self, inputs: _Inputs, plan: list[list[int]], collate: Any, slots: list[Any]) -> None:
+        self.inputs, self.plan, self.collate, self.slots = inputs, plan, collate, slots
 
     def __len__(self) -> int:
         return len(self.plan)
 
     def __getitem__(self, index: tuple[int, Any]) -> Any:
         b, into = index
-        return self.collate([self.inputs[i] for i in self.plan[b]], into)
+        buffer = self.slots[into] if isinstance(into, int) else into
+        items, parts = self.collate([self.inputs[i] for i in self.plan[b]], buffer)
+        batch = (items, [(keys, feats, lengths.numpy()) for keys, feats, lengths in parts])
+        return to_slots(batch, into, buffer) if isinstance(into, int) else batch
 
 
 class _Recycled:
-    """The job's loader, telling its pool each batch that comes back (in its order)."""
+    """The job's loader, telling its pool each batch that comes back (in its order): its slots
+    turned back into views, its lengths into tensors."""
 
-    def __init__(self, loader: Any, pool: BufferPool) -> None:
-        self.loader, self.pool = loader, pool
+    def __init__(self, loader: Any, pool: BufferPool, slots: list[Any]) -> None:
+        self.loader, self.pool, self.slots = loader, pool, slots
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
+        import torch
+
         for batch in self.loader:
-            parts = batch[1]
-            self.pool.arrived(parts[0][1] if parts else None, needed=batch_elements(batch))
-            yield batch
+            items, parts = from_slots(batch, self.slots) if self.slots else batch
+            parts = [(keys, feats, torch.as_tensor(lengths)) for keys, feats, lengths in parts]
+            self.pool.arrived(parts[0][1] if parts else None, needed=batch_elements((items, parts)))
+            yield items, parts
 
 
 def run_job(

@@ -122,35 +122,39 @@ def test_pad_collate_makes_the_batch_in_shared_memory_in_a_worker():
 
 @pytest.mark.parametrize("keep", [False, True])
 def test_stage5_batches_come_back_in_recycled_buffers(embedder, tmp_path, keep):
-    """With workers, stage 5's padded batches come back in the buffers of the job's pool (sent
-    again as they come free) and equal the batches made without workers; a caller that keeps every
-    batch never sees one overwritten."""
+    """With workers, stage 5's padded batches come back in the job pool's slots (buffers the
+    workers got at start, sized from the plan's bound on a batch) and equal the batches made
+    without workers; a caller that keeps every batch never sees one overwritten, and a lone
+    utterance longer than the bound comes back in a buffer of its own, the slots kept."""
     from spkflow.embed.run import job_loader
 
     data = make_speakers(tmp_path, num_spk=4, num_utt=8, min_sec=0.5, max_sec=1.5, seed=3)
     utts = sorted((data / "utt2spk").read_text().split()[::2])
 
-    def batches(workers: int) -> tuple[list, list[bool], object]:
-        loader, worker_side = job_loader(embedder, data, utts, batch_size=1, max_frames=400, num_workers=workers)
+    def batches(workers: int, max_frames: int) -> tuple[list, list[bool], object]:
+        loader, worker_side = job_loader(embedder, data, utts, batch_size=2, max_frames=max_frames, num_workers=workers)
         assert worker_side
-        out, in_pool = [], []
+        out, in_slot = [], []
         for _, parts in loader:
-            pool = getattr(loader, "pool", None)
-            ptrs = {t.untyped_storage().data_ptr() for t, *_ in pool.buffers} if pool is not None else set()
-            in_pool.append(parts[0][1].untyped_storage().data_ptr() in ptrs)
+            slots = {t.untyped_storage().data_ptr() for t in getattr(loader, "slots", [])}
+            in_slot.append(parts[0][1].untyped_storage().data_ptr() in slots)
             out.append([(keys, f if keep else f.clone(), n) for keys, f, n in parts])
-        return out, in_pool, loader
+        return out, in_slot, loader
 
-    plain, _, _ = batches(0)
-    pooled, in_pool, loader = batches(2)
-    assert len(pooled) == len(plain) == 32
-    for a, b in zip(pooled, plain, strict=True):
-        for (ka, fa, na), (kb, fb, nb) in zip(a, b, strict=True):
-            assert ka == kb and torch.equal(fa, fb) and torch.equal(na, nb)
-    # the first 8 (4 per worker) go out before the pool has a size; then the batches come back in
-    # its buffers, as many as the caller lets go of
-    assert loader.pool.enabled and not any(in_pool[:8])
-    assert sum(in_pool) >= (16 if not keep else 1), in_pool
+    for max_frames in (400, 110):  # every batch within the bound; the utterances over 1.1 s alone
+        plain, _, _ = batches(0, max_frames)
+        pooled, in_slot, loader = batches(2, max_frames)
+        assert len(pooled) == len(plain) and len(plain) >= 16
+        for a, b in zip(pooled, plain, strict=True):
+            for (ka, fa, na), (kb, fb, nb) in zip(a, b, strict=True):
+                assert ka == kb and torch.equal(fa, fb) and torch.equal(na, nb)
+        assert loader.pool.enabled and len(loader.pool.slots) == len(loader.slots) == 10  # 2 x 4 + 2
+        size = loader.slots[0].numel()
+        over = [sum(f.numel() for _, f, _ in parts) > size for parts in plain]
+        assert any(over) == (max_frames == 110) and not any(o and s for o, s in zip(over, in_slot, strict=True))
+        fitting = sum(1 for o in over if not o)
+        # kept batches hold their slots: the next ones come in buffers of their own
+        assert sum(in_slot) == (fitting if not keep else 10), (in_slot, over)
 
 
 # ----------------------------------------------------------------------------- job outputs
