@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "test" / "bench"))
 import bench_feed  # noqa: E402
 
 PARTS = {
-    "extract_fbank_workers": {"decode", "frontend"},
-    "extract_fbank_device": {"decode"},
+    "extract_fbank_workers": {"decode", "frontend", "pad"},
+    "extract_fbank_device": {"decode", "pad"},
     "train_arks": {"read", "normalise"},
     "train_raw_aug": {"crop_read", "augment", "fbank"},
     "train_shards": {"read", "normalise", "shard_read"},

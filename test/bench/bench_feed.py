@@ -23,7 +23,9 @@ batches after each worker's first, so worker start-up is not counted; the consum
 and drops it), and ``ideal_items_per_s``, the per-core sum of the path's parts x workers: each part
 timed alone in this process at one thread (a worker's share, spkflow.core.threads) on the same
 kind of items: ``decode`` (the audio file to samples), ``frontend`` (fbank + VAD + the model's
-frontend of a decoded utterance), ``crop_read`` (a raw crop's samples as the loader reads them:
+frontend of a decoded utterance), ``pad`` (extraction's inputs copied into a padded batch in
+shared memory, per utterance: with the decode, the device path's whole work on a CPU; on CUDA
+the batch is also pinned), ``crop_read`` (a raw crop's samples as the loader reads them:
 :meth:`spkflow.train.stores.AudioFiles.samples`, the header and one span of the file, the VAD),
 ``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a crop), ``read`` (a crop's rows from
 the arks), ``normalise`` (the utterance means subtracted from a batch of crops, per crop: the
@@ -46,6 +48,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import shutil
 import sys
@@ -158,6 +161,22 @@ def row(timed: dict[str, float], parts: dict[str, float], workers: int) -> dict[
 
 
 # ------------------------------------------------------------------------------- extraction
+def pad_part(inputs: Sequence[Any], batch: int) -> float:
+    """CPU seconds per input of padding ``inputs`` (samples, or the frontend's features) ``batch``
+    at a time into a buffer in shared memory, as stage 5's loader pads them."""
+    from spkflow.core.shared_batches import shared_empty
+    from spkflow.embed.base import pad_into, padded_shape
+
+    groups = [inputs[i : i + batch] for i in range(0, len(inputs), batch)]
+    buffer = shared_empty((max(math.prod(padded_shape(g)) for g in groups),))
+
+    def pad(group: Sequence[Any]) -> None:
+        shape = padded_shape(group)
+        pad_into(group, buffer[: math.prod(shape)].view(shape).numpy())
+
+    return per_item(pad, groups) * len(groups) / len(inputs)
+
+
 def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str, dict[str, Any]]:
     from spkflow.data.audio import AudioReader
     from spkflow.embed import open_embedder
@@ -175,6 +194,8 @@ def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str,
         parts = {"decode": decode}
         if fbank_on == "workers":
             parts["frontend"] = per_item(lambda u, e=emb: e.prepare_wave(waves[u]), sample)
+        inputs = [waves[u] if fbank_on == "device" else emb.prepare_wave(waves[u]) for u in sample]
+        parts["pad"] = pad_part(inputs, a.extract_batch)
         max_frames = a.extract_batch * (int(a.utt_sec * 100) + 10)
         loader, worker_side = job_loader(
             emb, data, utts, batch_size=a.extract_batch, max_frames=max_frames, num_workers=a.workers
