@@ -290,7 +290,7 @@ def job_loader(
     # copies; under pinning the buffers travel with each index and are sized by the first batches
     numel = 0 if pinned else collate.bound
     slots = BufferPool.make_slots(numel, in_flight + 2)
-    pool = BufferPool(numel if slots else 0, limit=in_flight + 4, pinned=pinned, slots=slots)
+    pool = BufferPool(numel, limit=in_flight + 4, pinned=pinned, slots=slots)
     loader = DataLoader(
         _PaddedBatches(inputs, plan, collate, slots), batch_size=None,
         sampler=IndexSampler(0, len(plan), pool), collate_fn=_collate, **common,
