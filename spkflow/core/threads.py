@@ -15,6 +15,9 @@ Every place that runs work in parallel calls it with one line, and nowhere else 
 * a job (stage 2 fbank and shard jobs, stage 5 extraction, diarization, the trainer): what it was
   given: its ``--num-threads`` where it has one, else :func:`job_threads`.
 
+The same call keeps the process's freed heap memory for its next item
+(:func:`spkflow.core.heap.keep_freed_memory`): the processes that run work are these.
+
 Why: PyTorch sets only its own intra-op pool to one thread in a DataLoader worker; numpy's OpenBLAS
 (a library of its own) keeps one thread per CPU in every worker, and so does OpenMP outside torch.
 On a 16-CPU machine 14 extraction workers then ran 14 x 16 BLAS threads on 16 cores: the per-clip
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import os
 import sys
+
+from spkflow.core.heap import keep_freed_memory
 
 __all__ = ["THREAD_ENV", "job_threads", "limit_threads", "worker_threads"]
 
@@ -67,9 +72,10 @@ def job_threads() -> int:
 
 def limit_threads(n: int) -> int:
     """Pin this process's torch, OpenMP and BLAS pools, and the environment its children inherit,
-    to ``n`` threads (see the module doc).  Returns ``n``."""
+    to ``n`` threads, and keep its freed heap memory (see the module doc).  Returns ``n``."""
     if n < 1:
         raise ValueError(f"threads must be >= 1, got {n}")
+    keep_freed_memory()  # the same processes' heap: an item's temporaries reused by the next
     for name in THREAD_ENV:
         os.environ[name] = str(n)
     from threadpoolctl import threadpool_limits

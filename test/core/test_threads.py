@@ -5,7 +5,9 @@ Each case runs in a fresh Python with no thread variable in its environment; the
 sets its pools to :data:`WIDE` threads, as a machine with more CPUs than a worker's share leaves
 them (numpy's OpenBLAS takes one thread per CPU when it loads), then reads the pools from inside
 a real DataLoader worker (the training loader, an extraction job's loader) or from inside a
-command's ``main`` at the point its work starts.  Mutant checked by hand: without the
+command's ``main`` at the point its work starts.  The same probe checks that the process keeps
+its freed heap memory (:mod:`spkflow.core.heap`, set by the same call; glibc only): the premise is
+a process that does not.  Mutant checked by hand: without the
 ``worker_threads`` line of ``procs.worker_init`` (or ``embed/run.py:_worker_init``) the workers'
 BLAS pool stays at WIDE and the loader cases fail; without a command's ``limit_threads`` line its
 case fails."""
@@ -26,6 +28,7 @@ from helpers.paths import ROOT
 from spkflow.core.threads import SCHEDULER_ENV, THREAD_ENV, job_threads, limit_threads
 
 WIDE = 4  # more threads than any share asked for below
+PAGES = 16 * (1 << 20) // os.sysconf("SC_PAGESIZE")  # a batch of heap_faults() handed back and faulted again
 
 PRELUDE = f"""
 import json, os, sys
@@ -34,12 +37,26 @@ WIDE = {WIDE}
 threadpoolctl.threadpool_limits(WIDE)
 torch.set_num_threads(WIDE)
 
+def heap_faults():  # minor page faults of a batch of 16 x 1 MiB held then freed, after a few
+    import resource
+    def batch():
+        held = [numpy.ones(1 << 17) for _ in range(16)]
+        del held
+    for _ in range(3):
+        batch()
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        batch()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / 5
+
 def pools():
     info = threadpoolctl.threadpool_info()
     assert any(i["user_api"] == "blas" for i in info), info
-    return {{"pools": {{i["prefix"]: i["num_threads"] for i in info}}, "torch": torch.get_num_threads()}}
+    return {{"pools": {{i["prefix"]: i["num_threads"] for i in info}}, "torch": torch.get_num_threads(),
+            "heap_faults": heap_faults()}}
 
 assert set(pools()["pools"].values()) == {{WIDE}}, pools()  # the test's premise: every pool wide
+assert heap_faults() > {PAGES} / 2, heap_faults()  # and the heap handed back (glibc's default)
 """
 
 TRAIN_WORKERS = """
@@ -123,6 +140,7 @@ def _assert_share(seen: list[dict], share: int, what: str = "") -> None:
     for s in seen:
         assert set(s["pools"].values()) == {share}, (what, s)
         assert s["torch"] == share, (what, s)
+        assert s["heap_faults"] < PAGES / 20, (what, s)  # its freed heap kept (spkflow.core.threads)
 
 
 def test_training_loader_workers_run_one_thread_per_pool(tmp_path):
