@@ -153,8 +153,10 @@ def crop_frames(seed: int, epoch: int, batch_index: int, min_frames: int, max_fr
         or not 1 <= min_frames <= max_frames
     ):
         raise ValueError(f"need 1 <= min_frames <= max_frames, got {min_frames!r}, {max_frames!r}")
-    word = int(_Stream(seed, epoch, _PURPOSE_CROP, batch_index).raw(1)[0])
     span = int(max_frames) - int(min_frames) + 1
+    if span == 1:  # a fixed length: the draw could give nothing else (a seeded stream is ~7 us)
+        return int(min_frames)
+    word = int(_Stream(seed, epoch, _PURPOSE_CROP, batch_index).raw(1)[0])
     return int(min_frames) + ((word * span) >> 64)
 
 
