@@ -28,7 +28,9 @@ shared memory, per utterance: with the decode, the device path's whole work on a
 the batch is also pinned), ``crop_read`` (a raw crop's samples as the loader reads them:
 :meth:`spkflow.train.stores.AudioFiles.samples`, the header and one span of the file, the VAD),
 ``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a crop), ``read`` (a crop's rows from
-the arks), ``normalise`` (the utterance means subtracted from a batch of crops, per crop: the
+the arks into its place in a batch, through the store's reader as the trainer opens it: every crop
+of the timed batches once, so neither the crops nor the batch are in the CPU's cache more than a
+loader's are), ``normalise`` (the utterance means subtracted from a batch of crops, per crop: the
 recipe's ``mean_norm``), ``shard_read`` (the shards read whole, per crop they serve); ``train_raw_aug`` also
 reports ``whole_decode_cpu_ms_per_item``, what decoding the whole file costs (the loader's read
 before it read spans), and ``cached_crop_read_cpu_ms_per_item``, ``crop_read`` with the files in
@@ -37,8 +39,10 @@ items_per_s / ideal_items_per_s: what the pipeline (Python per item, copies, pad
 the main process's unpickling, worker scheduling) leaves of the ideal.
 
 Threads as a user's machine has them: nothing is set in the environment (the workers pin their own
-pools, spkflow.core.threads).  The decoded-audio cache is off (bench_gpu.py's setting:
-VoxCeleb's files do not fit in it), so every raw crop reads its span from its file.  Data: real speech cut
+pools, spkflow.core.threads).  This process keeps its freed heap memory as a job's does
+(spkflow.core.heap), so the parts and the batches' main process are timed as a job runs them.
+The decoded-audio cache is off (bench_gpu.py's setting: VoxCeleb's files do not fit in it), so
+every raw crop reads its span from its file.  Data: real speech cut
 into clips (bench_gpu.py: the corpora through db.sh, or ``--data``'s wav.scp), utterances cycling
 over them.  test/test_bench_feed.py runs it tiny so that it cannot rot.
 """
@@ -252,7 +256,6 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     import torch
 
     from spkflow.augment.wave import WaveAugment, speed_perturb
-    from spkflow.data.ark import KaldiArkReader
     from spkflow.data.audio import AudioReader
     from spkflow.data.shards import load_shard
     from spkflow.data.tables import read_kv
@@ -292,13 +295,16 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
 
     # arks: a crop's T consecutive rows
     cfg = train_config(src, "ark", False)
-    ark = KaldiArkReader(feats / "feats.scp")
-    buf = np.empty((T, fb.dim), dtype=np.float32)
-    offs = np.arange(T)
-    starts = {u: int(rng.integers(0, max(1, ark.num_rows(u) - T + 1))) for u in sample}
-    read = per_item(lambda u: ark.gather(u, starts[u] + offs, buf, contiguous=True), sample)
-    # the recipe's mean normalisation: the crops' means subtracted from a batch (torch, as the loader)
+    # each crop of the timed batches once, into its place in a batch, with the store's reader (its
+    # access): the crops a loader reads are not in the CPU's cache, nor is the batch it fills
+    ark = open_store(cfg, str(data), str(feats), known_utts=utt2spk).feats
     crops_per_batch = a.num_spk * a.num_utt
+    batch_buf = np.empty((crops_per_batch, T, fb.dim), dtype=np.float32)
+    offs = np.arange(T)
+    timed = [(j, u) for b in ark_batches[a.workers :] for j, u in enumerate(b)]
+    starts = {u: int(rng.integers(0, max(1, ark.num_rows(u) - T + 1))) for _, u in timed}
+    read = per_item(lambda x: ark.gather(x[1], starts[x[1]] + offs, batch_buf[x[0]], contiguous=True), timed)
+    # the recipe's mean normalisation: the crops' means subtracted from a batch (torch, as the loader)
     values = np.random.default_rng(1)
     batch = torch.from_numpy(values.standard_normal((crops_per_batch, T, fb.dim), dtype=np.float32))
     shift = torch.from_numpy(values.standard_normal((crops_per_batch, 1, fb.dim), dtype=np.float32))
@@ -392,6 +398,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = p.parse_args(argv)
     if a.workers < 1:
         p.error("--workers must be >= 1")
+    from spkflow.core.heap import keep_freed_memory
+
+    keep_freed_memory()  # the parts are timed here, the batches taken here: a process set as a job's
     work = a.workdir or Path(tempfile.mkdtemp(prefix="bench_feed."))
     work.mkdir(parents=True, exist_ok=True)
     try:
