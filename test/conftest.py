@@ -26,7 +26,13 @@ from helpers.paths import db_var
 # imported them itself would start a second cluster beside the first).
 from helpers.schedulers import sge_cluster, slurm_cluster  # noqa: F401
 from helpers.suite import SCHEDULERS, unit_of_work
+from spkflow.core.heap import keep_freed_memory
 from spkflow.core.threads import THREAD_ENV
+
+# Every job's process keeps its freed heap memory (spkflow.core.heap); a command's main called in a
+# test process would set it there halfway through the session, so it is set from the start and
+# every test runs on the same heap (the tests of the setting itself start fresh interpreters).
+keep_freed_memory()
 
 
 @pytest.fixture(scope="session", autouse=True)
