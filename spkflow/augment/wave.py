@@ -325,7 +325,10 @@ class AudioBank:
     :meth:`segment` returns ``n`` samples of a randomly drawn utterance at a random offset (an
     utterance shorter than ``n`` is repeated); :meth:`whole` a whole utterance (RIRs).  Picklable.
     A file more than 8 times longer than the piece asked for (MUSAN) is read by seeking; shorter
-    ones are decoded whole once and kept in :data:`AUDIO_CACHE`.
+    ones are decoded whole once and kept in :data:`AUDIO_CACHE`, or, when the cache has no room to
+    keep them (a full cache, or none), read by seeking too, with the draw and the samples the whole
+    file would have given (an exact format at the bank's rate): whether a file was in memory
+    never changes a piece.
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], sample_rate: int) -> None:
@@ -379,6 +382,14 @@ class AudioBank:
             self._info[key] = got
         return got
 
+    def _piece_only(self, info: FileSpan, n: int) -> bool:
+        """Whether a piece of ``n`` samples of a file not in memory is read alone: the file holds
+        its samples exactly at the bank's rate (:attr:`FileSpan.exact`), at least ``n`` of them,
+        and the cache has no room to keep it whole (:meth:`AudioFiles.samples`'s rule)."""
+        return (
+            info.exact and info.rate == self.sample_rate and info.frames >= n and AUDIO_CACHE.room() < 4 * info.frames
+        )
+
     def segment(self, rng: np.random.Generator, n: int, exclude_speaker: str | None = None) -> np.ndarray:
         """``n`` samples (float32, at the bank's rate) of a random utterance at a random offset."""
         i = self.pick(rng, exclude_speaker)
@@ -391,7 +402,13 @@ class AudioBank:
             x = resample(self.reader.read_span(key, info, start, start + need), info.rate, self.sample_rate)[:n]
             if len(x) == n:
                 return x
-        x = self.whole(i)
+        got = AUDIO_CACHE.get(self.reader, key)
+        if got is None and info is not None and self._piece_only(info, n):
+            # not in memory and not to be kept there: only the piece is read, at the offset drawn
+            # as from the whole file (the same draw, the same samples: an exact format at the rate)
+            start = int(rng.integers(0, info.frames - n + 1))
+            return self.reader.read_span(key, info, start, start + n)
+        x = got if got is not None else self.whole(i)
         if len(x) >= n:
             start = int(rng.integers(0, len(x) - n + 1))
             return x[start : start + n]

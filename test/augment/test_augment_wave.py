@@ -224,6 +224,28 @@ def test_audio_bank_segments_and_speaker_exclusion(sources):
     assert len(short.segment(np.random.default_rng(0), 40000)) == 40000  # tiled when shorter
 
 
+def test_a_piece_does_not_depend_on_the_cache(sources, monkeypatch):
+    """A short source (decoded whole and kept while the cache has room) gives the same pieces,
+    drawn alike, when the cache cannot keep it: then only the piece is read from the file.
+    Mutant checked by hand: drawing the piece's offset over ``frames - n`` gives other pieces."""
+    import spkflow.augment.wave as wave
+
+    n = 4000
+    in_memory = AudioBank(sources["speech"], SR)
+    lengths = [in_memory.reader.file_span(k).frames for k in in_memory.keys]
+    assert max(lengths) <= 8 * n < 4 * min(lengths)  # short files, a piece a quarter of one or less
+    monkeypatch.setattr(wave, "AUDIO_CACHE", DecodedAudioCache(64))
+    kept = [in_memory.segment(np.random.default_rng([7, s]), n) for s in range(12)]
+    c = wave.AUDIO_CACHE  # the premise: decoded whole and kept, and found there again
+    assert c.hits + c.misses == len(kept) and c.hits > 0 and len(c._items) == c.misses
+    monkeypatch.setattr(wave, "AUDIO_CACHE", DecodedAudioCache(0))
+    pieces = AudioBank(sources["speech"], SR)
+    monkeypatch.setattr(pieces.reader, "read", lambda utt: pytest.fail(f"{utt} decoded whole"))
+    for s, want in enumerate(kept):
+        np.testing.assert_array_equal(pieces.segment(np.random.default_rng([7, s]), n), want)
+    assert wave.AUDIO_CACHE.misses == 0
+
+
 def test_wave_augment_deterministic_and_each_stage_fires(sources):
     cfg = normalize_augment_config(
         {
