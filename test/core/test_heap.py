@@ -16,15 +16,17 @@ import sys
 
 import pytest
 
+from helpers.heap import HEAP_PROBE, PAGES
 from helpers.paths import ROOT
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's allocator only"
 )
 
-SCRIPT = """
-import resource, sys
-import numpy as np
+SCRIPT = (
+    HEAP_PROBE
+    + """
+import sys
 
 how = sys.argv[1]
 if how == "kept":
@@ -37,19 +39,9 @@ elif how == "job":  # as every job and DataLoader worker sets itself up
 else:
     print(False)
 
-def batch():
-    held = [np.ones(1 << 17) for _ in range(16)]  # written: every page touched
-    del held
-
-for _ in range(3):
-    batch()
-f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
-    batch()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / 10)
+print(heap_faults())
 """
-
-PAGES = 16 * (1 << 20) // os.sysconf("SC_PAGESIZE")  # what a batch faults when its memory was handed back
+)
 
 
 def _faults(how: str, **env: str) -> tuple[bool, float]:

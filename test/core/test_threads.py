@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from helpers.audio import make_speakers
+from helpers.heap import HEAP_PROBE, PAGES
 from helpers.models import make_spkflow_model_dir
 from helpers.paths import ROOT
 from spkflow.core.threads import SCHEDULER_ENV, THREAD_ENV, job_threads, limit_threads
 
 WIDE = 4  # more threads than any share asked for below
-PAGES = 16 * (1 << 20) // os.sysconf("SC_PAGESIZE")  # a batch of heap_faults() handed back and faulted again
 
 PRELUDE = f"""
 import json, os, sys
@@ -37,18 +37,7 @@ WIDE = {WIDE}
 threadpoolctl.threadpool_limits(WIDE)
 torch.set_num_threads(WIDE)
 
-def heap_faults():  # minor page faults of a batch of 16 x 1 MiB held then freed, after a few
-    import resource
-    def batch():
-        held = [numpy.ones(1 << 17) for _ in range(16)]
-        del held
-    for _ in range(3):
-        batch()
-    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
-        batch()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / 5
-
+{HEAP_PROBE}
 def pools():
     info = threadpoolctl.threadpool_info()
     assert any(i["user_api"] == "blas" for i in info), info
