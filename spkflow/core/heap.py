@@ -17,9 +17,10 @@ twice that), set from the start.  Its rule starts at 128 KiB and adapts to what 
 so a worker that holds a batch of items and then frees them all gives the heap's top back on
 every batch: a 6 s utterance's fbank took 1,263 minor page faults and 5.0 ms on the 2-core
 development VM, 0 and 2.2 ms with this setting (docs/gpu.md, "The heap of a worker").  Where the
-allocator is not glibc's (musl, macOS, a preloaded jemalloc or tcmalloc, which keep freed
-memory by themselves) nothing is set; nor where the user set glibc's own ``MALLOC_*_``
-variables, which win.
+C library is not glibc (musl, macOS) nothing is set; nor where the user set glibc's own
+``MALLOC_*_`` variables or ``glibc.malloc`` tunables, which win.  A preloaded jemalloc or
+tcmalloc serves the process's blocks instead of glibc and keeps freed memory by itself: the
+setting then reaches only glibc's unused heap.
 
 Every process that runs work calls it through :func:`spkflow.core.threads.limit_threads` (each
 job, each DataLoader worker).  PyTorch's performance guide suggests preloading jemalloc or
@@ -60,10 +61,10 @@ def _set() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None)
-        gnu_get_libc_version = libc.gnu_get_libc_version  # glibc only (musl has a mallopt that does nothing)
+        if not hasattr(libc, "gnu_get_libc_version"):  # not glibc (musl has a mallopt that does nothing)
+            return False
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    del gnu_get_libc_version
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
