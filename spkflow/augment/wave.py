@@ -282,6 +282,11 @@ class DecodedAudioCache:
         """Bytes that can still be kept before :meth:`read` drops anything."""
         return self.max_bytes - self._bytes
 
+    def has_room_for(self, frames: int) -> bool:
+        """Whether a file of ``frames`` samples, decoded (float32 at most), can be kept without
+        dropping anything: the rule by which a reader decodes a file whole or reads its pieces."""
+        return self.room() >= 4 * frames
+
     def get(self, reader: Any, utt: str) -> np.ndarray | None:
         """What :meth:`read` gives when ``utt`` is in memory (a hit), else None (nothing read)."""
         key = (reader.source(utt), int(reader.sample_rate or 0))
@@ -385,9 +390,12 @@ class AudioBank:
     def _piece_only(self, info: FileSpan, n: int) -> bool:
         """Whether a piece of ``n`` samples of a file not in memory is read alone: the file holds
         its samples exactly at the bank's rate (:attr:`FileSpan.exact`), at least ``n`` of them,
-        and the cache has no room to keep it whole (:meth:`AudioFiles.samples`'s rule)."""
+        and the cache has no room to keep it whole (:meth:`DecodedAudioCache.has_room_for`)."""
         return (
-            info.exact and info.rate == self.sample_rate and info.frames >= n and AUDIO_CACHE.room() < 4 * info.frames
+            info.exact
+            and info.rate == self.sample_rate
+            and info.frames >= n
+            and not AUDIO_CACHE.has_room_for(info.frames)
         )
 
     def segment(self, rng: np.random.Generator, n: int, exclude_speaker: str | None = None) -> np.ndarray:

@@ -564,7 +564,7 @@ class AudioFiles:
         if wave is not None:
             return InMemory(wave)
         span = self.audio.file_span(utt) if self.span_reads else None
-        if span is None or not span.exact or span.rate != self.sample_rate or AUDIO_CACHE.room() >= 4 * span.frames:
+        if span is None or not span.exact or span.rate != self.sample_rate or AUDIO_CACHE.has_room_for(span.frames):
             return InMemory(self.read(utt))  # decoded whole (and kept while the cache has room: float32 at most)
         if span.frames <= 0:
             raise UtteranceError(utt, self.source(utt), "audio has no samples")
