@@ -48,6 +48,7 @@ def _pack_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["SPKFLOW_CACHE"] = old
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist (a GPU machine's pytest) it is not called
 def pytest_xdist_make_scheduler(config, log):
     """``pytest -n N`` (tools/test.sh): units of :func:`unit_of_work`, handed out in collection order."""
     from xdist.scheduler import LoadScopeScheduling

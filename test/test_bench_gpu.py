@@ -53,7 +53,7 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
         for f in ("workers", "device") for b in (1, 4)
     ]  # fmt: skip
     for r in rows:
-        assert r["utts"] == 6 and r["e2e_utt_per_s"] > 0 and r["model_utt_per_s"] > 0
+        assert r["utts"] == 6 and r["e2e_utt_per_s"] > 0 and r["model_utt_per_s"] > 0 and r["audio_format"] == "flac"
         assert list(r["gpu_util_e2e"]) == [None, None] and r["limit"] in ("loader", "model")
         if r["dtype"] == "float32":
             assert r["min_cosine_vs_float32"] is None

@@ -4,6 +4,7 @@ after the CUDA-marked tests, with one H100 box's sizes, or small with GPU_CHECK_
 
     .venv/bin/python test/bench/bench_gpu.py [--device cuda|cpu] [--utt-sec 6] [--num-utts 16000]
         [--batch-sizes 64,256] [--dtypes float32,bfloat16,float16] [--fbank-on workers,device]
+        [--extract-format flac|wav]
         [--num-workers N] [--channels 512] [--model-dir DIR] [--data DIR] [--rirs DIR]
         [--train-paths ark,raw,raw-device] [--train-steps 20] [--num-spk 64 --num-utt 2 --crop 200]
         [--json out.json] [--markdown out.md] [--tests-junit junit.xml] [--workdir /tmp/bench_gpu]
@@ -11,7 +12,10 @@ after the CUDA-marked tests, with one H100 box's sizes, or small with GPU_CHECK_
 Data: real speech cut into --utt-sec clips (the SPEECH selection of speechocean762 and LibriSpeech
 through db.sh, or --data's wav.scp; the corpus itself or test/bench/gpu_bundle.sh's copy), written
 as FLAC, then a data dir of --num-utts utterances cycling over the clips ("repeated": decoding and
-everything after it run per utterance).  Models: ECAPA-TDNN with --channels (512: the 6.2 M-parameter
+everything after it run per utterance).  Extraction reads the same clips written as
+``--extract-format`` (FLAC by default; gpu_check.sh gives WAV, VoxCeleb 1's format, which stage 5
+reads for the Vox1 test sets); training reads the FLAC ones (VoxCeleb 2 converted once, as
+egs/voxceleb/spk1/README.md advises).  Models: ECAPA-TDNN with --channels (512: the 6.2 M-parameter
 model of the papers) and *random weights*, plus --model-dir when given.
 
 Parts (each timed; the JSON is rewritten after each, so a part cut short keeps the others):
@@ -417,6 +421,7 @@ def bench_extraction(
                         "dtype": dtype,
                         "batch_size": b,
                         "fbank_on": fbank_on,
+                        "audio_format": a.extract_format,
                         "utts": len(utts),
                         "e2e_utt_per_s": round(wall, 1),
                         "e2e_steady_utt_per_s": round(steady, 1),
@@ -637,6 +642,21 @@ def junit_counts(path: Path | None) -> dict[str, Any] | None:
     return {"passed": len(cases) - len(failed) - skipped, "failed": len(failed), "skipped": skipped, "failures": failed}
 
 
+def feed_rows(reports: Sequence[Path]) -> list[dict[str, Any]]:
+    """The paths of test/bench/bench_feed.py's JSON ``reports`` (the loaders alone, no model), a row
+    each, with the audio format the report read; a report that is missing (its run failed) gives none."""
+    rows = []
+    for path in reports:
+        if not path.is_file():
+            continue
+        r = json.loads(path.read_text())
+        for name, row in r.items():
+            if isinstance(row, dict) and "items_per_s" in row:
+                audio = None if name in ("train_arks", "train_shards") else r["audio_format"]  # arks: features
+                rows.append({"path": name, "audio_format": audio, **row})
+    return rows
+
+
 def limits(result: dict[str, Any]) -> list[str]:
     """One sentence per part: which part is the limit."""
     out = []
@@ -645,7 +665,8 @@ def limits(result: dict[str, Any]) -> list[str]:
         best = max(rows, key=lambda r: r["e2e_utt_per_s"])
         out.append(
             f"extraction: best end to end {best['e2e_utt_per_s']:.0f} utt/s ({best['dtype']}, batch "
-            f"{best['batch_size']}, fbank in the {best['fbank_on']}) = {100 * best['e2e_over_model']:.0f}% of the "
+            f"{best['batch_size']}, fbank in the {best['fbank_on']}, {best['audio_format'].upper()}) = "
+            f"{100 * best['e2e_over_model']:.0f}% of the "
             f"model alone ({best['model_utt_per_s']:.0f} utt/s): the limit is the "
             + ("model (GPU)" if best["limit"] == "model" else "loader (CPU workers: decode, fbank, padding)")
         )
@@ -686,14 +707,15 @@ def markdown(result: dict[str, Any]) -> str:
     rows = result.get("extraction")
     if rows:
         lines += [
-            "| model | dtype | batch | fbank | e2e utt/s | model utt/s | e2e/model | limit | GPU util e2e | "
+            "| model | dtype | batch | fbank | audio | e2e utt/s | model utt/s | e2e/model | limit | GPU util e2e | "
             "GPU util model | min cos vs fp32 |",
-            "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|",
+            "|---|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|",
         ]
         for r in rows:
             cos = "-" if r["min_cosine_vs_float32"] is None else f"{r['min_cosine_vs_float32']:.5f}"
             lines.append(
-                f"| {r['model']} | {r['dtype']} | {r['batch_size']} | {r['fbank_on']} | {r['e2e_utt_per_s']:.0f} | "
+                f"| {r['model']} | {r['dtype']} | {r['batch_size']} | {r['fbank_on']} | {r['audio_format']} | "
+                f"{r['e2e_utt_per_s']:.0f} | "
                 f"{r['model_utt_per_s']:.0f} | {r['e2e_over_model']:.2f} | {r['limit']} | "
                 f"{fmt_util(r['gpu_util_e2e'])} | {fmt_util(r['gpu_util_model'])} | {cos} |"
             )
@@ -711,6 +733,21 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['path']} | {r['loader_steps_per_s']:.2f} | {r['over_model']:.2f} | {r['limit']} | "
             f"{fmt_util(r['gpu_util'])} |"
             for r in tr["paths"]
+        ]
+        lines.append("")
+    feed = result.get("feed")
+    if feed:
+        lines += [
+            f"the loaders alone (test/bench/bench_feed.py, no model, {feed[0]['workers']} workers = the CPUs; share: "
+            "of the per-core sum of their parts x workers)",
+            "",
+            "| path | audio | items/s | ideal items/s | share | CPU ms per item |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r['path']} | {r['audio_format'] or '-'} | {r['items_per_s']:.0f} | {r['ideal_items_per_s']:.0f} | "
+            f"{r['share']:.2f} | {r['cpu_ms_per_item']:.3f} |"
+            for r in feed
         ]
         lines.append("")
     lines += [f"- {s}" for s in result.get("limits", [])]
@@ -741,6 +778,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--batch-sizes", type=csv(int), default=[64, 256])
     p.add_argument("--dtypes", type=csv(str), default=["float32", "bfloat16", "float16"])
     p.add_argument("--fbank-on", type=csv(str), default=["workers", "device"], help="where stage 5's fbank runs")
+    p.add_argument("--extract-format", choices=("flac", "wav"), default="flac", help="the extraction clips' format")
     p.add_argument("--num-workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="DataLoader workers")
     p.add_argument("--channels", type=int, default=512, help="ECAPA channels (512: ECAPA-512)")
     p.add_argument("--model-dir", type=Path, default=None, help="also bench this stage-4 model dir (e.g. the demo)")
@@ -782,6 +820,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "train" in a.parts and a.train_steps > 0 and speakers < a.num_spk:
         sys.exit(f"--num-utts {a.num_utts} gives {speakers} speakers of {a.num_utt} utterances: fewer than --num-spk")
     data = repeated_data_dir(a.workdir / "data", clips, a.num_utts, speakers, a.utt_sec)
+    extract_data = data
+    if a.extract_format != "flac":  # the same speech, in the format stage 5 is to read
+        extract_clips = make_clips(
+            source_files(a.data), a.workdir / f"clips_{a.extract_format}", a.utt_sec, limit=a.num_clips,
+            fmt=a.extract_format,
+        )  # fmt: skip
+        extract_data = repeated_data_dir(
+            a.workdir / f"data_{a.extract_format}", extract_clips, a.num_utts, speakers, a.utt_sec
+        )
     result: dict[str, Any] = {"machine": machine_info(a.device), "args": {k: str(v) for k, v in vars(a).items()}}
     result["device"] = result["machine"]["device"]
     result["tests"] = junit_counts(a.tests_junit)
@@ -803,7 +850,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             models.append((str(a.model_dir), a.model_dir))
         result["extraction"] = []
         for name, d in models:
-            result["extraction"] += bench_extraction(name, d, data, clips, a.workdir, a, sampler)
+            result["extraction"] += bench_extraction(name, d, extract_data, clips, a.workdir, a, sampler)
             write_outputs(result, a)
         timings["extraction"] = round(time.perf_counter() - t, 1)
     if "train" in a.parts and a.train_steps > 0:

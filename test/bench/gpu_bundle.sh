@@ -5,7 +5,8 @@
 #   .gpu/wheels/    the Python packages such a machine lacks (Python 3.12, manylinux x86_64), as
 #                   wheels: kaldiio, soundfile (with libsndfile inside) and cffi + pycparser, which
 #                   soundfile needs, espnet without its dependencies and typeguard (spkflow's
-#                   ECAPA-TDNN and ResNet build on espnet2.spk modules, which need only those);
+#                   ECAPA-TDNN and ResNet build on espnet2.spk modules, which need only those),
+#                   threadpoolctl (every job and DataLoader worker pins its BLAS/OpenMP pools with it);
 #                   gpu_check.sh installs them with --no-index into a temporary folder
 #   .gpu/corpora/   the real speech the CUDA-marked tests and bench_gpu.py read (helpers.corpora.SPEECH:
 #                   speechocean762, LibriSpeech, DSPSpeech-20, FSDD; 7 MB), in each corpus's layout
@@ -23,8 +24,10 @@ set -euo pipefail
 
 python_version=3.12     # the GPU machine's Python (wheels are chosen for it)
 out=.gpu                # where the bundle goes (relative to the repository root; ignored by git)
-# exact versions: those this project is tested with (pyproject.toml; cffi and pycparser: soundfile's)
+# exact versions: those this project is tested with (pyproject.toml and what tools/setup.sh installs;
+# cffi and pycparser: soundfile's)
 wheels="kaldiio==2.18.1 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12 espnet==202511 typeguard==4.6.1"
+wheels+=" threadpoolctl==3.8.0"
 num_rirs=20             # simulated rooms
 max_mib=64              # the device tool's limit on what travels
 
