@@ -66,6 +66,9 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         assert r["batches"] > 2 and r["items_timed"] > 0
         if per_batch is not None:
             assert r["items_timed"] == per_batch * (r["batches"] - 2), (path, r)
+    # shards as a trainer reads them: the timed batches within one epoch (a loader over several
+    # epochs of a small set keeps shards across their seams and reads fewer than training does)
+    assert result["train_shards"]["batches"] <= result["train_shards"]["epoch_batches"]
     raw = result["train_raw_aug"]  # beside the parts, not among them
     assert raw["whole_decode_cpu_ms_per_item"] > 0 and raw["cached_crop_read_cpu_ms_per_item"] > 0
     extracted = result["extract_fbank_workers"]["items_timed"], result["extract_fbank_device"]["items_timed"]

@@ -16,13 +16,16 @@ Paths (each through the entry point the recipes use, so that the figures follow 
 * ``train_raw_aug``: that config as it is (raw audio, speed + reverberation + noise / music /
   babble, fbank in the workers);
 * ``train_shards``: ``train_arks`` with ``train.shards: true`` (stage 2's shards of the same
-  features, batch lists from :func:`spkflow.train.shard_plan.plan_shard_epoch`, a stream per worker).
+  features, batch lists from :func:`spkflow.train.shard_plan.plan_shard_epoch`, a stream per worker):
+  the first epoch of a data dir large enough for the timed batches, since a trainer's loader (one
+  an epoch) reads every shard once an epoch, and one loader over several epochs of a small set
+  would keep shards across their seams.
 
 For each: ``items_per_s`` through the loader with ``workers`` = the CPUs this process may use (the
 batches after each worker's first, so worker start-up is not counted; the consumer takes each batch
 and drops it), and ``ideal_items_per_s``, the per-core sum of the path's parts x workers: each part
-timed alone in this process at one thread (a worker's share, spkflow.core.threads) on the same
-kind of items: ``decode`` (the audio file to samples), ``frontend`` (fbank + VAD + the model's
+timed alone in this process at one thread (a worker's share, spkflow.core.threads; the CPU time of
+that thread) on the same kind of items: ``decode`` (the audio file to samples), ``frontend`` (fbank + VAD + the model's
 frontend of a decoded utterance), ``pad`` (extraction's inputs copied into a padded batch in
 shared memory, per utterance: with the decode, the device path's whole work on a CPU; on CUDA
 the batch is also pinned), ``crop_read`` (a raw crop's samples as the loader reads them:
@@ -96,15 +99,18 @@ def one_thread() -> Any:
 
 def per_item(fn: Callable[[Any], Any], items: Sequence[Any], repeat: int = 2) -> float:
     """CPU seconds per item of ``fn`` over ``items`` at one thread, best of ``repeat`` passes (CPU
-    time: what a core spends, whatever else the machine runs)."""
+    time: what a core spends, whatever else the machine runs).  The calling thread's time, not the
+    process's: a part runs on this thread alone (:func:`one_thread`), and the process's count also
+    takes in any other thread of it that is busy meanwhile (after a loader ran, the process's time
+    came out at twice the thread's for the first ~0.2 s of CPU work, 2-core VM, 2026-11-29)."""
     best = float("inf")
     with one_thread():
         fn(items[0])  # warm (imports, caches of the options)
         for _ in range(repeat):
-            t = time.process_time()
+            t = time.thread_time()
             for x in items:
                 fn(x)
-            best = min(best, (time.process_time() - t) / len(items))
+            best = min(best, (time.thread_time() - t) / len(items))
     return best
 
 
@@ -251,7 +257,9 @@ def epoch_batches(plan: Callable[[int], Sequence[Sequence[str]]], need: int) -> 
     return out[:need]
 
 
-def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+def bench_training(
+    data: Path, clips: Sequence[Path], clips_dir: Path, work: Path, a: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
     import numpy as np
     import torch
 
@@ -283,12 +291,16 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     T = a.crop
     n = samples_for_frames(T, fb)
 
-    def run(name: str, cfg: dict[str, Any], batches: list[list[str]], parts: dict[str, float]) -> None:
-        store = open_store(cfg, str(data), str(feats), known_utts=utt2spk)  # as the trainer opens it
+    def run(
+        name: str, cfg: dict[str, Any], batches: list[list[str]], parts: dict[str, float], where: Path = data
+    ) -> None:
+        on = feats if where == data else work / "shard_feats"
+        spk = read_kv(where / "utt2spk")
+        store = open_store(cfg, str(where), str(on), known_utts=spk)  # as the trainer opens it
         wave_aug = WaveAugment(cfg["augment"], 16000) if cfg["frontend"]["feats_type"] == "raw" else None
         ds = epoch_dataset(
             cfg["frontend"], store, batches, seed=0, epoch=1, crop=(T, T), wave_aug=wave_aug,
-            vad_scp=str(feats / "vad.scp"), num_utt=a.num_utt, utt2spk=utt2spk, fbank_on="workers",
+            vad_scp=str(on / "vad.scp"), num_utt=a.num_utt, utt2spk=spk, fbank_on="workers",
         )  # fmt: skip
         out[name] = row(through(make_loader(ds, num_workers=a.workers), crops, a.workers), parts, a.workers)
         print(f"  {name}: {out[name]}", flush=True)
@@ -352,28 +364,42 @@ def bench_training(data: Path, clips_dir: Path, work: Path, a: argparse.Namespac
     finally:
         stores.AUDIO_CACHE = off
 
-    # shards of the same features, read whole; batch lists a loader can serve front to back
-    shard_dir = make_shards(feats, a)
+    # shards of the same features, read whole, batch lists a loader can serve front to back: one epoch
+    # of a data dir large enough for the timed batches, as a trainer's loader reads them (one loader
+    # over several epochs of a small set keeps shards across the epochs' seams: 15 shards read for 4
+    # epochs of 8, where training reads 32)
+    planned, utts = 0, need * a.num_spk * a.num_utt
+    for _ in range(4):  # the plan's windows of shards leave some utterances out: more until it is enough
+        utts = max(utts, math.ceil(1.15 * utts * need / max(planned, 1))) if planned else utts
+        shard_data = bench_gpu.repeated_data_dir(work / "shard_data", clips, utts, 2 * a.num_spk, a.utt_sec)
+        shard_feats = bench_gpu.ark_features(clips_dir, shard_data, work, "shard_feats")
+        shard_dir = make_shards(shard_feats, a)
+        u2s = read_utt2shard(shard_dir / "utt2shard")
+        plan = plan_shard_epoch(shard_data / "spk2utt", u2s, a.num_spk, a.num_utt, seed=0, epoch=1, pool=2,
+                                streams=a.workers).batches  # fmt: skip
+        planned = len(plan)
+        if planned >= need:
+            break
+    else:
+        raise SystemExit(f"an epoch of {utts} utterances in shards plans {planned} batches, fewer than {need}")
     cfg = train_config(src, "ark", True)
-    u2s = read_utt2shard(shard_dir / "utt2shard")
-    shard_batches = epoch_batches(
-        lambda e: plan_shard_epoch(data / "spk2utt", u2s, a.num_spk, a.num_utt, seed=0, epoch=e, pool=2,
-                                   streams=a.workers).batches, need)  # fmt: skip
+    shard_batches = [list(b) for b in plan[:need]]
     listed = [ln.split() for ln in (shard_dir / "shards.list").read_text().splitlines()]
     with one_thread():
-        t = time.process_time()
+        t = time.thread_time()
         for name, _, size in listed:
             load_shard(shard_dir / name, int(size))
-        whole = time.process_time() - t
+        whole = time.thread_time() - t
     # the windows are dealt to the streams (a worker each): every shard is read once per epoch in all
-    crops_per_epoch = sum(map(len, plan_shard_epoch(data / "spk2utt", u2s, a.num_spk, a.num_utt, seed=0, epoch=1,
-                                                    pool=2, streams=a.workers).batches))  # fmt: skip
+    crops_per_epoch = sum(map(len, plan))
     run(
         "train_shards",
         cfg,
         shard_batches,
         {"read": read, "normalise": normalise, "shard_read": whole / crops_per_epoch},
+        shard_data,
     )
+    out["train_shards"]["epoch_batches"] = len(plan)  # the timed batches are the first of this one epoch
     return out
 
 
@@ -430,7 +456,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             data = bench_gpu.repeated_data_dir(
                 work / "train_data", clips, 8 * a.num_spk * a.num_utt, 2 * a.num_spk, a.utt_sec
             )
-            result.update(bench_training(data, clips_dir, work, a))
+            result.update(bench_training(data, clips, clips_dir, work, a))
         a.json.write_text(json.dumps(result, indent=1) + "\n")
         return result
     finally:

@@ -484,9 +484,9 @@ def aug_sources(work: Path, clips_dir: Path, rirs: Path | None) -> dict[str, Pat
     return {"rirs": rir_dir, "noise": noise, "music": music, "speech": clips_dir}
 
 
-def ark_features(clips_dir: Path, data: Path, work: Path) -> Path:
+def ark_features(clips_dir: Path, data: Path, work: Path, name: str = "train_feats") -> Path:
     """Stage-2 features of the clips (the real job code), listed for every utterance of ``data``
-    (an utterance's entries are its clip's)."""
+    (an utterance's entries are its clip's) in ``work / name``."""
     from spkflow.data.tables import read_kv
     from spkflow.features.fbank import FbankOptions, VadOptions
     from spkflow.features.jobs import extract_job, merge_jobs
@@ -497,7 +497,7 @@ def ark_features(clips_dir: Path, data: Path, work: Path) -> Path:
         extract_job(clips_dir, work / "clip_list", work / "clip_arks", "clips", 1, FbankOptions(), VadOptions(),
                     progress=False)  # fmt: skip
         merge_jobs(clips_dir, feats, work / "clip_arks", "clips", 1)
-    out = work / "train_feats"
+    out = work / name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     clip_of = {u: Path(p).stem for u, p in read_kv(data / "wav.scp").items()}
