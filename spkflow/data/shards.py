@@ -135,8 +135,9 @@ def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) 
             )
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        buf = bytearray(size)
-        view, got = memoryview(buf), 0
+        data = np.empty(size, dtype=np.uint8)  # every byte is read below: no zero fill (3 ms of a 26 MB shard)
+        buf = view = memoryview(data)
+        got = 0
         while got < size:
             try:
                 n = os.readv(fd, [view[got : got + _READ_CHUNK]])
@@ -147,7 +148,6 @@ def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) 
             got += n
     finally:
         os.close(fd)
-    data = np.frombuffer(buf, dtype=np.uint8)
     members = _members(path, buf)
     _verify(path, buf, members)
     utts: list[str] = []
@@ -164,7 +164,7 @@ def load_shard(path: str | os.PathLike[str], expected_bytes: int | None = None) 
     return Shard(os.path.basename(path), data, utts, offsets, sizes)
 
 
-def _verify(path: str, buf: bytearray, members: list[tuple[str, int, int]]) -> None:
+def _verify(path: str, buf: memoryview, members: list[tuple[str, int, int]]) -> None:
     """Every member against its line of the last member, :data:`CHECKSUMS` (name, size, crc32)."""
     if not members or members[-1][0] != CHECKSUMS:
         raise InputError(
@@ -194,7 +194,7 @@ def _verify(path: str, buf: bytearray, members: list[tuple[str, int, int]]) -> N
             )
 
 
-def _members(path: str, buf: bytearray) -> list[tuple[str, int, int]]:
+def _members(path: str, buf: memoryview) -> list[tuple[str, int, int]]:
     """``(name, data offset, size)`` of the regular members of a tar in memory: ustar headers,
     with pax ("x") and GNU ("L") long names.  Python's ``tarfile`` builds an object per member and
     takes about 0.3 ms each; this reads the three fields it needs."""
