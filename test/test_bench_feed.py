@@ -9,11 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
 
-from helpers.audio import make_speakers
+from helpers.audio import decaying_rirs, make_speakers
 from helpers.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "test" / "bench"))
@@ -31,11 +29,7 @@ PARTS = {
 @pytest.mark.slow
 def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
     data = make_speakers(tmp_path / "audio", num_spk=3, num_utt=2, min_sec=2.5, max_sec=3.0)
-    rirs = tmp_path / "rirs"
-    rirs.mkdir()
-    for i in range(2):  # pyroomacoustics' simulated rooms are slow to make
-        h = np.exp(-np.arange(800) / 100.0) * np.random.default_rng(i).standard_normal(800)
-        sf.write(rirs / f"rir{i}.flac", (0.5 * h / np.abs(h).max()).astype(np.float32), 16000)
+    rirs = decaying_rirs(tmp_path / "rirs")
     out = tmp_path / "feed.json"
     result = bench_feed.main(
         [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.audio import make_speakers
+from helpers.audio import decaying_rirs, make_speakers
 from helpers.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "test" / "bench"))
@@ -27,14 +27,7 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
     out, md = tmp_path / "bench.json", tmp_path / "bench.md"
     # the model dir of a "trained" model: the random ECAPA of another width stands in for it
     demo = bench_gpu.ecapa_model_dir(tmp_path / "demo", 8)
-    rirs = tmp_path / "rirs"
-    rirs.mkdir()
-    import numpy as np
-    import soundfile as sf
-
-    for i in range(2):  # two decaying impulses stand in for simulated rooms (pyroomacoustics is slow)
-        h = np.exp(-np.arange(800) / 100.0) * np.random.default_rng(i).standard_normal(800)
-        sf.write(rirs / f"rir{i}.flac", (0.5 * h / np.abs(h).max()).astype(np.float32), 16000)
+    rirs = decaying_rirs(tmp_path / "rirs")
     result = bench_gpu.main(
         [
             "--device", "cpu", "--data", str(data), "--parts", "extraction,train", "--utt-sec", "2",

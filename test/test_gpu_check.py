@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
+from helpers.audio import decaying_rirs
 from helpers.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "test" / "bench"))
@@ -119,11 +119,7 @@ def test_gpu_check_rehearsed_on_the_cpu(tmp_path, corpus):
     for name in ("SPEECHOCEAN762", "LIBRISPEECH", "DSPSPEECH20", "FSDD"):
         corpus(name)  # skip (or fail under CI) when a corpus is missing
     bundle = tmp_path / "bundle"  # the bundle's rooms (pyroomacoustics is not on the bare machine)
-    (bundle / "rirs").mkdir(parents=True)
-    for i in range(2):  # two decaying impulses
-        h = np.exp(-np.arange(800) / 100.0) * np.random.default_rng(i).standard_normal(800)
-        sf.write(bundle / "rirs" / f"rir{i}.flac", (0.5 * h / np.abs(h).max()).astype(np.float32), 16000)
-    (bundle / "rirs" / "wav.scp").write_text("".join(f"rir{i} {bundle}/rirs/rir{i}.flac\n" for i in range(2)))
+    decaying_rirs(bundle / "rirs")
     out = tmp_path / "out"
     p = run_check(out, "cpu", tmp_path, GPU_BUNDLE=str(bundle), **bare_machine(tmp_path))
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]

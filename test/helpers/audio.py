@@ -126,3 +126,15 @@ def make_mixed_data(root: Path, num_spk: int = 3, num_utt: int = 4, seed: int = 
             sf.write(path, sig, rate, subtype="PCM_16")
             wav[utt], u2s[utt] = str(path), spk
     return write_data_dir(root / "data", wav, u2s)
+
+
+def decaying_rirs(out: Path, count: int = 2, rate: int = 16000) -> Path:
+    """``count`` rooms for the benches' reverberation, ``out/rir<i>.flac`` listed in ``out/wav.scp``:
+    decaying noise impulses of 800 samples, which stand in for simulated rooms (pyroomacoustics is
+    slow, and not on a GPU machine)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        h = np.exp(-np.arange(800) / 100.0) * np.random.default_rng(i).standard_normal(800)
+        sf.write(out / f"rir{i}.flac", (0.5 * h / np.abs(h).max()).astype(np.float32), rate)
+    (out / "wav.scp").write_text("".join(f"rir{i} {out / f'rir{i}.flac'}\n" for i in range(count)))
+    return out
