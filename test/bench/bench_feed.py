@@ -292,15 +292,15 @@ def bench_training(
     n = samples_for_frames(T, fb)
 
     def run(
-        name: str, cfg: dict[str, Any], batches: list[list[str]], parts: dict[str, float], where: Path = data
-    ) -> None:
-        on = feats if where == data else work / "shard_feats"
-        spk = read_kv(where / "utt2spk")
-        store = open_store(cfg, str(where), str(on), known_utts=spk)  # as the trainer opens it
+        name: str, cfg: dict[str, Any], batches: list[list[str]], parts: dict[str, float],
+        data_dir: Path = data, feats_dir: Path = feats,
+    ) -> None:  # fmt: skip
+        spk = read_kv(data_dir / "utt2spk")
+        store = open_store(cfg, str(data_dir), str(feats_dir), known_utts=spk)  # as the trainer opens it
         wave_aug = WaveAugment(cfg["augment"], 16000) if cfg["frontend"]["feats_type"] == "raw" else None
         ds = epoch_dataset(
             cfg["frontend"], store, batches, seed=0, epoch=1, crop=(T, T), wave_aug=wave_aug,
-            vad_scp=str(on / "vad.scp"), num_utt=a.num_utt, utt2spk=spk, fbank_on="workers",
+            vad_scp=str(feats_dir / "vad.scp"), num_utt=a.num_utt, utt2spk=spk, fbank_on="workers",
         )  # fmt: skip
         out[name] = row(through(make_loader(ds, num_workers=a.workers), crops, a.workers), parts, a.workers)
         print(f"  {name}: {out[name]}", flush=True)
@@ -368,20 +368,19 @@ def bench_training(
     # of a data dir large enough for the timed batches, as a trainer's loader reads them (one loader
     # over several epochs of a small set keeps shards across the epochs' seams: 15 shards read for 4
     # epochs of 8, where training reads 32)
-    planned, utts = 0, need * a.num_spk * a.num_utt
+    utts = need * a.num_spk * a.num_utt
     for _ in range(4):  # the plan's windows of shards leave some utterances out: more until it is enough
-        utts = max(utts, math.ceil(1.15 * utts * need / max(planned, 1))) if planned else utts
         shard_data = bench_gpu.repeated_data_dir(work / "shard_data", clips, utts, 2 * a.num_spk, a.utt_sec)
         shard_feats = bench_gpu.ark_features(clips_dir, shard_data, work, "shard_feats")
         shard_dir = make_shards(shard_feats, a)
         u2s = read_utt2shard(shard_dir / "utt2shard")
         plan = plan_shard_epoch(shard_data / "spk2utt", u2s, a.num_spk, a.num_utt, seed=0, epoch=1, pool=2,
                                 streams=a.workers).batches  # fmt: skip
-        planned = len(plan)
-        if planned >= need:
+        if len(plan) >= need:
             break
+        tried, utts = utts, math.ceil(1.15 * utts * need / max(len(plan), 1))
     else:
-        raise SystemExit(f"an epoch of {utts} utterances in shards plans {planned} batches, fewer than {need}")
+        raise SystemExit(f"an epoch of {tried} utterances in shards plans {len(plan)} batches, fewer than {need}")
     cfg = train_config(src, "ark", True)
     shard_batches = [list(b) for b in plan[:need]]
     listed = [ln.split() for ln in (shard_dir / "shards.list").read_text().splitlines()]
@@ -398,6 +397,7 @@ def bench_training(
         shard_batches,
         {"read": read, "normalise": normalise, "shard_read": whole / crops_per_epoch},
         shard_data,
+        shard_feats,
     )
     out["train_shards"]["epoch_batches"] = len(plan)  # the timed batches are the first of this one epoch
     return out
