@@ -224,6 +224,19 @@ def make_clips(
     return clips
 
 
+def recode_clips(clips: Sequence[Path], out: Path, fmt: str) -> list[Path]:
+    """``clips`` written again as 16-bit ``fmt`` files in ``out`` (the same samples)."""
+    import soundfile as sf
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for c in clips:
+        x, rate = sf.read(c, dtype="int16")
+        sf.write(out / f"{c.stem}.{fmt}", x, rate, subtype="PCM_16")
+        written.append(out / f"{c.stem}.{fmt}")
+    return written
+
+
 def write_data_dir(d: Path, wav: dict[str, str], spk: dict[str, str], seconds: float | None = None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     keys = sorted(wav, key=str.encode)
@@ -821,11 +834,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sys.exit(f"--num-utts {a.num_utts} gives {speakers} speakers of {a.num_utt} utterances: fewer than --num-spk")
     data = repeated_data_dir(a.workdir / "data", clips, a.num_utts, speakers, a.utt_sec)
     extract_data = data
-    if a.extract_format != "flac":  # the same speech, in the format stage 5 is to read
-        extract_clips = make_clips(
-            source_files(a.data), a.workdir / f"clips_{a.extract_format}", a.utt_sec, limit=a.num_clips,
-            fmt=a.extract_format,
-        )  # fmt: skip
+    if a.extract_format != "flac":  # the same clips, in the format stage 5 is to read
+        extract_clips = recode_clips(clips, a.workdir / f"clips_{a.extract_format}", a.extract_format)
         extract_data = repeated_data_dir(
             a.workdir / f"data_{a.extract_format}", extract_clips, a.num_utts, speakers, a.utt_sec
         )
