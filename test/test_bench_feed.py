@@ -35,7 +35,8 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         [
             "--json", str(out), "--workers", "2", "--data", str(data), "--rirs", str(rirs), "--utt-sec", "1",
             "--clips", "6", "--extract-utts", "24", "--extract-batch", "4", "--num-spk", "4", "--num-utt", "2",
-            "--crop", "40", "--train-batches", "4", "--part-items", "4", "--workdir", str(tmp_path / "work"),
+            "--crop", "40", "--train-batches", "4", "--ark-batches", "6", "--part-items", "4",
+            "--workdir", str(tmp_path / "work"),
             "--audio-format", "wav",  # FLAC, the default, is what bench_gpu.py's clips are (test_bench_gpu.py)
         ]
     )  # fmt: skip
@@ -60,6 +61,8 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         assert r["batches"] > 2 and r["items_timed"] > 0
         if per_batch is not None:
             assert r["items_timed"] == per_batch * (r["batches"] - 2), (path, r)
+    # the arks' path times its own count of batches (cheap ones: a few would time start-up)
+    assert result["train_arks"]["batches"] == 6 + 2 and result["train_raw_aug"]["batches"] == 4 + 2
     # shards as a trainer reads them: the timed batches within one epoch (a loader over several
     # epochs of a small set keeps shards across their seams and reads fewer than training does)
     assert result["train_shards"]["batches"] <= result["train_shards"]["epoch_batches"]

@@ -78,7 +78,7 @@ import numpy as np
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.procs import die_with_parent
-from spkflow.core.shared_batches import BufferPool, IndexSampler, can_pool, from_slots, to_slots
+from spkflow.core.shared_batches import PREFETCH, BufferPool, IndexSampler, can_pool, from_slots, slot_count, to_slots
 from spkflow.core.threads import worker_threads
 from spkflow.data.audio import known_durations
 from spkflow.data.datadir import DataDir
@@ -279,7 +279,7 @@ def job_loader(
         num_workers=num_workers,
         pin_memory=on_cuda and worker_side,
         worker_init_fn=_worker_init if num_workers > 0 else None,
-        prefetch_factor=4 if num_workers > 0 else None,
+        prefetch_factor=PREFETCH if num_workers > 0 else None,
     )
     if not (worker_side and num_workers > 0 and can_pool()):
         collate = collater(max_frames) if worker_side else _collate
@@ -289,7 +289,7 @@ def job_loader(
     # slots (the workers get them once, batches travel by number) where the batches are not pinned
     # copies; under pinning the buffers travel with each index and are sized by the first batches
     numel = 0 if pinned else collate.bound
-    slots = BufferPool.make_slots(numel, in_flight + 2)
+    slots = BufferPool.make_slots(numel, slot_count(num_workers, common["prefetch_factor"]))
     pool = BufferPool(numel, limit=in_flight + 4, pinned=pinned, slots=slots)
     loader = DataLoader(
         _PaddedBatches(inputs, plan, collate, slots), batch_size=None,

@@ -51,12 +51,14 @@ from torch.utils.data import DataLoader, Dataset
 from spkflow.core import procs
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.core.shared_batches import (
+    PREFETCH,
     BufferPool,
     HeldBuffers,
     IndexSampler,
     can_pool,
     from_slots,
     shared_empty,
+    slot_count,
     to_slots,
 )
 from spkflow.train.batches import crop_frames
@@ -263,7 +265,9 @@ class _Loader(DataLoader):
             numel = relay.batch_numel()
             in_flight = self.num_workers * (self.prefetch_factor or 2)
             if self._slots is None:  # made once, before the workers start (persistent ones keep them)
-                self._slots = relay.slots = BufferPool.make_slots(numel, in_flight + 2)
+                self._slots = relay.slots = BufferPool.make_slots(
+                    numel, slot_count(self.num_workers, self.prefetch_factor or 2)
+                )
             slots = self._slots
             pool = BufferPool(numel, limit=4 * in_flight + 4, slots=slots)
             sampler.pool = pool
@@ -290,7 +294,7 @@ def make_loader(
     *,
     start_batch: int = 0,
     num_workers: int = 2,
-    prefetch_factor: int = 4,
+    prefetch_factor: int = PREFETCH,
     pin_memory: bool = False,
     persistent_workers: bool = False,
     multiprocessing_context: str | None = None,

@@ -2,7 +2,8 @@
 
     .venv/bin/python test/bench/bench_feed.py --json OUT [--workers N] [--data DIR] [--rirs DIR]
         [--utt-sec 6] [--audio-format flac|wav] [--extract-utts 256] [--extract-batch 16]
-        [--num-spk 64 --num-utt 2 --crop 200] [--train-batches 12] [--part-items 48] [--workdir DIR]
+        [--num-spk 64 --num-utt 2 --crop 200] [--train-batches 12] [--ark-batches 600] [--part-items 48]
+        [--workdir DIR]
 
 Paths (each through the entry point the recipes use, so that the figures follow the code):
 
@@ -22,19 +23,24 @@ Paths (each through the entry point the recipes use, so that the figures follow 
   would keep shards across their seams.
 
 For each: ``items_per_s`` through the loader with ``workers`` = the CPUs this process may use (the
-batches after each worker's first, so worker start-up is not counted; the consumer takes each batch
+batches after each worker's first, so worker start-up is not counted; ``--train-batches`` of
+each training path, ``--ark-batches`` of the arks', whose batches are cheap enough that a few
+dozen would time mostly start-up; the consumer takes each batch
 and drops it), and ``ideal_items_per_s``, the per-core sum of the path's parts x workers: each part
 timed alone in this process at one thread (a worker's share, spkflow.core.threads; the CPU time of
 that thread) on the same kind of items: ``decode`` (the audio file to samples), ``frontend`` (fbank + VAD + the model's
 frontend of a decoded utterance), ``pad`` (extraction's inputs copied into a padded batch in
 shared memory, per utterance: with the decode, the device path's whole work on a CPU; on CUDA
-the batch is also pinned), ``crop_read`` (a raw crop's samples as the loader reads them:
+the batch is also pinned; into as many buffers in turn as the loader's pool has slots,
+:func:`spkflow.core.shared_batches.slot_count`, so that a batch is written to memory out of
+the caches, as in the loader), ``crop_read`` (a raw crop's samples as the loader reads them:
 :meth:`spkflow.train.stores.AudioFiles.samples`, the header and one span of the file, the VAD),
 ``augment`` (speed + WaveAugment of a crop), ``fbank`` (of a crop), ``read`` (a crop's rows from
 the arks into its place in a batch, through the store's reader as the trainer opens it: every crop
-of the timed batches once, so neither the crops nor the batch are in the CPU's cache more than a
-loader's are), ``normalise`` (the utterance means subtracted from a batch of crops, per crop: the
-recipe's ``mean_norm``), ``shard_read`` (the shards read whole, per crop they serve); ``train_raw_aug`` also
+of the timed batches once, into batches in turn, as many as the loader's slots, so neither the
+crops nor the batch are in the CPU's cache more than a loader's are), ``normalise`` (the
+utterance means subtracted from a batch of crops, per crop: the recipe's ``mean_norm``, on those
+batches in turn), ``shard_read`` (the shards read whole, per crop they serve); ``train_raw_aug`` also
 reports ``whole_decode_cpu_ms_per_item``, what decoding the whole file costs (the loader's read
 before it read spans), and ``cached_crop_read_cpu_ms_per_item``, ``crop_read`` with the files in
 the decoded-audio cache (a training set that fits in it); neither is a part.  ``share`` =
@@ -171,17 +177,22 @@ def row(timed: dict[str, float], parts: dict[str, float], workers: int) -> dict[
 
 
 # ------------------------------------------------------------------------------- extraction
-def pad_part(inputs: Sequence[Any], batch: int) -> float:
+def pad_part(inputs: Sequence[Any], batch: int, workers: int) -> float:
     """CPU seconds per input of padding ``inputs`` (samples, or the frontend's features) ``batch``
-    at a time into a buffer in shared memory, as stage 5's loader pads them."""
-    from spkflow.core.shared_batches import shared_empty
+    at a time into buffers in shared memory, as stage 5's loader pads them: into as many buffers
+    as its pool has slots, in turn, so that each batch is written to memory out of the cache as a
+    loader's is."""
+    from spkflow.core.shared_batches import shared_empty, slot_count
     from spkflow.embed.base import pad_into, padded_shape
 
     groups = [inputs[i : i + batch] for i in range(0, len(inputs), batch)]
-    buffer = shared_empty((max(math.prod(padded_shape(g)) for g in groups),))
+    numel = max(math.prod(padded_shape(g)) for g in groups)
+    buffers = [shared_empty((numel,)).fill_(0) for _ in range(slot_count(workers))]
+    turn = iter(range(1 << 62))
 
     def pad(group: Sequence[Any]) -> None:
         shape = padded_shape(group)
+        buffer = buffers[next(turn) % len(buffers)]
         pad_into(group, buffer[: math.prod(shape)].view(shape).numpy())
 
     return per_item(pad, groups) * len(groups) / len(inputs)
@@ -205,7 +216,7 @@ def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str,
         if fbank_on == "workers":
             parts["frontend"] = per_item(lambda u, e=emb: e.prepare_wave(waves[u]), sample)
         inputs = [waves[u] if fbank_on == "device" else emb.prepare_wave(waves[u]) for u in sample]
-        parts["pad"] = pad_part(inputs, a.extract_batch)
+        parts["pad"] = pad_part(inputs, a.extract_batch, a.workers)
         max_frames = a.extract_batch * (int(a.utt_sec * 100) + 10)
         loader, worker_side = job_loader(
             emb, data, utts, batch_size=a.extract_batch, max_frames=max_frames, num_workers=a.workers
@@ -264,6 +275,7 @@ def bench_training(
     import torch
 
     from spkflow.augment.wave import WaveAugment, speed_perturb
+    from spkflow.core.shared_batches import shared_empty, slot_count
     from spkflow.data.audio import AudioReader
     from spkflow.data.shards import load_shard
     from spkflow.data.tables import read_kv
@@ -281,9 +293,11 @@ def bench_training(
     need = a.train_batches + a.workers
     crops = lambda batch: int(batch[0].shape[0])  # noqa: E731
     out: dict[str, dict[str, Any]] = {}
-    # the parts, on the crops of the first batches
+    # the parts, on the crops of the first batches; the arks' path times more batches than the
+    # others (a batch of theirs is ~0.2 ms of a core: startup would weigh on a few dozen)
     ark_batches = epoch_batches(
-        lambda e: plan_epoch(data / "spk2utt", a.num_spk, a.num_utt, seed=0, epoch=e).batches, need
+        lambda e: plan_epoch(data / "spk2utt", a.num_spk, a.num_utt, seed=0, epoch=e).batches,
+        max(need, a.ark_batches + a.workers),
     )
     sample = [u for b in ark_batches for u in b][: a.part_items]
     rng = np.random.default_rng(0)
@@ -311,16 +325,22 @@ def bench_training(
     # access): the crops a loader reads are not in the CPU's cache, nor is the batch it fills
     ark = open_store(cfg, str(data), str(feats), known_utts=utt2spk).feats
     crops_per_batch = a.num_spk * a.num_utt
-    batch_buf = np.empty((crops_per_batch, T, fb.dim), dtype=np.float32)
+    # batches in turn, as many as the loader's pool has slots: a buffer comes round again only
+    # after the others, out of the cache by then, as in the loader (one batch reused stays in a
+    # 32 MB L3: 1.26 ms a batch of 128 x 200 x 80 read and normalised, against 1.9 in turn, 2026-11-30)
+    slots = [shared_empty((crops_per_batch, T, fb.dim)).fill_(0) for _ in range(slot_count(a.workers))]
     offs = np.arange(T)
-    timed = [(j, u) for b in ark_batches[a.workers :] for j, u in enumerate(b)]
-    starts = {u: int(rng.integers(0, max(1, ark.num_rows(u) - T + 1))) for _, u in timed}
-    read = per_item(lambda x: ark.gather(x[1], starts[x[1]] + offs, batch_buf[x[0]], contiguous=True), timed)
+    timed = [(k, j, u) for k, b in enumerate(ark_batches[a.workers :]) for j, u in enumerate(b)]
+    starts = {u: int(rng.integers(0, max(1, ark.num_rows(u) - T + 1))) for _, _, u in timed}
+
+    def read_crop(x: tuple[int, int, str]) -> None:
+        k, j, u = x
+        ark.gather(u, starts[u] + offs, slots[k % len(slots)][j].numpy(), contiguous=True)
+
+    read = per_item(read_crop, timed)
     # the recipe's mean normalisation: the crops' means subtracted from a batch (torch, as the loader)
-    values = np.random.default_rng(1)
-    batch = torch.from_numpy(values.standard_normal((crops_per_batch, T, fb.dim), dtype=np.float32))
-    shift = torch.from_numpy(values.standard_normal((crops_per_batch, 1, fb.dim), dtype=np.float32))
-    normalise = per_item(lambda _: batch.sub_(shift), range(8)) / crops_per_batch
+    shift = torch.from_numpy(np.random.default_rng(1).standard_normal((crops_per_batch, 1, fb.dim), dtype=np.float32))
+    normalise = per_item(lambda k: slots[k % len(slots)].sub_(shift), range(2 * len(slots))) / crops_per_batch
     run("train_arks", cfg, ark_batches, {"read": read, "normalise": normalise})
 
     # raw audio with the recipe's augmentation
@@ -350,7 +370,7 @@ def bench_training(
         "augment": per_item(augment, sample),
         "fbank": per_item(lambda u: compute_fbank(waves[u][:n], 16000, fb), sample),
     }
-    run("train_raw_aug", cfg, ark_batches, parts)
+    run("train_raw_aug", cfg, ark_batches[:need], parts)
     out["train_raw_aug"]["whole_decode_cpu_ms_per_item"] = round(1e3 * per_item(audio.read, sample), 6)
     # the same crop_read with every file in a decoded-audio cache (a training set that fits in it)
     from spkflow.augment.wave import DecodedAudioCache
@@ -418,6 +438,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--num-utt", type=int, default=2, help="M of the training batches")
     p.add_argument("--crop", type=int, default=200, help="training crop (frames)")
     p.add_argument("--train-batches", type=int, default=12, help="batches timed per training path")
+    p.add_argument("--ark-batches", type=int, default=600, help="batches timed on the arks (the cheapest)")
     p.add_argument("--part-items", type=int, default=48, help="items each part is timed on")
     p.add_argument("--paths", default="extract,train", help="extract,train (both by default)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the data here (default: a temporary dir)")

@@ -61,7 +61,7 @@ case "${device}" in
                     --dtypes "float32,bfloat16" --channels 32 --num-workers 1 --train-steps 2 --train-warmup 1 --num-spk 4 --num-utt 2
                     --crop 50 --data-spk 8 --frontend-batch 4 --extract-format wav)
         feed_opts=(--utt-sec 3 --clips 4 --extract-utts 16 --extract-batch 4 --num-spk 4 --num-utt 2 --crop 50
-                   --train-batches 2 --part-items 4)
+                   --train-batches 2 --ark-batches 6 --part-items 4)
         ;;
     *) echo "GPU_CHECK_DEVICE must be cuda or cpu, got '${device}'" >&2; exit 1 ;;
 esac
