@@ -6,7 +6,7 @@ Stages 2 (``scripts/feats/make_fbank.sh``) and 5 (``scripts/spk/extract_embeddin
 before their jobs: recordings below the rate are upsampled there, and an 8 kHz file in a 16 kHz
 set has no energy above 4 kHz (the same recording at 8 and 16 kHz scores only ~0.8 cosine with
 the demo model), so they are named here, not resampled without a word.  Rates come from file
-headers (:func:`spkflow.data.audio.native_rates`; at most 20,000 recordings, spread evenly).
+headers (:func:`spkflow.data.durations.native_rates`; at most 20,000 recordings, spread evenly).
 Always exits 0 unless the data dir cannot be read (status 1, the file named).
 """
 
@@ -19,7 +19,7 @@ import sys
 from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import int_at_least
 from spkflow.core.errors import InputError
-from spkflow.data.audio import native_rates
+from spkflow.data.durations import native_rates
 from spkflow.embed.packed import model_sample_rate
 from spkflow.features.fbank import FbankOptions
 

@@ -13,7 +13,7 @@ import sys
 
 from spkflow.bin import exits_on, setup_logging
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.data.audio import write_utt2dur
+from spkflow.data.durations import write_utt2dur
 
 
 @exits_on(InputError, UtteranceError)

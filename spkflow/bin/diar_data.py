@@ -16,7 +16,7 @@ from pathlib import Path
 from spkflow.bin import exits_on, setup_logging
 from spkflow.bin.argtypes import add_bool_option
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.data.audio import format_duration
+from spkflow.data.durations import format_duration
 from spkflow.data.tables import write_kv
 from spkflow.diar.recordings import describe, load_recordings
 

@@ -14,7 +14,7 @@ absolute audio path and optional transcript, plus optional per-speaker gender).
   touched: it is built and checked in a sibling temporary folder, then renamed into place;
   a previous folder there is replaced only when spkflow wrote it (a marker file) or with
   ``overwrite``, and concurrent runs are refused (:mod:`spkflow.corpora.destination`);
-* ``utt2dur`` is computed from audio headers (:func:`spkflow.data.audio.utt2dur`), which also proves
+* ``utt2dur`` is computed from audio headers (:func:`spkflow.data.durations.utt2dur`), which also proves
   that every audio file exists and is readable; a ``trials`` list can be added
   (:mod:`spkflow.corpora.trials`).
 
@@ -37,9 +37,9 @@ from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError
 from spkflow.corpora.destination import data_dir_destination
 from spkflow.corpora.trials import format_trial, make_trials, write_trials
-from spkflow.data.audio import format_duration
-from spkflow.data.audio import utt2dur as compute_utt2dur
 from spkflow.data.datadir import DataDir
+from spkflow.data.durations import format_duration
+from spkflow.data.durations import utt2dur as compute_utt2dur
 from spkflow.data.tables import WHITESPACE, c_sorted, utt2spk_to_spk2utt, write_kv, write_lines
 
 log = logging.getLogger(__name__)

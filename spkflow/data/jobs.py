@@ -51,7 +51,7 @@ import numpy as np
 
 from spkflow.core.atomic import atomic_write, umask
 from spkflow.core.errors import InputError, OutputError
-from spkflow.data.audio import known_durations
+from spkflow.data.durations import known_durations
 from spkflow.data.tables import RAW_BYTE_RE, read_kv
 
 __all__ = [
@@ -106,7 +106,7 @@ def read_list(path: str | os.PathLike[str]) -> list[str]:
 def utterance_durations(data_dir: str | os.PathLike[str]) -> dict[str, float]:
     """Seconds per utterance (utt2spk order) for balancing jobs; exactness is not needed.
 
-    :func:`spkflow.data.audio.known_durations` (utt2dur, else utt2num_frames, else file headers and
+    :func:`spkflow.data.durations.known_durations` (utt2dur, else utt2num_frames, else file headers and
     segment times); entries whose duration cannot be known cheaply (pipes, unreadable headers)
     get the mean of the others: the job will read them and report errors.
     """

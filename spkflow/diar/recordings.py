@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spkflow.core.errors import InputError
-from spkflow.data.audio import format_duration, spec_duration
+from spkflow.data.audio import spec_duration
+from spkflow.data.durations import format_duration
 from spkflow.data.tables import c_key, c_sorted, read_kv, write_kv
 from spkflow.diar.regions import Regions, union
 from spkflow.diar.rttm import Turn, read_rttm, read_uem, write_rttm, write_uem

@@ -383,12 +383,16 @@ def padded_shape(xs: Sequence[np.ndarray]) -> tuple[int, ...]:
     return (len(xs), max(x.shape[0] for x in xs), *xs[0].shape[1:])
 
 
-def pad_into(xs: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
+def pad_into(xs: Sequence[Any], out: np.ndarray) -> np.ndarray:
     """Write [T_i, ...] arrays zero-padded into ``out`` (float32, :func:`padded_shape`; its old
-    contents need not be zero); returns the lengths [B] (int64)."""
+    contents need not be zero); returns the lengths [B] (int64).  An input still in its file
+    (:class:`spkflow.data.audio.OpenSamples`) reads itself into its row."""
     lengths = np.array([x.shape[0] for x in xs], dtype=np.int64)
     for i, x in enumerate(xs):
-        out[i, : x.shape[0]] = x
+        if isinstance(x, np.ndarray):
+            out[i, : x.shape[0]] = x
+        else:
+            x.read_into(out[i, : x.shape[0]])
         out[i, x.shape[0] :] = 0
     return lengths
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from spkflow.core.errors import UtteranceError
-from spkflow.data.audio import AudioReader
+from spkflow.data.audio import AudioReader, OpenSamples
 from spkflow.data.tables import read_kv
 from spkflow.embed.base import (
     FRAME_RATE,
@@ -71,14 +71,28 @@ class _WavePreparer:
     """Audio at the fbank's rate, in a worker (``fbank_on`` device: the frontend runs on the
     model's device).  An utterance shorter than one frame fails here, named."""
 
+    finite = True  # the reader's samples: a NaN or an infinity fails the utterance there, named
+
     def __init__(self, data_dir: str, fbank: FbankOptions) -> None:
         self.data_dir, self.fbank = data_dir, fbank
         self._reader: Any = None
 
-    def __call__(self, utt: str) -> np.ndarray:
+    def _open_reader(self) -> AudioReader:
         if self._reader is None:
             self._reader = AudioReader(self.data_dir, sample_rate=int(self.fbank.sample_frequency))
-        wave = self._reader.read(utt)
+        return self._reader
+
+    def open(self, utt: str) -> OpenSamples | None:
+        """The utterance's samples still in their open file, for the batch to read in place
+        (:meth:`spkflow.data.audio.AudioReader.open_samples`), or None: call the preparer."""
+        x = self._open_reader().open_samples(utt)
+        if x is not None and num_frames(x.shape[0], self.fbank) <= 0:
+            x.close()  # the preparer says it
+            return None
+        return x
+
+    def __call__(self, utt: str) -> np.ndarray:
+        wave = self._open_reader().read(utt)
         if num_frames(len(wave), self.fbank) <= 0:
             raise UtteranceError(
                 utt,

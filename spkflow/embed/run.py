@@ -3,10 +3,10 @@
 One extraction = ``--nj`` independent jobs (processes started by ``run.pl`` / ``queue.pl`` /
 ``slurm.pl``, one GPU each with ``--gpu 1``), then one merge.  Inside a job
 (:func:`run_job`): DataLoader worker *processes* read and resample the audio (and compute
-features and pad the batch for spkflow models; pinned memory on CUDA), batches are formed by
-length under a bound on padded frames,
-the model runs with lengths, and every batch is committed to the job's ark + scp before the
-next one starts.  :func:`merge_embeddings` checks the union of the jobs' outputs against the
+features and pad the batch for spkflow models; pinned memory on CUDA; :mod:`spkflow.embed.loader`),
+batches are formed by length under a bound on padded frames, the model runs with lengths, and
+every batch is committed to the job's ark + scp before the next one starts.
+:func:`merge_embeddings` checks the union of the jobs' outputs against the
 data dir and writes ``xvector.{ark,scp}`` and ``spk_xvector.{ark,scp}`` (float32 Kaldi
 vectors, read by ``kaldiio`` and by ESPnet's ``ESPnetDataset`` type ``kaldi_ark``).
 
@@ -69,18 +69,13 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from spkflow.core.atomic import atomic_write, write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.core.procs import die_with_parent
-from spkflow.core.shared_batches import PREFETCH, BufferPool, IndexSampler, can_pool, from_slots, slot_count, to_slots
-from spkflow.core.threads import worker_threads
-from spkflow.data.audio import known_durations
 from spkflow.data.datadir import DataDir
 from spkflow.data.jobs import (
     CommitLog,
@@ -95,7 +90,8 @@ from spkflow.data.jobs import (
 )
 from spkflow.data.jobs import committed_entries as _committed
 from spkflow.data.tables import check_sorted_unique, read_keys, read_kv_lines
-from spkflow.embed.base import Embedder, batch_elements, plan_batches, split_by_frames
+from spkflow.embed.base import Embedder, split_by_frames
+from spkflow.embed.loader import job_loader
 
 __all__ = [
     "data_dir_keys",
@@ -103,7 +99,6 @@ __all__ = [
     "committed_entries",
     "JobWriter",
     "JobSummary",
-    "job_loader",
     "run_job",
     "MergeError",
     "MergeReport",
@@ -203,138 +198,6 @@ class JobSummary:
     resumed: int
     computed: int
     bad: dict[str, str]
-
-
-class _Inputs:
-    """Map-style dataset: index -> ``(utt, input or None, (source, message) or None)``.
-
-    Errors travel as data so the job, not the worker, decides (fail naming the utterance, or
-    skip it)."""
-
-    def __init__(self, utts: Sequence[str], prepare: Callable[[str], np.ndarray]) -> None:
-        self.utts, self.prepare = list(utts), prepare
-
-    def __len__(self) -> int:
-        return len(self.utts)
-
-    def __getitem__(self, i: int) -> tuple[str, np.ndarray | None, tuple[str, str] | None]:
-        utt = self.utts[i]
-        try:
-            x = np.asarray(self.prepare(utt), dtype=np.float32)
-        except UtteranceError as exc:
-            return utt, None, (exc.source, exc.message)
-        except Exception as exc:  # anything else is still this utterance's failure
-            return utt, None, ("", f"{type(exc).__name__}: {exc}")
-        if not np.all(np.isfinite(x)):
-            return utt, None, ("", "input contains NaN or infinite values")
-        return utt, x, None
-
-
-def _collate(items: list[Any]) -> list[Any]:
-    return items
-
-
-def _worker_init(worker_id: int) -> None:
-    die_with_parent()  # a SIGKILLed job (the OOM killer) must not leave its workers behind
-    worker_threads(worker_id)  # one thread in torch, OpenMP and BLAS: the workers are the parallelism
-
-
-def job_loader(
-    embedder: Embedder,
-    data_dir: str | os.PathLike[str],
-    utts: Sequence[str],
-    *,
-    batch_size: int = 32,
-    max_frames: int = 60000,
-    num_workers: int = 1,
-    job_id: int | str = 1,
-) -> tuple[Any, bool]:
-    """(the loader of a job's inputs, whether its batches are padded in the workers): batches of
-    ``utts`` planned by duration; spkflow models get ``(items, parts)`` of :class:`PadCollate`
-    (pinned on CUDA; with workers, padded into buffers of a
-    :class:`~spkflow.core.shared_batches.BufferPool` the job sends again), other models lists of
-    ``(utt, input, error)``.  What :func:`run_job` reads,
-    and what ``test/bench/bench_feed.py`` times without a model."""
-    from torch.utils.data import DataLoader
-
-    durations = known_durations(data_dir, utts)
-    batches = plan_batches(utts, durations, batch_size, max_frames)
-    index = {u: i for i, u in enumerate(utts)}
-    log.info(
-        "job %s: %d batches (at most %d utterances, %d padded frames each); %d DataLoader workers",
-        job_id,
-        len(batches),
-        batch_size,
-        max_frames,
-        num_workers,
-    )
-    # spkflow models: padding in the workers (PadCollate) into buffers the job recycles, pinned
-    # batches on CUDA; others: lists
-    collater = getattr(embedder, "collater", None)
-    worker_side = collater is not None and hasattr(embedder, "embed_padded")
-    on_cuda = str(getattr(embedder, "device", "cpu")).startswith("cuda")
-    inputs = _Inputs(utts, embedder.preparer(data_dir))
-    plan = [[index[u] for u in b] for b in batches]
-    common: dict[str, Any] = dict(
-        num_workers=num_workers,
-        pin_memory=on_cuda and worker_side,
-        worker_init_fn=_worker_init if num_workers > 0 else None,
-        prefetch_factor=PREFETCH if num_workers > 0 else None,
-    )
-    if not (worker_side and num_workers > 0 and can_pool()):
-        collate = collater(max_frames) if worker_side else _collate
-        return DataLoader(inputs, batch_sampler=plan, collate_fn=collate, **common), worker_side
-    collate, pinned = collater(max_frames), bool(common["pin_memory"])
-    in_flight = num_workers * common["prefetch_factor"]
-    # slots (the workers get them once, batches travel by number) where the batches are not pinned
-    # copies; under pinning the buffers travel with each index and are sized by the first batches
-    numel = 0 if pinned else collate.bound
-    slots = BufferPool.make_slots(numel, slot_count(num_workers, common["prefetch_factor"]))
-    pool = BufferPool(numel, limit=in_flight + 4, pinned=pinned, slots=slots)
-    loader = DataLoader(
-        _PaddedBatches(inputs, plan, collate, slots), batch_size=None,
-        sampler=IndexSampler(0, len(plan), pool), collate_fn=_collate, **common,
-    )  # fmt: skip
-    return _Recycled(loader, pool, slots), True
-
-
-class _PaddedBatches:
-    """Batch ``b`` of a job's plan, padded by ``collate`` (:class:`PadCollate`) in the worker
-    into the pool buffer sent with its index (a slot of ``slots`` by number); its lengths go back
-    as numpy arrays (a tensor would cross in a shared segment of its own)."""
-
-    def __init__(self, inputs: _Inputs, plan: list[list[int]], collate: Any, slots: list[Any]) -> None:
-        self.inputs, self.plan, self.collate, self.slots = inputs, plan, collate, slots
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def __getitem__(self, index: tuple[int, Any]) -> Any:
-        b, into = index
-        buffer = self.slots[into] if isinstance(into, int) else into
-        items, parts = self.collate([self.inputs[i] for i in self.plan[b]], buffer)
-        batch = (items, [(keys, feats, lengths.numpy()) for keys, feats, lengths in parts])
-        return to_slots(batch, into, buffer) if isinstance(into, int) else batch
-
-
-class _Recycled:
-    """The job's loader, telling its pool each batch that comes back (in its order): its slots
-    turned back into views, its lengths into tensors."""
-
-    def __init__(self, loader: Any, pool: BufferPool, slots: list[Any]) -> None:
-        self.loader, self.pool, self.slots = loader, pool, slots
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        import torch
-
-        for batch in self.loader:
-            items, parts = from_slots(batch, self.slots) if self.slots else batch
-            parts = [(keys, feats, torch.as_tensor(lengths)) for keys, feats, lengths in parts]
-            self.pool.arrived(parts[0][1] if parts else None, needed=batch_elements((items, parts)))
-            yield items, parts
 
 
 def run_job(

@@ -8,7 +8,7 @@ Rows (best of --repeat wall times; ratios < 1 mean ours is faster):
    synthetic FLAC when the corpus is absent): ``AudioReader.read`` vs ``soundfile.read`` on the
    same paths (our overhead) and vs ``torchaudio.load`` (peer; skipped when torchaudio has no
    decoding backend, e.g. torchaudio >= 2.9 without torchcodec);
-2. utt2dur of that data dir: :func:`spkflow.data.audio.utt2dur` (headers) vs decoding every file
+2. utt2dur of that data dir: :func:`spkflow.data.durations.utt2dur` (headers) vs decoding every file
    (what Kaldi's ``wav-to-duration --read-entire-file`` and ESPnet's reader do for pipes);
 3. 8 kHz -> 16 kHz on FSDD (600 utts; synthetic when absent): ``resample`` (scipy polyphase) vs
    ``torchaudio.functional.resample`` (default sinc), same inputs;
@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "test"))  # the test helpers
 from helpers.bench import best  # noqa: E402
 from helpers.paths import db_var  # noqa: E402
-from spkflow.data.audio import AudioReader, resample, utt2dur  # noqa: E402
+from spkflow.data.audio import AudioReader, resample  # noqa: E402
+from spkflow.data.durations import utt2dur  # noqa: E402
 
 
 def synth_dir(root: Path, n: int, rate: int, seconds: float) -> Path:
@@ -113,7 +114,7 @@ def main() -> None:
         hdr = best(lambda: utt2dur(so), args.repeat)
         dec = best(lambda: {p: len(sf.read(p)[0]) for p in paths}, args.repeat)
         print("2. utt2dur")
-        row("   headers (spkflow.data.audio.utt2dur)", hdr, dec, "decode every file")
+        row("   headers (spkflow.data.durations.utt2dur)", hdr, dec, "decode every file")
 
         r8 = AudioReader(fsdd, sample_rate=None)
         waves = [r8.read_native(u)[0] for u in r8.keys()]

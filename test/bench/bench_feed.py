@@ -7,7 +7,7 @@
 
 Paths (each through the entry point the recipes use, so that the figures follow the code):
 
-* ``extract_fbank_workers``: stage 5's loader (:func:`spkflow.embed.run.job_loader`, what
+* ``extract_fbank_workers``: stage 5's loader (:func:`spkflow.embed.loader.job_loader`, what
   :func:`~spkflow.embed.run.run_job` reads) of an ECAPA model dir, fbank + VAD in the workers;
   items: utterances of ``--utt-sec`` s;
 * ``extract_fbank_device``: the same with ``--fbank-on device`` (workers decode and pad only);
@@ -205,7 +205,7 @@ def pad_part(inputs: Sequence[Any], batch: int, workers: int) -> float:
 def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str, dict[str, Any]]:
     from spkflow.data.audio import AudioReader
     from spkflow.embed import open_embedder
-    from spkflow.embed.run import job_loader
+    from spkflow.embed.loader import job_loader
 
     model = bench_gpu.ecapa_model_dir(work / "model", 16)  # never run: its config sets the frontend
     utts = sorted((ln.split()[0] for ln in (data / "utt2spk").read_text().splitlines()), key=str.encode)

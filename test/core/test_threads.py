@@ -8,7 +8,7 @@ a real DataLoader worker (the training loader, an extraction job's loader) or fr
 command's ``main`` at the point its work starts.  The same probe checks that the process keeps
 its freed heap memory (:mod:`spkflow.core.heap`, set by the same call; glibc only): the premise is
 a process that does not.  Mutant checked by hand: without the
-``worker_threads`` line of ``procs.worker_init`` (or ``embed/run.py:_worker_init``) the workers'
+``worker_threads`` line of ``procs.worker_init`` (or ``embed/loader.py:_worker_init``) the workers'
 BLAS pool stays at WIDE and the loader cases fail; without a command's ``limit_threads`` line its
 case fails."""
 

@@ -17,13 +17,13 @@ import soundfile as sf
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.audio import (
     AudioReader,
-    known_durations,
+    OpenSamples,
+    ReadWhole,
     load_audio,
     read_file,
     resample,
-    utt2dur,
-    write_utt2dur,
 )
+from spkflow.data.durations import known_durations, utt2dur, write_utt2dur
 
 
 def sine(freq: float, seconds: float, rate: int, amp: float = 0.5) -> np.ndarray:
@@ -82,6 +82,92 @@ def test_multichannel_takes_channel_0_and_float_is_clipped(tmp_path: Path) -> No
     assert y.max() == 1.0
     sf.write(tmp_path / "low.wav", -loud, 16000, subtype="FLOAT")  # below -1 only: clipped as well
     assert load_audio(str(tmp_path / "low.wav")).min() == -1.0
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", [0, 700, 1599])
+def test_a_float_file_with_a_nan_or_an_infinity_fails_naming_utterance_and_file(
+    tmp_path: Path, bad: float, where: int
+) -> None:
+    x = sine(300, 0.1, 16000, 0.3)
+    x[where] = bad
+    sf.write(tmp_path / "odd.wav", x, 16000, subtype="FLOAT")
+    reader = AudioReader(write_dir(tmp_path / "d", {"u1": str(tmp_path / "odd.wav")}), sample_rate=16000)
+    with pytest.raises(UtteranceError, match="NaN or infinite samples") as e:
+        reader.read("u1")
+    assert e.value.utt == "u1" and "odd.wav" in e.value.source
+
+
+def read_in_place(reader: AudioReader, utt: str) -> np.ndarray:
+    x = reader.open_samples(utt)
+    assert isinstance(x, OpenSamples) and x.ndim == 1, utt
+    row = np.full(x.shape[0] + 3, np.nan, dtype=np.float32)  # a batch's row, longer than the utterance
+    x.read_into(row[: x.shape[0]])
+    assert np.isnan(row[x.shape[0] :]).all()  # nothing written past its samples
+    return row[: x.shape[0]]
+
+
+def test_16_bit_samples_read_in_place_are_read_s_bit_for_bit(tmp_path: Path) -> None:
+    """WAV, FLAC, two channels (channel 0), whole files and segments of them: the row a batch gets
+    in place is what read() returns."""
+    rate = 16000
+    rng = np.random.default_rng(3)
+    wav = {}
+    for name, fmt, channels in (("w", "WAV", 1), ("f", "FLAC", 1), ("st", "WAV", 2)):
+        x = np.clip(rng.standard_normal((rate, channels)) * 0.3, -1, 1).astype(np.float32)
+        path = tmp_path / f"{name}.{fmt.lower()}"
+        sf.write(path, x, rate, subtype="PCM_16", format=fmt)
+        wav[name] = str(path)
+    reader = AudioReader(write_dir(tmp_path / "d", wav), sample_rate=rate)
+    segs = {"w-a": "w 0.1 0.45", "f-a": "f 0.3 -1", "st-a": "st 0 0.2", "w-z": "w 0.9 1.2"}  # 1.2: past the end
+    by_segment = AudioReader(write_dir(tmp_path / "s", wav, segs), sample_rate=rate)
+    for r in (reader, by_segment):
+        for utt in r.keys():
+            whole = r.read(utt)
+            got = read_in_place(r, utt)
+            assert got.dtype == whole.dtype and np.array_equal(got, whole), utt
+
+
+def test_what_read_would_do_more_to_or_fail_on_is_not_read_in_place(tmp_path: Path) -> None:
+    rate = 16000
+    x = sine(300, 0.5, rate)
+    cases = {
+        "8k": ("e8k.wav", 8000, "PCM_16"),  # to resample
+        "float": ("float.wav", rate, "FLOAT"),  # to clip and check
+        "pcm24": ("p24.wav", rate, "PCM_24"),
+    }
+    wav = {}
+    for utt, (name, r, subtype) in cases.items():
+        sf.write(tmp_path / name, sine(300, 0.5, r), r, subtype=subtype)
+        wav[utt] = str(tmp_path / name)
+    sf.write(tmp_path / "ok.wav", x, rate, subtype="PCM_16")
+    wav["pipe"] = f"cat {shlex.quote(str(tmp_path / 'ok.wav'))} |"
+    wav["missing"] = str(tmp_path / "nowhere.wav")
+    cut = (tmp_path / "ok.wav").read_bytes()
+    (tmp_path / "cut.wav").write_bytes(cut[: len(cut) // 2])  # its header says twice what it holds
+    wav["cut"] = str(tmp_path / "cut.wav")
+    sf.write(tmp_path / "empty.wav", np.zeros(0, dtype=np.float32), rate, subtype="PCM_16")
+    wav["empty"] = str(tmp_path / "empty.wav")
+    reader = AudioReader(write_dir(tmp_path / "d", wav), sample_rate=rate)
+    for utt in wav:
+        assert reader.open_samples(utt) is None, utt
+    for utt in ("missing", "cut", "empty"):  # read() is then what says why
+        with pytest.raises(UtteranceError, match="not found|truncated|no samples"):
+            reader.read(utt)
+
+
+def test_a_flac_short_of_its_header_is_left_to_read_whole(tmp_path: Path) -> None:
+    sf.write(tmp_path / "full.flac", sine(300, 3.0, 16000), 16000, subtype="PCM_16")
+    data = (tmp_path / "full.flac").read_bytes()
+    (tmp_path / "cut.flac").write_bytes(data[: len(data) * 6 // 10])  # STREAMINFO still says 3 s
+    reader = AudioReader(write_dir(tmp_path / "d", {"u": str(tmp_path / "cut.flac")}), sample_rate=16000)
+    x = reader.open_samples("u")
+    assert x is not None and x.shape == (48000,)
+    with pytest.raises(ReadWhole) as e:
+        x.read_into(np.empty(48000, dtype=np.float32))
+    assert e.value.utt == "u"
+    with pytest.raises(UtteranceError, match=r"'u' .*cut.flac.*cannot read audio"):
+        reader.read("u")
 
 
 def test_pipe_is_decoded_from_stdout(tmp_path: Path) -> None:

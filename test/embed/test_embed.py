@@ -126,7 +126,7 @@ def test_stage5_batches_come_back_in_recycled_buffers(embedder, tmp_path, keep):
     workers got at start, sized from the plan's bound on a batch) and equal the batches made
     without workers; a caller that keeps every batch never sees one overwritten, and a lone
     utterance longer than the bound comes back in a buffer of its own, the slots kept."""
-    from spkflow.embed.run import job_loader
+    from spkflow.embed.loader import job_loader
 
     data = make_speakers(tmp_path, num_spk=4, num_utt=8, min_sec=0.5, max_sec=1.5, seed=3)
     utts = sorted((data / "utt2spk").read_text().split()[::2])

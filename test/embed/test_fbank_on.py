@@ -17,6 +17,8 @@ from helpers.models import l2, make_spkflow_model_dir
 from helpers.recipes import SCRIPT, env
 from helpers.spread import permuted, within
 from spkflow.core.errors import UtteranceError
+from spkflow.data.audio import OpenSamples
+from spkflow.embed import loader as loader_module
 from spkflow.embed import open_embedder
 from spkflow.embed.native import SpkflowEmbedder
 from spkflow.embed.run import read_vectors, run_job
@@ -90,6 +92,76 @@ def test_short_utterance_is_named_or_skipped(model_dir, tmp_path):
         run_job(emb, data, utts, tmp_path / "fail", num_workers=0, progress=False)
     summary = run_job(emb, data, utts, tmp_path / "skip", num_workers=0, skip_bad=True, progress=False)
     assert list(summary.bad) == [victim] and sorted(vectors(tmp_path / "skip")) == sorted(set(utts) - {victim})
+
+
+def test_a_float_file_with_a_nan_is_named_or_skipped_with_workers(model_dir, tmp_path):
+    """The workers hand over the reader's samples unchecked again (``_WavePreparer.finite``): the
+    reader's check is what names the utterance."""
+    import soundfile as sf
+
+    data = make_speakers(tmp_path, num_spk=1, num_utt=4, seed=9)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    victim = utts[1]
+    wav = dict(line.split(" ", 1) for line in (data / "wav.scp").read_text().splitlines())
+    x, rate = sf.read(wav[victim].strip(), dtype="float32")
+    x[len(x) // 2] = np.nan
+    sf.write(tmp_path / "nan.wav", x, rate, subtype="FLOAT")
+    wav[victim] = str(tmp_path / "nan.wav")
+    (data / "wav.scp").write_text("".join(f"{u} {w.strip()}\n" for u, w in sorted(wav.items())))
+    emb = SpkflowEmbedder(model_dir, fbank_on="device")
+    with pytest.raises(UtteranceError, match=rf"{victim}.*nan.wav.*NaN or infinite samples"):
+        run_job(emb, data, utts, tmp_path / "fail", num_workers=2, progress=False)
+    summary = run_job(emb, data, utts, tmp_path / "skip", num_workers=2, skip_bad=True, progress=False)
+    assert list(summary.bad) == [victim] and "NaN or infinite samples" in summary.bad[victim]
+    assert sorted(vectors(tmp_path / "skip")) == sorted(set(utts) - {victim})
+
+
+def test_batches_read_in_place_embed_as_whole_reads_and_a_short_flac_is_named_or_skipped(
+    model_dir, tmp_path, monkeypatch
+):
+    """With workers, 16-bit files are read straight into the batch (spkflow.data.audio.OpenSamples);
+    without, whole: the same vectors bit for bit.  A FLAC shorter than its header, found only as it
+    is read in place, is read again whole, which names it (or skips it with skip_bad)."""
+    import soundfile as sf
+
+    data = make_speakers(tmp_path, num_spk=2, num_utt=4, seed=10)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    victim = utts[3]
+    wav = dict(line.split(" ", 1) for line in (data / "wav.scp").read_text().splitlines())
+    flac = tmp_path / "cut.flac"
+    sf.write(flac, sf.read(wav[victim].strip(), dtype="float32")[0], 16000, subtype="PCM_16", format="FLAC")
+    flac.write_bytes(flac.read_bytes()[: flac.stat().st_size * 6 // 10])
+    wav[victim] = str(flac)
+    (data / "wav.scp").write_text("".join(f"{u} {w.strip()}\n" for u, w in sorted(wav.items())))
+    emb = SpkflowEmbedder(model_dir, fbank_on="device")
+    prepare = emb.preparer(data)
+    assert all(prepare.open(u) is not None for u in utts)  # every one planned in place, the victim too
+    kw = dict(batch_size=3, max_frames=1200, progress=False, skip_bad=True)
+    read_into, log = OpenSamples.read_into, tmp_path / "in_place.log"
+
+    def logged(self, out):  # the workers are forked: they run this too, and say so in the log
+        with open(log, "a") as f:
+            f.write(f"{self.utt}\n")
+        return read_into(self, out)
+
+    monkeypatch.setattr(OpenSamples, "read_into", logged)
+    in_place = run_job(emb, data, utts, tmp_path / "in_place", num_workers=2, **kw)
+    assert sorted(log.read_text().split()) == sorted(utts)  # each read in place once (the victim failed so)
+    whole = run_job(emb, data, utts, tmp_path / "whole", num_workers=0, **kw)
+    assert list(in_place.bad) == list(whole.bad) == [victim] and "cannot read audio" in in_place.bad[victim]
+    a, b = vectors(tmp_path / "in_place"), vectors(tmp_path / "whole")
+    assert sorted(a) == sorted(b) == sorted(set(utts) - {victim})
+    assert all(np.array_equal(a[u], b[u]) for u in a)
+    with pytest.raises(UtteranceError, match=rf"{victim}.*cut.flac.*cannot read audio"):
+        run_job(emb, data, utts, tmp_path / "fail", num_workers=2, progress=False)
+    # a worker keeps at most _OPEN_FILES files open for a batch; the rest of it is read whole
+    log.unlink()
+    monkeypatch.setattr(loader_module, "_OPEN_FILES", 1)
+    run_job(emb, data, utts, tmp_path / "one_open", num_workers=2, **kw)
+    batches = len(log.read_text().split())  # one read in place per batch
+    assert 2 <= batches < len(utts)
+    assert vectors(tmp_path / "one_open").keys() == a.keys()
+    assert all(np.array_equal(vectors(tmp_path / "one_open")[u], a[u]) for u in a)
 
 
 def test_fbank_on_choices(model_dir, tmp_path):

@@ -422,7 +422,7 @@ def test_recordings_below_the_features_rate_are_named(tmp_path):
     assert "sample rates of 3 recordings: 8000 Hz x 1, 16000 Hz x 2" in p.stderr
     assert "Warning: " in p.stderr and "1 recording(s) at 8000 Hz, below the model's 16000 Hz" in p.stderr
     assert "(e.g. a-2)" in p.stderr
-    from spkflow.data.audio import native_rates
+    from spkflow.data.durations import native_rates
 
     write_data_dir_by_prefix(tmp_path / "pipes", entries)
     rates, checked, unknown = native_rates(tmp_path / "pipes")
