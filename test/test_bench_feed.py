@@ -61,8 +61,12 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         assert r["batches"] > 2 and r["items_timed"] > 0
         if per_batch is not None:
             assert r["items_timed"] == per_batch * (r["batches"] - 2), (path, r)
-    # the arks' path times its own count of batches (cheap ones: a few would time start-up)
+    # the arks' path times its own count of batches (cheap ones: a few would time start-up), and
+    # so does the loader with nothing in its batches, beside it
     assert result["train_arks"]["batches"] == 6 + 2 and result["train_raw_aug"]["batches"] == 4 + 2
+    floor = result["loader_floor"]
+    assert floor["batches"] == 6 + 2 and floor["batch"] == "8x40x80" and floor["workers"] == 2
+    assert floor["cpu_ms_per_batch"] > 0 and floor["batches_per_s"] > 0
     # shards as a trainer reads them: the timed batches within one epoch (a loader over several
     # epochs of a small set keeps shards across their seams and reads fewer than training does)
     assert result["train_shards"]["batches"] <= result["train_shards"]["epoch_batches"]

@@ -45,7 +45,9 @@ reports ``whole_decode_cpu_ms_per_item``, what decoding the whole file costs (th
 before it read spans), and ``cached_crop_read_cpu_ms_per_item``, ``crop_read`` with the files in
 the decoded-audio cache (a training set that fits in it); neither is a part.  ``share`` =
 items_per_s / ideal_items_per_s: what the pipeline (Python per item, copies, padding, collation,
-the main process's unpickling, worker scheduling) leaves of the ideal.
+the main process's unpickling, worker scheduling) leaves of the ideal.  ``loader_floor``: the
+training loader's CPU per batch with nothing in its batches (each batch's slot handed back
+unwritten): DataLoader's own share of a batch, which no dataset can take away.
 
 Threads as a user's machine has them: nothing is set in the environment (the workers pin their own
 pools, spkflow.core.threads).  This process keeps its freed heap memory as a job's does
@@ -260,6 +262,34 @@ def make_shards(feats: Path, a: argparse.Namespace) -> Path:
     return shard_dir
 
 
+def loader_floor(batches: list[list[str]], shape: tuple[int, int, int], workers: int) -> dict[str, Any]:
+    """What the training loader costs with nothing in its batches: a dataset that hands each batch's
+    slot back unwritten, with its ids, through :func:`spkflow.train.loader.make_loader` (DataLoader's
+    queues, the slots, the main process's receiving): CPU ms per batch, its main process and workers."""
+    from spkflow.train.loader import NxMBatches, make_loader
+
+    class Nothing:
+        def serve(self, batches: Any) -> Nothing:
+            return self
+
+    class Hollow(NxMBatches):
+        def batch_numel(self) -> int:
+            return math.prod(shape)
+
+        def __getitem__(self, index: Any) -> tuple[Any, list[str]]:
+            b, into = index if isinstance(index, tuple) else (index, None)
+            return self.batch_tensor(shape, into), list(self.batches[b])
+
+    timed = through(make_loader(Hollow(Nothing(), batches, 0, 1, shape[1]), num_workers=workers), lambda _: 1, workers)
+    return {
+        "cpu_ms_per_batch": round(1e3 * timed["cpu"], 4),
+        "batches_per_s": round(timed["rate"], 1),
+        "workers": workers,
+        "batch": "x".join(map(str, shape)),
+        "batches": int(timed["batches"]),
+    }
+
+
 def epoch_batches(plan: Callable[[int], Sequence[Sequence[str]]], need: int) -> list[list[str]]:
     out: list[list[str]] = []
     epoch = 1
@@ -348,6 +378,8 @@ def bench_training(
     shift = torch.from_numpy(np.random.default_rng(1).standard_normal((crops_per_batch, 1, fb.dim), dtype=np.float32))
     normalise = per_item(lambda k: slots[k % len(slots)].sub_(shift), range(2 * len(slots))) / crops_per_batch
     run("train_arks", cfg, ark_batches, {"read": read, "normalise": normalise})
+    out["loader_floor"] = loader_floor(ark_batches, (crops_per_batch, T, fb.dim), a.workers)
+    print(f"  loader_floor: {out['loader_floor']}", flush=True)
 
     # raw audio with the recipe's augmentation
     cfg = train_config(src, "raw", False)
