@@ -583,16 +583,25 @@ class AudioReader:
             stop = frames
         return start, stop
 
-    def file_span(self, utt: str) -> FileSpan | None:
-        """Where the samples of ``utt`` lie in a file libsndfile reads (its header, no decoding;
-        ``segments`` resolved as :meth:`read` resolves them), or None for a ``cmd |`` pipe, an ark
-        entry or a file only ffmpeg decodes.  :class:`UtteranceError` naming the file when it is
-        missing, its header unreadable or a WAV cut short, or the segment lies outside it."""
+    def _plain_file(self, utt: str) -> tuple[Segment | None, str] | None:
+        """(``utt``'s segment or None, its file, checked: :func:`check_file`) where libsndfile reads
+        it; None for a ``cmd |`` pipe, an ark entry or a file only ffmpeg decodes."""
         seg = self._segment(utt) if self._segments is not None else None
         spec = (self._wav[seg.recording] if seg is not None else self.entry(utt)).strip()
         if not spec or is_pipe(spec) or ark_location(spec) is not None or is_ffmpeg_file(spec):
             return None
         check_file(spec, utt, table=True)
+        return seg, spec
+
+    def file_span(self, utt: str) -> FileSpan | None:
+        """Where the samples of ``utt`` lie in a file libsndfile reads (its header, no decoding;
+        ``segments`` resolved as :meth:`read` resolves them), or None for a ``cmd |`` pipe, an ark
+        entry or a file only ffmpeg decodes.  :class:`UtteranceError` naming the file when it is
+        missing, its header unreadable or a WAV cut short, or the segment lies outside it."""
+        found = self._plain_file(utt)
+        if found is None:
+            return None
+        seg, spec = found
         shown = shown_path(spec)
         try:
             info = sf.info(os.fsencode(spec))
@@ -613,11 +622,10 @@ class AudioReader:
         the file short (a missing file, a header it cannot read, a WAV cut short, a segment
         outside it, no samples): :meth:`read` is then what reads it, and says why."""
         try:
-            seg = self._segment(utt) if self._segments is not None else None
-            spec = (self._wav[seg.recording] if seg is not None else self.entry(utt)).strip()
-            if not spec or is_pipe(spec) or ark_location(spec) is not None or is_ffmpeg_file(spec):
+            found = self._plain_file(utt)
+            if found is None:
                 return None
-            check_file(spec, utt, table=True)
+            seg, spec = found
             f = sf.SoundFile(os.fsencode(spec))
         except Exception:  # noqa: BLE001  (read() names it)
             return None
