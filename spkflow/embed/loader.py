@@ -121,7 +121,8 @@ def job_loader(
     collater = getattr(embedder, "collater", None)
     worker_side = collater is not None and hasattr(embedder, "embed_padded")
     on_cuda = str(getattr(embedder, "device", "cpu")).startswith("cuda")
-    inputs = _Inputs(utts, embedder.preparer(data_dir))
+    pooled = worker_side and num_workers > 0 and can_pool()
+    inputs = _Inputs(utts, embedder.preparer(data_dir), in_place=pooled)
     plan = [[index[u] for u in b] for b in batches]
     common: dict[str, Any] = dict(
         num_workers=num_workers,
@@ -129,10 +130,9 @@ def job_loader(
         worker_init_fn=_worker_init if num_workers > 0 else None,
         prefetch_factor=PREFETCH if num_workers > 0 else None,
     )
-    if not (worker_side and num_workers > 0 and can_pool()):
+    if not pooled:
         collate = collater(max_frames) if worker_side else _collate
         return DataLoader(inputs, batch_sampler=plan, collate_fn=collate, **common), worker_side
-    inputs = _Inputs(utts, inputs.prepare, in_place=True)
     collate, pinned = collater(max_frames), bool(common["pin_memory"])
     in_flight = num_workers * common["prefetch_factor"]
     # slots (the workers get them once, batches travel by number) where the batches are not pinned
