@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import math
 import os
@@ -194,7 +195,9 @@ def pad_part(inputs: Sequence[Any], batch: int, workers: int) -> float:
     groups = [inputs[i : i + batch] for i in range(0, len(inputs), batch)]
     numel = max(math.prod(padded_shape(g)) for g in groups)
     buffers = [shared_empty((numel,)).fill_(0) for _ in range(slot_count(workers))]
-    turn = iter(range(1 << 62))
+    # counted across passes, not per group: a pass has a few groups (48 inputs / 16), and a buffer
+    # fixed per group would stay in the cache from one pass to the next
+    turn = itertools.count()
 
     def pad(group: Sequence[Any]) -> None:
         shape = padded_shape(group)
