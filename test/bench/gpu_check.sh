@@ -50,7 +50,7 @@ case "${device}" in
     cuda)
         tests_limit=180; bench_limit=270; feed_limit=45; markers="cuda"
         bench_opts=(--device cuda --num-utts 12000 --extract-format wav)
-        feed_opts=(--extract-utts 4096 --train-batches 20)
+        feed_opts=(--extract-utts 4096 --train-batches 20 --ark-batches 200)  # 200: the arks and the floor in a few s
         ;;
     cpu)
         # limits against a hang only: on 2 free cores the whole check takes about 3 minutes; one torch
