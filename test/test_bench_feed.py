@@ -35,7 +35,7 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         [
             "--json", str(out), "--workers", "2", "--data", str(data), "--rirs", str(rirs), "--utt-sec", "1",
             "--clips", "6", "--extract-utts", "24", "--extract-batch", "4", "--num-spk", "4", "--num-utt", "2",
-            "--crop", "40", "--train-batches", "4", "--ark-batches", "6", "--part-items", "4",
+            "--crop", "40", "--train-batches", "4", "--ark-batches", "6", "--part-items", "4", "--runs", "2",
             "--workdir", str(tmp_path / "work"),
             "--audio-format", "wav",  # FLAC, the default, is what bench_gpu.py's clips are (test_bench_gpu.py)
         ]
@@ -59,6 +59,8 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
         # the items after each worker's first batch: the extraction's utterances, the N x M crops
         per_batch = 4 * 2 if path.startswith("train") else None
         assert r["batches"] > 2 and r["items_timed"] > 0
+        # two fresh loaders timed: the figure is the slower run's (the lower middle), both listed
+        assert len(r["runs_items_per_s"]) == 2 and r["items_per_s"] == min(r["runs_items_per_s"]), (path, r)
         if per_batch is not None:
             assert r["items_timed"] == per_batch * (r["batches"] - 2), (path, r)
     # the arks' path times its own count of batches (cheap ones: a few would time start-up), and
@@ -66,7 +68,7 @@ def test_bench_feed_runs_tiny(tmp_path: Path) -> None:
     assert result["train_arks"]["batches"] == 6 + 2 and result["train_raw_aug"]["batches"] == 4 + 2
     floor = result["loader_floor"]
     assert floor["batches"] == 6 + 2 and floor["batch"] == "8x40x80" and floor["workers"] == 2
-    assert floor["cpu_ms_per_batch"] > 0 and floor["batches_per_s"] > 0
+    assert floor["cpu_ms_per_batch"] > 0 and floor["batches_per_s"] == min(floor["runs_batches_per_s"]) > 0
     # shards as a trainer reads them: the timed batches within one epoch (a loader over several
     # epochs of a small set keeps shards across their seams and reads fewer than training does)
     assert result["train_shards"]["batches"] <= result["train_shards"]["epoch_batches"]

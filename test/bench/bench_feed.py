@@ -3,7 +3,7 @@
     .venv/bin/python test/bench/bench_feed.py --json OUT [--workers N] [--data DIR] [--rirs DIR]
         [--utt-sec 6] [--audio-format flac|wav] [--extract-utts 256] [--extract-batch 16]
         [--num-spk 64 --num-utt 2 --crop 200] [--train-batches 12] [--ark-batches 600] [--part-items 48]
-        [--workdir DIR]
+        [--runs 3] [--workdir DIR]
 
 Paths (each through the entry point the recipes use, so that the figures follow the code):
 
@@ -22,7 +22,8 @@ Paths (each through the entry point the recipes use, so that the figures follow 
   an epoch) reads every shard once an epoch, and one loader over several epochs of a small set
   would keep shards across their seams.
 
-For each: ``items_per_s`` through the loader with ``workers`` = the CPUs this process may use (the
+For each: ``items_per_s`` through the loader with ``workers`` = the CPUs this process may use, the
+median of ``--runs`` fresh loaders (every run's in ``runs_items_per_s``; the
 batches after each worker's first, so worker start-up is not counted; ``--train-batches`` of
 each training path, ``--ark-batches`` of the arks', whose batches are cheap enough that a few
 dozen would time mostly start-up; the consumer takes each batch
@@ -168,10 +169,24 @@ def through(loader: Iterable[Any], count: Callable[[Any], int], skip: int) -> di
     return {"rate": items / (t1 - t0), "cpu": (c1 - c0) / items, "items": items, "batches": k}
 
 
-def row(timed: dict[str, float], parts: dict[str, float], workers: int) -> dict[str, Any]:
+def median_run(
+    loader: Callable[[], Iterable[Any]], count: Callable[[Any], int], skip: int, runs: int
+) -> dict[str, float]:
+    """:func:`through` over ``runs`` fresh loaders (new workers each, as a trainer makes one an
+    epoch): the run of the median rate (the lower of the two middle ones), with every run's rate.
+    One run of a few dozen batches lasts under a second, and its share came out anywhere from 0.57
+    to 0.91 in runs a minute apart (shards, 2-core VM, 2026-11-29): one figure would say which run."""
+    timed = sorted((through(loader(), count, skip) for _ in range(max(1, runs))), key=lambda t: t["rate"])
+    middle = dict(timed[(len(timed) - 1) // 2])
+    middle["rates"] = [t["rate"] for t in timed]  # type: ignore[assignment]
+    return middle
+
+
+def row(timed: dict[str, Any], parts: dict[str, float], workers: int) -> dict[str, Any]:
     ideal = workers / sum(parts.values())
     return {
         "items_per_s": round(timed["rate"], 2),
+        "runs_items_per_s": [round(r, 2) for r in timed.get("rates", [timed["rate"]])],
         "ideal_items_per_s": round(ideal, 2),
         "workers": workers,
         "share": round(timed["rate"] / ideal, 3),
@@ -227,10 +242,17 @@ def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str,
         inputs = [waves[u] if fbank_on == "device" else emb.prepare_wave(waves[u]) for u in sample]
         parts["pad"] = pad_part(inputs, a.extract_batch, a.workers)
         max_frames = a.extract_batch * (int(a.utt_sec * 100) + 10)
-        loader, worker_side = job_loader(
-            emb, data, utts, batch_size=a.extract_batch, max_frames=max_frames, num_workers=a.workers
+        made = [
+            job_loader(emb, data, utts, batch_size=a.extract_batch, max_frames=max_frames, num_workers=a.workers)
+            for _ in range(a.runs)
+        ]  # a loader starts its workers when iterated: each run's are fresh
+        worker_side = made[0][1]
+        timed = median_run(
+            lambda m=made: m.pop()[0],
+            lambda batch, w=worker_side: len(batch[0]) if w else len(batch),
+            a.workers,
+            a.runs,
         )
-        timed = through(loader, lambda batch, w=worker_side: len(batch[0]) if w else len(batch), a.workers)
         key = f"extract_fbank_{fbank_on}"
         out[key] = row(timed, parts, a.workers)
         print(f"  {key}: {out[key]}", flush=True)
@@ -265,7 +287,7 @@ def make_shards(feats: Path, a: argparse.Namespace) -> Path:
     return shard_dir
 
 
-def loader_floor(batches: list[list[str]], shape: tuple[int, int, int], workers: int) -> dict[str, Any]:
+def loader_floor(batches: list[list[str]], shape: tuple[int, int, int], workers: int, runs: int) -> dict[str, Any]:
     """What the training loader costs with nothing in its batches: a dataset that hands each batch's
     slot back unwritten, with its ids, through :func:`spkflow.train.loader.make_loader` (DataLoader's
     queues, the slots, the main process's receiving): CPU ms per batch, its main process and workers."""
@@ -283,10 +305,12 @@ def loader_floor(batches: list[list[str]], shape: tuple[int, int, int], workers:
             b, into = index if isinstance(index, tuple) else (index, None)
             return self.batch_tensor(shape, into), list(self.batches[b])
 
-    timed = through(make_loader(Hollow(Nothing(), batches, 0, 1, shape[1]), num_workers=workers), lambda _: 1, workers)
+    hollow = Hollow(Nothing(), batches, 0, 1, shape[1])
+    timed = median_run(lambda: make_loader(hollow, num_workers=workers), lambda _: 1, workers, runs)
     return {
         "cpu_ms_per_batch": round(1e3 * timed["cpu"], 4),
         "batches_per_s": round(timed["rate"], 1),
+        "runs_batches_per_s": [round(r, 1) for r in timed["rates"]],
         "workers": workers,
         "batch": "x".join(map(str, shape)),
         "batches": int(timed["batches"]),
@@ -353,7 +377,8 @@ def bench_training(
             cfg["frontend"], store, batches, seed=0, epoch=1, crop=(T, T), wave_aug=wave_aug,
             vad_scp=str(feats_dir / "vad.scp"), num_utt=a.num_utt, utt2spk=spk, fbank_on="workers",
         )  # fmt: skip
-        out[name] = row(through(make_loader(ds, num_workers=a.workers), crops, a.workers), parts, a.workers)
+        timed = median_run(lambda: make_loader(ds, num_workers=a.workers), crops, a.workers, a.runs)
+        out[name] = row(timed, parts, a.workers)
         print(f"  {name}: {out[name]}", flush=True)
 
     # arks: a crop's T consecutive rows
@@ -381,7 +406,7 @@ def bench_training(
     shift = torch.from_numpy(np.random.default_rng(1).standard_normal((crops_per_batch, 1, fb.dim), dtype=np.float32))
     normalise = per_item(lambda k: slots[k % len(slots)].sub_(shift), range(2 * len(slots))) / crops_per_batch
     run("train_arks", cfg, ark_batches, {"read": read, "normalise": normalise})
-    out["loader_floor"] = loader_floor(ark_batches, (crops_per_batch, T, fb.dim), a.workers)
+    out["loader_floor"] = loader_floor(ark_batches, (crops_per_batch, T, fb.dim), a.workers, a.runs)
     print(f"  loader_floor: {out['loader_floor']}", flush=True)
 
     # raw audio with the recipe's augmentation
@@ -486,11 +511,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--train-batches", type=int, default=12, help="batches timed per training path")
     p.add_argument("--ark-batches", type=int, default=600, help="batches timed on the arks (the cheapest)")
     p.add_argument("--part-items", type=int, default=48, help="items each part is timed on")
+    p.add_argument("--runs", type=int, default=3, help="loaders timed per path (a fresh one each): the median run")
     p.add_argument("--paths", default="extract,train", help="extract,train (both by default)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the data here (default: a temporary dir)")
     a = p.parse_args(argv)
-    if a.workers < 1:
-        p.error("--workers must be >= 1")
+    if a.workers < 1 or a.runs < 1:
+        p.error("--workers and --runs must be >= 1")
     from spkflow.core.heap import keep_freed_memory
 
     keep_freed_memory()  # the parts are timed here, the batches taken here: a process set as a job's

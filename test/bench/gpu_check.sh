@@ -50,7 +50,8 @@ case "${device}" in
     cuda)
         tests_limit=180; bench_limit=270; feed_limit=45; markers="cuda"
         bench_opts=(--device cuda --num-utts 12000 --extract-format wav)
-        feed_opts=(--extract-utts 4096 --train-batches 20 --ark-batches 200)  # 200: the arks and the floor in a few s
+        # 200: the arks and the floor in a few s; one loader per path (the median of 3 would not fit in 45 s)
+        feed_opts=(--extract-utts 4096 --train-batches 20 --ark-batches 200 --runs 1)
         ;;
     cpu)
         # limits against a hang only: on 2 free cores the whole check takes about 3 minutes; one torch
@@ -61,7 +62,7 @@ case "${device}" in
                     --dtypes "float32,bfloat16" --channels 32 --num-workers 1 --train-steps 2 --train-warmup 1 --num-spk 4 --num-utt 2
                     --crop 50 --data-spk 8 --frontend-batch 4 --extract-format wav)
         feed_opts=(--utt-sec 3 --clips 4 --extract-utts 16 --extract-batch 4 --num-spk 4 --num-utt 2 --crop 50
-                   --train-batches 2 --ark-batches 6 --part-items 4)
+                   --train-batches 2 --ark-batches 6 --part-items 4 --runs 1)
         ;;
     *) echo "GPU_CHECK_DEVICE must be cuda or cpu, got '${device}'" >&2; exit 1 ;;
 esac
