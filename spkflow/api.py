@@ -19,7 +19,7 @@ What it guarantees
 ------------------
 * **Stage 5's numbers.**  The same code path as ``scripts/spk/extract_embeddings.sh``: audio
   read and converted to mono float like :mod:`spkflow.data.audio` (channel 0, int PCM / 2^15),
-  resampled with :func:`spkflow.data.audio.resample`, Kaldi fbank, energy VAD and mean
+  resampled with :func:`spkflow.data.resample.resample`, Kaldi fbank, energy VAD and mean
   normalisation with the options recorded in the model's ``config.yaml`` (never defaults of
   this module), and the model of the extraction (:class:`~spkflow.embed.native.SpkflowEmbedder`,
   padding-invariant batches).  ``test/test_api.py`` checks, on audio at 8, 16 and 22.05 kHz
@@ -78,7 +78,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spkflow.core.errors import UtteranceError
-from spkflow.data.audio import read_audio, resample, to_mono_float
+from spkflow.data.audio import read_audio, to_mono_float
+from spkflow.data.resample import resample
 from spkflow.deploy.decisions import Recordings
 from spkflow.embed.base import default_max_frames
 from spkflow.embed.open import inspect_model, open_embedder

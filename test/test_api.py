@@ -383,7 +383,7 @@ def test_other_toolkits_detected_and_equal_to_stage5(tmp_path):
     from helpers.models import ESPNET_CONFIGS, make_speechbrain_dir, make_wespeaker_onnx, save_espnet_model
     from spkflow import Embedder
     from spkflow.core.errors import InputError
-    from spkflow.data.audio import resample
+    from spkflow.data.resample import resample
 
     models = {
         "espnet": save_espnet_model(tmp_path / "espnet", ESPNET_CONFIGS["rawnet3"]),

@@ -81,7 +81,7 @@ import numpy as np
 import torch
 
 from spkflow.core.checks import check_choice, check_keys, check_range, check_value
-from spkflow.data.audio import polyphase_filter
+from spkflow.data.resample import polyphase_filter
 from spkflow.features.fbank import FbankOptions, mel_matrix
 
 __all__ = [
@@ -233,7 +233,7 @@ _NAT_PER_DB = math.log(10.0) / 10.0  # dB of power -> the features' natural-log 
 def band_response(fbank: Mapping[str, Any], rate: int) -> np.ndarray:
     """``[num_mel_bins]`` log-power response (natural log, the features' units) of audio recorded
     at ``rate`` and read at the features' sample rate: the power response of the resampler's own
-    low-pass (:func:`spkflow.data.audio.resample`, one pass) averaged over each Kaldi mel filter for a
+    low-pass (:func:`spkflow.data.resample.resample`, one pass) averaged over each Kaldi mel filter for a
     flat spectrum.  Zero below ~0.45 ``rate``, the filter's stopband (-13 to -16) above ``rate / 2``."""
     from scipy.signal import freqz
 

@@ -53,7 +53,8 @@ import numpy as np
 
 from spkflow.core.checks import ConfigError, check_choice, check_factors, check_keys, check_range, check_value
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.data.audio import AudioReader, FileSpan, resample
+from spkflow.data.audio import AudioReader, FileSpan
+from spkflow.data.resample import resample
 from spkflow.data.tables import read_kv
 
 __all__ = [
@@ -200,11 +201,10 @@ def _power(x: np.ndarray) -> float:
 
 def speed_perturb(x: np.ndarray, factor: float) -> np.ndarray:
     """Kaldi's ``sox speed factor``: the signal played ``factor`` times faster (length / factor,
-    every frequency x factor), by band-limited resampling (:func:`spkflow.data.audio.resample`) of
+    every frequency x factor), by band-limited resampling (:func:`spkflow.data.resample.resample`) of
     ``x`` read as if sampled at ``factor`` times its rate; the factor is taken to 1/100."""
     if factor == 1.0:
         return x
-
     return resample(x, int(round(factor * 100)), 100)
 
 

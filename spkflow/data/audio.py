@@ -34,9 +34,10 @@ What it guarantees
   pipe, empty audio, a segment outside its recording.  A compressed file (MP3, OGG) that decodes
   to clearly less than its header says is read as far as it goes: :func:`truncation` is the one
   rule that names it (``make_data_dir``'s decode check; the ``note`` of ``verify`` / ``identify``).
-* Resampling (:func:`resample`) is band-limited polyphase filtering (``scipy.signal.resample_poly``)
-  with exact integer ratios: ``len(out) == ceil(len(x) * new / orig)``; its measured passband
-  and image rejection against torchaudio's default are in docs/audio.md.
+* Resampling (:func:`spkflow.data.resample.resample`, its own module) is band-limited polyphase
+  filtering (``scipy.signal.resample_poly``) with exact integer ratios: ``len(out) == ceil(len(x)
+  * new / orig)``; its measured passband and image rejection against torchaudio's default are in
+  docs/audio.md.
 * Durations (:meth:`AudioReader.duration`, and the data dir's tables of them in
   :mod:`spkflow.data.durations`) come from file headers without decoding (``soundfile.info``),
   from ``segments`` arithmetic when present, and by decoding only for pipes and ark entries.
@@ -49,9 +50,7 @@ docs/audio.md.
 
 from __future__ import annotations
 
-import functools
 import io
-import math
 import os
 import re
 import stat
@@ -66,6 +65,7 @@ import soundfile as sf
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ffmpeg import decode_file, default_ffmpeg, is_ffmpeg_file, probe_ffmpeg
 from spkflow.data.pipes import decode_output, is_pipe, pipe_command, run_pipe
+from spkflow.data.resample import resample
 from spkflow.data.tables import read_kv
 
 __all__ = [
@@ -375,41 +375,6 @@ def load_audio(spec: str, sample_rate: int | None = 16000, utt: str = "<audio>",
     the native rate)."""
     wave, rate = read_audio(spec, utt, table=table)
     return wave if sample_rate is None else resample(wave, rate, sample_rate)
-
-
-# --------------------------------------------------------------------------- resampling
-
-
-def resample(x: np.ndarray, orig_sr: int, new_sr: int) -> np.ndarray:
-    """Band-limited resampling of a 1-D signal by the exact rational factor new_sr / orig_sr.
-
-    ``scipy.signal.resample_poly`` (polyphase FIR, Kaiser window): no phase shift, exact output
-    length ``ceil(len(x) * new_sr / orig_sr)``.  Returns float32 (the input itself when the rates
-    are equal).
-    """
-    if orig_sr <= 0 or new_sr <= 0:
-        raise ValueError(f"sample rates must be positive, got {orig_sr} -> {new_sr}")
-    x = np.asarray(x, dtype=np.float32)
-    if orig_sr == new_sr:
-        return x
-    from scipy.signal import resample_poly  # heavy import, only when needed
-
-    g = math.gcd(int(orig_sr), int(new_sr))
-    up, down = int(new_sr) // g, int(orig_sr) // g
-    y = resample_poly(x, up, down, axis=0, window=polyphase_filter(up, down))
-    return np.asarray(y, dtype=np.float32)
-
-
-@functools.lru_cache(maxsize=16)
-def polyphase_filter(up: int, down: int) -> np.ndarray:
-    """scipy's default anti-aliasing filter of ``resample_poly`` (Kaiser beta 5, 10 zero crossings
-    of the lower rate per side), designed once per rate pair instead of once per call."""
-    from scipy.signal import firwin
-
-    max_rate = max(up, down)
-    h = firwin(2 * 10 * max_rate + 1, 1.0 / max_rate, window=("kaiser", 5.0))
-    h.setflags(write=False)
-    return h
 
 
 # --------------------------------------------------------------------------- durations

@@ -202,7 +202,7 @@ def silero_speech(
     """silero-vad's speech regions of a mono waveform (resampled to 16 kHz when needed): its
     frame probabilities (:func:`silero_probabilities`) through its own rules
     (:func:`silero_regions`); ``progress`` is told the seconds done."""
-    from spkflow.data.audio import resample
+    from spkflow.data.resample import resample
 
     duration = len(wave) / sample_rate
     x = resample(np.asarray(wave, dtype=np.float32), sample_rate, SILERO_RATE) if sample_rate != SILERO_RATE else wave

@@ -6,7 +6,7 @@ What it guarantees
   on the same samples as 16-bit integers (that is ``torchaudio.compliance.kaldi.fbank`` on the
   waveform scaled by 32768) with the same options, within 1e-3 max abs on the log scale
   (``test/features/test_features.py`` checks 16 kHz audio and the 8 kHz -> 16 kHz path).  Audio at another
-  rate is first resampled to ``--sample-frequency`` with :func:`spkflow.data.audio.resample`.
+  rate is first resampled to ``--sample-frequency`` with :func:`spkflow.data.resample.resample`.
 * A waveform shorter than one frame raises ``ValueError`` (the job turns it into an
   :class:`~spkflow.core.errors.UtteranceError` naming the utterance) instead of Kaldi's empty matrix.
 * **Memory bounded by the output, not the frame matrix**: frames are windowed and transformed
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from spkflow.core.kaldi_opts import read_kaldi_options, to_kaldi_lines
-from spkflow.data.audio import resample
+from spkflow.data.resample import resample
 from spkflow.data.voiced import voiced_frames
 from spkflow.features.vad import VadOptions, compute_vad, frame_log_energy  # re-exported: the API map names them here
 

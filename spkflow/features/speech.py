@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spkflow.data.audio import resample
+from spkflow.data.resample import resample
 from spkflow.features.fbank import FbankOptions, compute_fbank
 from spkflow.features.vad import compute_vad, frame_log_energy
 

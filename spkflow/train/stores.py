@@ -91,7 +91,8 @@ import torch
 from spkflow.augment.wave import AUDIO_CACHE
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ark import ArkRecords, KaldiArkReader, MemoryArks, parse_header
-from spkflow.data.audio import AudioReader, FileSpan, decode_audio_bytes, resample
+from spkflow.data.audio import AudioReader, FileSpan, decode_audio_bytes
+from spkflow.data.resample import resample
 from spkflow.data.shards import Shard, ShardSet
 from spkflow.data.tables import read_kv
 from spkflow.data.voiced import voiced_frames

@@ -12,7 +12,7 @@ import torch
 from helpers.paths import ROOT
 from spkflow.augment.fbank import FbankChannelPerturb, band_response, mel_centers, normalize_channel_config, reverberate
 from spkflow.core.checks import ConfigError
-from spkflow.data.audio import resample
+from spkflow.data.resample import resample
 from spkflow.features.fbank import FbankOptions, compute_fbank
 from spkflow.train.config import normalize_train_config
 
@@ -296,7 +296,7 @@ def test_channel_moves_an_energy_column_by_the_level_only(htk_compat: bool) -> N
 
 def test_band_response_is_what_8khz_audio_read_at_16khz_looks_like() -> None:
     """The narrow channel's curve against the real thing: white noise made at 8 kHz and resampled
-    to 16 kHz by spkflow.data.audio.resample (how stage 2 reads FSDD), through Kaldi fbank, minus white
+    to 16 kHz by spkflow.data.resample.resample (how stage 2 reads FSDD), through Kaldi fbank, minus white
     noise made at 16 kHz; the passband level difference (a white signal spread over half the band)
     is taken out, the shape must match bin by bin, the stopband included."""
     rng = np.random.default_rng(0)

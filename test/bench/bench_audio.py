@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "test"))  # the test helpers
 from helpers.bench import best  # noqa: E402
 from helpers.paths import db_var  # noqa: E402
-from spkflow.data.audio import AudioReader, resample  # noqa: E402
+from spkflow.data.audio import AudioReader  # noqa: E402
 from spkflow.data.durations import utt2dur  # noqa: E402
+from spkflow.data.resample import resample  # noqa: E402
 
 
 def synth_dir(root: Path, n: int, rate: int, seconds: float) -> Path:

@@ -205,7 +205,7 @@ def make_clips(
     import numpy as np
     import soundfile as sf
 
-    from spkflow.data.audio import resample
+    from spkflow.data.resample import resample
 
     out.mkdir(parents=True, exist_ok=True)
     n = int(round(seconds * rate))
@@ -293,7 +293,7 @@ def bench_parity(device: str, clips: Sequence[Path], batch: int, reps: int) -> d
 
     from helpers.corpora import real_speech_sets
     from helpers.paths import db_var
-    from spkflow.data.audio import resample
+    from spkflow.data.resample import resample
     from spkflow.features.fbank import FbankOptions, VadOptions, compute_fbank
     from spkflow.features.torch_fbank import BatchFrontend, fbank_batch
 

@@ -21,9 +21,9 @@ from spkflow.data.audio import (
     ReadWhole,
     load_audio,
     read_file,
-    resample,
 )
 from spkflow.data.durations import known_durations, utt2dur, write_utt2dur
+from spkflow.data.resample import resample
 
 
 def sine(freq: float, seconds: float, rate: int, amp: float = 0.5) -> np.ndarray:

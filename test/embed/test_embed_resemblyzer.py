@@ -96,7 +96,7 @@ def test_equals_embed_utterance_on_synthetic_audio(emb, encoder):
 def test_equals_embed_utterance_on_real_speech(emb, encoder, corpus):
     """LibriSpeech (16 kHz, 6-20 s) and FSDD digits (8 kHz, resampled by spkflow's reader as in stage
     5): one batch equals Resemblyzer's embed_utterance(preprocess_wav(wav)) of each utterance alone."""
-    from spkflow.data.audio import resample
+    from spkflow.data.resample import resample
 
     files = sorted(corpus("LIBRISPEECH").rglob("*.flac"))[::8][:6]
     files += sorted((corpus("FSDD") / "recordings").glob("*.wav"))[::300][:3]

@@ -43,7 +43,7 @@ def runtime(monkeypatch):
     import wespeakerruntime
     import wespeakerruntime.speaker as speaker
 
-    from spkflow.data.audio import resample
+    from spkflow.data.resample import resample
 
     def load(path):
         x, sr = sf.read(path, dtype="float32")

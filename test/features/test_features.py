@@ -14,7 +14,7 @@ import torchaudio.compliance.kaldi as kaldi
 from helpers.audio import FBANK_CHANGES, synth_voice
 from helpers.paths import TEMPLATE
 from spkflow.core.errors import InputError
-from spkflow.data.audio import resample
+from spkflow.data.resample import resample
 from spkflow.features.fbank import (
     FbankOptions,
     apply_frontend,
@@ -261,7 +261,7 @@ def test_speech_seconds_counts_voiced_speech_not_silence_or_steady_sounds() -> N
     """The speech check of verify / identify / the API: a synthetic voice has its voiced seconds
     (any rate), while digital silence, steady noise at -60 dBFS and a steady tone have none, and
     30 ms / 200 ms clips fall below MIN_SPEECH."""
-    from spkflow.data.audio import resample
+    from spkflow.data.resample import resample
     from spkflow.features.speech import MIN_SPEECH, speech_seconds
 
     rng = np.random.default_rng(7)

@@ -16,7 +16,7 @@ import torch
 from helpers.audio import FBANK_CHANGES, synth_voice
 from helpers.corpora import real_speech_sets, speech_files
 from helpers.spread import permuted, within
-from spkflow.data.audio import resample
+from spkflow.data.resample import resample
 from spkflow.features.fbank import FbankOptions, apply_frontend, compute_fbank, compute_vad, num_frames
 from spkflow.features.torch_fbank import BatchFrontend, fbank_batch, frame_counts, frontend_batch, vad_batch
 from spkflow.features.vad import VadOptions

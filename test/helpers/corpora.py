@@ -41,8 +41,8 @@ def real_speech_sets(root_of: Callable[[str], Path]) -> dict[str, list[tuple[np.
     """Audio as stage 2 reads it, ``(waveform, native rate)``, per set: the :data:`SPEECH` selection of
     each corpus (``root_of(name)``: its directory), and ``dsp20_8k``: DSPSpeech-20 through an 8 kHz
     16-bit channel (ffmpeg ``-ar 8000 pcm_s16le`` in the demo's local/narrowband_copy.py; here
-    :func:`spkflow.data.audio.resample`), which the recipes resample back to 16 kHz."""
-    from spkflow.data.audio import resample
+    :func:`spkflow.data.resample.resample`), which the recipes resample back to 16 kHz."""
+    from spkflow.data.resample import resample
 
     sets: dict[str, list[tuple[np.ndarray, int]]] = {}
     for name in SPEECH:
