@@ -48,7 +48,8 @@ the decoded-audio cache (a training set that fits in it); neither is a part.  ``
 items_per_s / ideal_items_per_s: what the pipeline (Python per item, copies, padding, collation,
 the main process's unpickling, worker scheduling) leaves of the ideal.  ``loader_floor``: the
 training loader's CPU per batch with nothing in its batches (each batch's slot handed back
-unwritten): DataLoader's own share of a batch, which no dataset can take away.
+unwritten): DataLoader's own share of a batch, which no dataset can take away.  ``reads``: what a
+path's loader reads, ``audio`` (the ``--audio-format`` files) or ``features`` (arks, shards).
 
 Threads as a user's machine has them: nothing is set in the environment (the workers pin their own
 pools, spkflow.core.threads).  This process keeps its freed heap memory as a job's does
@@ -182,9 +183,11 @@ def median_run(
     return middle
 
 
-def row(timed: dict[str, Any], parts: dict[str, float], workers: int) -> dict[str, Any]:
+def row(timed: dict[str, Any], parts: dict[str, float], workers: int, reads: str) -> dict[str, Any]:
+    """A path's figures; ``reads``: what its loader reads, ``"audio"`` (``--audio-format`` files) or ``"features"``."""
     ideal = workers / sum(parts.values())
     return {
+        "reads": reads,
         "items_per_s": round(timed["rate"], 2),
         "runs_items_per_s": [round(r, 2) for r in timed.get("rates", [timed["rate"]])],
         "ideal_items_per_s": round(ideal, 2),
@@ -254,7 +257,7 @@ def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str,
             a.runs,
         )
         key = f"extract_fbank_{fbank_on}"
-        out[key] = row(timed, parts, a.workers)
+        out[key] = row(timed, parts, a.workers, "audio")
         print(f"  {key}: {out[key]}", flush=True)
     return out
 
@@ -378,7 +381,7 @@ def bench_training(
             vad_scp=str(feats_dir / "vad.scp"), num_utt=a.num_utt, utt2spk=spk, fbank_on="workers",
         )  # fmt: skip
         timed = median_run(lambda: make_loader(ds, num_workers=a.workers), crops, a.workers, a.runs)
-        out[name] = row(timed, parts, a.workers)
+        out[name] = row(timed, parts, a.workers, "audio" if cfg["frontend"]["feats_type"] == "raw" else "features")
         print(f"  {name}: {out[name]}", flush=True)
 
     # arks: a crop's T consecutive rows

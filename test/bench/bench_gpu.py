@@ -665,7 +665,7 @@ def feed_rows(reports: Sequence[Path]) -> list[dict[str, Any]]:
         r = json.loads(path.read_text())
         for name, row in r.items():
             if isinstance(row, dict) and "items_per_s" in row:
-                audio = None if name in ("train_arks", "train_shards") else r["audio_format"]  # arks: features
+                audio = r["audio_format"] if row.get("reads") == "audio" else None  # features: no audio format
                 rows.append({"path": name, "audio_format": audio, **row})
     return rows
 
