@@ -14,22 +14,39 @@ Guarantees:
 * With ``train.tensorboard`` (default on) and the ``tensorboard`` package installed (the
   optional extra: ``pip install '.[tensorboard]'`` in the checkout), rank 0 writes event files to
   ``<exp>/tensorboard/`` beside ``history.json``: ``train/{loss,lr,grad_norm,<loss scalars>}`` every ``log_every``
-  steps, ``epoch/{train_loss,valid_eer,lr,grad_norm_p99}`` once per epoch, all against the global
+  steps, ``epoch/{train_loss,valid_eer,lr,grad_norm_p99,data_wait_share}`` once per epoch, all against the global
   step (so curves of runs with different world sizes differ only in their step axis); a resumed
   run purges the events written after its checkpoint (``purge_step``), as ESPnet's and
   WeSpeaker's trainers do not.  Without the package training goes on and says so once.
+* Whether the loader or the model set an epoch's pace: the step loop takes its batches through
+  :meth:`Monitor.batches`, which times each wait for the next batch.  The epoch's row gets
+  ``first_batch_seconds`` (the first batch: workers starting, first reads), ``data_wait_seconds``
+  (every wait, the first included) and ``data_wait_share``, the share of the loop after the
+  first batch spent waiting (with two batches or more): near 0 when the model is the limit (the
+  loader's workers keep batches ready), the loader's shortfall when it is.  On CUDA a share above
+  :data:`LOADER_BOUND` is a warning naming what to change.  ESPnet's trainer reports the same
+  wait per iteration (``iter_time``); WeSpeaker and SpeechBrain report none.  A resumed epoch
+  counts from its resume, as its ``seconds`` does.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["Monitor", "grad_norm_stats"]
+__all__ = ["LOADER_BOUND", "BatchWait", "Monitor", "grad_norm_stats", "loader_bound"]
+
+T = TypeVar("T")
+
+#: the share of an epoch's loop spent waiting for batches above which the loader, not the model,
+#: is said to set the pace: a quarter of the time on a GPU left idle
+LOADER_BOUND = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +68,62 @@ def grad_norm_stats(norms: list[float]) -> dict[str, float]:
     return out
 
 
+class BatchWait:
+    """How long a step loop waits for its batches (the module doc): :meth:`over` hands them on,
+    timing each wait; :meth:`stats` gives the epoch's figures."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None  # the first batch's wait
+        self.rest = 0.0  # the waits after it
+        self.count = 0  # batches handed on
+        self._since = 0.0  # when the first batch arrived
+        self._end = 0.0  # when the loop last asked for a batch (after its last step)
+
+    def over(self, loader: Iterable[T]) -> Iterator[T]:
+        """``loader``'s batches, in order; closing this closes ``loader``'s iterator (its workers)."""
+        it = iter(loader)
+        try:
+            while True:
+                asked = self._end = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                got = time.perf_counter()
+                if self.first is None:
+                    self.first, self._since = got - asked, got
+                else:
+                    self.rest += got - asked
+                self.count += 1
+                yield item
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def stats(self) -> dict[str, float]:
+        """``first_batch_seconds``, ``data_wait_seconds`` and (two batches or more) ``data_wait_share``."""
+        if self.first is None:
+            return {}
+        out = {"first_batch_seconds": round(self.first, 3), "data_wait_seconds": round(self.first + self.rest, 3)}
+        loop = self._end - self._since
+        if self.count >= 2 and loop > 0:
+            out["data_wait_share"] = round(min(1.0, self.rest / loop), 4)
+        return out
+
+
+def loader_bound(row: dict[str, Any]) -> str | None:
+    """What to say of an epoch's row whose ``data_wait_share`` is above :data:`LOADER_BOUND`, else None."""
+    share = row.get("data_wait_share")
+    if share is None or share <= LOADER_BOUND:
+        return None
+    return (
+        f"epoch {row.get('epoch')}: the steps waited for their batches {100 * share:.0f}% of the time after the "
+        f"first batch: the loader, not the model, set the pace (more train.num_workers where CPUs are free; raw "
+        f"audio: train.fbank_on device; slow storage: shards; docs/gpu.md)"
+    )
+
+
 class Monitor:
     """Step lines, gradient norms and TensorBoard events of one run (see the module docstring).
 
@@ -61,6 +134,7 @@ class Monitor:
         self.main = main
         self.log_every = max(1, int(log_every))
         self.norms: list[float] = []
+        self.wait = BatchWait()
         self.writer: Any = None
         if main and tensorboard:
             try:  # an optional extra: training must not need it
@@ -75,6 +149,11 @@ class Monitor:
     def start_epoch(self, norms: list[float]) -> None:
         """Begin an epoch, with the norms of its steps already trained (a resumed epoch)."""
         self.norms = [float(v) for v in norms]
+        self.wait = BatchWait()
+
+    def batches(self, loader: Iterable[T]) -> Iterator[T]:
+        """The epoch's batches from ``loader``, each wait for one timed (:class:`BatchWait`)."""
+        return self.wait.over(loader)
 
     def step(
         self,
@@ -102,14 +181,14 @@ class Monitor:
                     self.writer.add_scalar(f"train/{k}", v, step)
 
     def epoch_stats(self) -> dict[str, float]:
-        """The epoch's gradient-norm statistics, for its history row."""
-        return grad_norm_stats(self.norms)
+        """The epoch's gradient-norm statistics and waits for batches, for its history row."""
+        return {**grad_norm_stats(self.norms), **self.wait.stats()}
 
     def end_epoch(self, row: dict[str, Any]) -> None:
         """Write the epoch's row (loss, validation EER, lr, gradient norm) as events."""
         if self.writer is None:
             return
-        for key in ("train_loss", "valid_eer", "lr", "grad_norm_p99"):
+        for key in ("train_loss", "valid_eer", "lr", "grad_norm_p99", "data_wait_share"):
             v = row.get(key)
             if v is not None and math.isfinite(float(v)):
                 self.writer.add_scalar(f"epoch/{key}", float(v), int(row["steps"]))

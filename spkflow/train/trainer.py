@@ -69,6 +69,7 @@ from spkflow.train.build import CHECKPOINT, Ranks, Run, TrainOptions, setup
 from spkflow.train.config import normalize_train_config
 from spkflow.train.data import epoch_dataset, rank_batches
 from spkflow.train.loader import make_loader
+from spkflow.train.monitor import loader_bound
 from spkflow.train.state import (
     StopFlag,
     average_state_dicts,
@@ -192,7 +193,7 @@ class Trainer:
         bar = progress_bar(len(batches), run.start_batch, epoch, opts.progress and self.is_main)
         aug_counts: collections.Counter[str] = collections.Counter()  # raw path: crops per augmentation
         try:
-            for index, (x, utts, *wave_speed) in enumerate(loader, start=run.start_batch):
+            for index, (x, utts, *wave_speed) in enumerate(run.monitor.batches(loader), start=run.start_batch):
                 if len(wave_speed) > 1:
                     aug_counts.update(wave_speed[1])
                 flags = self._step(run, x, utts, index, len(batches), stop, wave_speed[0] if wave_speed else None)
@@ -362,6 +363,9 @@ class Trainer:
                 )
                 row["valid_seconds"] = round(time.time() - tv, 1)
             log.info("epoch %d done: %s", epoch, json.dumps(row))
+            starved = loader_bound(row) if run.device.type == "cuda" else None  # a CPU run's steps share its cores
+            if starved:
+                log.warning("%s", starved)
             run.monitor.end_epoch(row)
         with self._lock:  # a signal until here checkpoints the epoch's last batch; from here, the next epoch
             forget_partial(run.history, epoch)

@@ -697,10 +697,14 @@ def test_gradient_norms_and_tensorboard_events(tmp_path: Path) -> None:
     for row in hist:
         assert 0 < row["grad_norm_p50"] <= row["grad_norm_p99"] <= row["grad_norm_max"]
         assert row["grad_norm_nonfinite"] == 0
+        # the step loop's waits for its batches: within the epoch's time (rounded to 0.1 s)
+        assert 0 <= row["first_batch_seconds"] <= row["data_wait_seconds"] <= row["seconds"] + 0.05
+        assert 0 <= row["data_wait_share"] <= 1
     acc = EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     assert {"train/loss", "train/lr", "train/grad_norm", "train/margin", "epoch/valid_eer", "epoch/train_loss"} <= tags
+    assert "epoch/data_wait_share" in tags
     assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, steps + 1))  # log_every 1
     norms = [e.value for e in acc.Scalars("train/grad_norm")]
     assert max(norms) == pytest.approx(max(r["grad_norm_max"] for r in hist), rel=1e-6)

@@ -1,0 +1,76 @@
+"""The step loop's waits for batches (spkflow.train.monitor.BatchWait): a loader slower than the
+steps shows as a high share, a model slower than the loader as a low one, the first batch (workers
+starting) is kept apart, and closing the loop closes the loader's iterator.  Real generators that
+sleep stand in for a loader and a step; each margin is ten times or more what a loaded machine
+could shift (a sleep is a lower bound, and nothing else in a test's loop takes time)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from spkflow.train.monitor import LOADER_BOUND, BatchWait, Monitor, loader_bound
+
+
+def batches(n: int, first: float = 0.0, each: float = 0.0, closed: list[bool] | None = None) -> Iterator[int]:
+    try:
+        for i in range(n):
+            time.sleep(first if i == 0 else each)
+            yield i
+    finally:
+        if closed is not None:
+            closed.append(True)
+
+
+def test_a_loader_slower_than_the_steps_shows_as_waiting() -> None:
+    wait = BatchWait()
+    assert list(wait.over(batches(6, first=0.5, each=0.05))) == list(range(6))
+    s = wait.stats()
+    # the share is of the loop after the first batch: its 0.5 s is neither waited nor looped there
+    assert s["data_wait_share"] > 0.9 and s["data_wait_seconds"] >= 0.5 + 5 * 0.05
+
+
+def test_a_model_slower_than_the_loader_shows_almost_no_waiting_and_the_first_batch_apart() -> None:
+    wait = BatchWait()
+    for _ in wait.over(batches(6, first=0.3)):
+        time.sleep(0.05)  # the step
+    s = wait.stats()
+    assert s["first_batch_seconds"] >= 0.3 and s["data_wait_seconds"] >= s["first_batch_seconds"]
+    assert s["data_wait_share"] < 0.1  # the first batch's 0.3 s is not in the share
+
+
+def test_one_batch_has_no_share_and_none_has_no_figures() -> None:
+    one = BatchWait()
+    list(one.over(batches(1)))
+    assert set(one.stats()) == {"first_batch_seconds", "data_wait_seconds"}
+    none = BatchWait()
+    list(none.over(batches(0)))
+    assert none.stats() == {}
+
+
+def test_leaving_the_loop_closes_the_loader_iterator() -> None:
+    closed: list[bool] = []
+    wait = BatchWait()
+    loader = batches(10, closed=closed)  # held here, as a caller may: only an explicit close ends it
+    for i in wait.over(loader):
+        if i == 2:
+            break
+    assert closed == [True] and wait.count == 3
+
+
+def test_the_monitor_puts_the_waits_in_the_epoch_row_and_starts_each_epoch_afresh(tmp_path) -> None:
+    m = Monitor(tmp_path, main=True, log_every=1, tensorboard=False, purge_step=None)
+    m.start_epoch([])
+    for _ in m.batches(batches(3, each=0.02)):
+        pass
+    first = m.epoch_stats()
+    assert first["data_wait_share"] > 0.9 and first["grad_norm_nonfinite"] == 0
+    m.start_epoch([])
+    assert "data_wait_seconds" not in m.epoch_stats()
+
+
+def test_loader_bound_speaks_above_a_quarter_only() -> None:
+    assert loader_bound({"epoch": 3}) is None
+    assert loader_bound({"epoch": 3, "data_wait_share": LOADER_BOUND}) is None
+    said = loader_bound({"epoch": 3, "data_wait_share": 0.6})
+    assert said is not None and said.startswith("epoch 3:") and "60%" in said and "train.num_workers" in said
