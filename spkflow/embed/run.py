@@ -75,6 +75,7 @@ from pathlib import Path
 import numpy as np
 
 from spkflow.core.atomic import atomic_write, write_text_atomic
+from spkflow.core.batch_wait import LOADER_BOUND, BatchWait
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.datadir import DataDir
 from spkflow.data.jobs import (
@@ -247,6 +248,7 @@ def run_job(
     )
     tty = sys.stderr.isatty()
     computed = 0
+    wait = BatchWait()
     with (
         JobWriter(job_dir, job_id, stamp) as writer,
         tqdm(
@@ -259,7 +261,7 @@ def run_job(
             ascii=not tty,
         ) as bar,
     ):
-        for batch in loader:
+        for batch in wait.over(loader):
             items = batch[0] if worker_side else [(utt, err) for utt, _, err in batch]
             for utt, err in items:
                 if err is None:
@@ -297,7 +299,32 @@ def run_job(
     log.info(
         "job %s: computed %d embeddings (attempt %d), %d bad utterances", job_id, computed, writer.attempt, len(bad)
     )
+    _report_waits(job_id, wait.stats(), str(getattr(embedder, "device", "cpu")), getattr(embedder, "fbank_on", None))
     return JobSummary(len(utts), resumed, computed, bad)
+
+
+def _report_waits(job_id: int | str, waits: dict[str, float], device: str, fbank_on: str | None) -> None:
+    """The job's waits for batches (:mod:`spkflow.core.batch_wait`) in its log; on a GPU, a warning
+    when the loader, not the model, set the pace."""
+    share = waits.get("data_wait_share")
+    if share is None:
+        return
+    log.info(
+        "job %s: waited for batches %.0f%% of the time after the first (first batch %.1f s, %.1f s in all)",
+        job_id,
+        100 * share,
+        waits["first_batch_seconds"],
+        waits["data_wait_seconds"],
+    )
+    if device.startswith("cuda") and share > LOADER_BOUND:
+        hint = "; --fbank-on device moves the fbank to the GPU" if fbank_on == "workers" else ""
+        log.warning(
+            "job %s: the model waited for its batches %.0f%% of the time: the loader set the pace "
+            "(more --num-workers where CPUs are free%s; docs/gpu.md)",
+            job_id,
+            100 * share,
+            hint,
+        )
 
 
 # =============================================================================== merge

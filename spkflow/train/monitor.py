@@ -19,12 +19,13 @@ Guarantees:
   run purges the events written after its checkpoint (``purge_step``), as ESPnet's and
   WeSpeaker's trainers do not.  Without the package training goes on and says so once.
 * Whether the loader or the model set an epoch's pace: the step loop takes its batches through
-  :meth:`Monitor.batches`, which times each wait for the next batch.  The epoch's row gets
+  :meth:`Monitor.batches`, which times each wait for the next batch
+  (:class:`spkflow.core.batch_wait.BatchWait`).  The epoch's row gets
   ``first_batch_seconds`` (the first batch: workers starting, first reads), ``data_wait_seconds``
   (every wait, the first included) and ``data_wait_share``, the share of the loop after the
   first batch spent waiting (with two batches or more): near 0 when the model is the limit (the
   loader's workers keep batches ready), the loader's shortfall when it is.  On CUDA a share above
-  :data:`LOADER_BOUND` is a warning naming what to change.  ESPnet's trainer reports the same
+  :data:`spkflow.core.batch_wait.LOADER_BOUND` is a warning naming what to change.  ESPnet's trainer reports the same
   wait per iteration (``iter_time``); WeSpeaker and SpeechBrain report none.  A resumed epoch
   counts from its resume, as its ``seconds`` does.
 """
@@ -33,20 +34,17 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["LOADER_BOUND", "BatchWait", "Monitor", "grad_norm_stats", "loader_bound"]
+from spkflow.core.batch_wait import LOADER_BOUND, BatchWait
+
+__all__ = ["Monitor", "grad_norm_stats", "loader_bound"]
 
 T = TypeVar("T")
-
-#: the share of an epoch's loop spent waiting for batches above which the loader, not the model,
-#: is said to set the pace: a quarter of the time on a GPU left idle
-LOADER_BOUND = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -66,50 +64,6 @@ def grad_norm_stats(norms: list[float]) -> dict[str, float]:
             grad_norm_max=float(ok.max()),
         )
     return out
-
-
-class BatchWait:
-    """How long a step loop waits for its batches (the module doc): :meth:`over` hands them on,
-    timing each wait; :meth:`stats` gives the epoch's figures."""
-
-    def __init__(self) -> None:
-        self.first: float | None = None  # the first batch's wait
-        self.rest = 0.0  # the waits after it
-        self.count = 0  # batches handed on
-        self._since = 0.0  # when the first batch arrived
-        self._end = 0.0  # when the loop last asked for a batch (after its last step)
-
-    def over(self, loader: Iterable[T]) -> Iterator[T]:
-        """``loader``'s batches, in order; closing this closes ``loader``'s iterator (its workers)."""
-        it = iter(loader)
-        try:
-            while True:
-                asked = self._end = time.perf_counter()
-                try:
-                    item = next(it)
-                except StopIteration:
-                    return
-                got = time.perf_counter()
-                if self.first is None:
-                    self.first, self._since = got - asked, got
-                else:
-                    self.rest += got - asked
-                self.count += 1
-                yield item
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-
-    def stats(self) -> dict[str, float]:
-        """``first_batch_seconds``, ``data_wait_seconds`` and (two batches or more) ``data_wait_share``."""
-        if self.first is None:
-            return {}
-        out = {"first_batch_seconds": round(self.first, 3), "data_wait_seconds": round(self.first + self.rest, 3)}
-        loop = self._end - self._since
-        if self.count >= 2 and loop > 0:
-            out["data_wait_share"] = round(min(1.0, self.rest / loop), 4)
-        return out
 
 
 def loader_bound(row: dict[str, Any]) -> str | None:

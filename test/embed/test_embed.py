@@ -7,6 +7,7 @@ weights, BatchNorm statistics made non-trivial so that padding would show)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import kaldiio
@@ -402,3 +403,30 @@ def test_model_files_and_toolkit_detection(tmp_path):
         model_files("speechbrain", sb, sb / "embedding_model.ckpt")
     with pytest.raises(InputError, match="cannot tell the toolkit"):
         detect_toolkit(make("empty", {}))
+
+
+def test_a_job_logs_its_waits_for_batches_and_warns_on_a_gpu_kept_waiting(embedder, tmp_path, caplog):
+    """Stage 5 says in its log how much of the job it waited for batches (after the first, which
+    starts the workers); on a GPU a share above a quarter is a warning naming what to change."""
+    import logging
+
+    from spkflow.embed.run import _report_waits
+
+    data = make_speakers(tmp_path, num_spk=2, num_utt=4, seed=5)
+    utts = sorted((data / "utt2spk").read_text().split()[::2])
+    with caplog.at_level(logging.INFO, logger="spkflow.embed.run"):
+        run_job(embedder, data, utts, tmp_path / "jobs", 1, batch_size=2, num_workers=2, progress=False)
+    said = [r.getMessage() for r in caplog.records if "waited for batches" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    pattern = r"job 1: waited for batches (\d+)% of the time after the first \(first batch [\d.]+ s, [\d.]+ s in all\)"
+    m = re.fullmatch(pattern, said[0])
+    assert m is not None and 0 <= int(m.group(1)) <= 100, said
+    caplog.clear()
+    waits = {"first_batch_seconds": 2.0, "data_wait_seconds": 5.0, "data_wait_share": 0.6}
+    with caplog.at_level(logging.INFO, logger="spkflow.embed.run"):
+        _report_waits(3, waits, "cpu", "workers")  # a CPU job's model shares the cores: no warning
+        _report_waits(3, {**waits, "data_wait_share": 0.2}, "cuda:0", "workers")  # under a quarter
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        _report_waits(3, waits, "cuda:0", "workers")
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "60%" in warned[0] and "--num-workers" in warned[0] and "--fbank-on device" in warned[0]

@@ -1,4 +1,4 @@
-"""The step loop's waits for batches (spkflow.train.monitor.BatchWait): a loader slower than the
+"""The step loop's waits for batches (spkflow.core.batch_wait.BatchWait): a loader slower than the
 steps shows as a high share, a model slower than the loader as a low one, the first batch (workers
 starting) is kept apart, and closing the loop closes the loader's iterator.  Real generators that
 sleep stand in for a loader and a step; each margin is ten times or more what a loaded machine
@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from spkflow.train.monitor import LOADER_BOUND, BatchWait, Monitor, loader_bound
+from spkflow.core.batch_wait import LOADER_BOUND, BatchWait
+from spkflow.train.monitor import Monitor, loader_bound
 
 
 def batches(n: int, first: float = 0.0, each: float = 0.0, closed: list[bool] | None = None) -> Iterator[int]:
