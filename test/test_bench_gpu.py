@@ -47,7 +47,10 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
     ]  # fmt: skip
     for r in rows:
         assert r["utts"] == 6 and r["e2e_utt_per_s"] > 0 and r["model_utt_per_s"] > 0 and r["audio_format"] == "flac"
-        assert list(r["gpu_util_e2e"]) == [None, None] and r["limit"] in ("loader", "model")
+        assert list(r["gpu_util_e2e"]) == [None, None] and r["limit"] in ("loader", "model", "job loop")
+        # the job's own account of its waits for batches decides between the loader and its loop
+        assert 0 <= r["e2e_data_wait_share"] <= 1
+        assert r["limit"] == bench_gpu.extraction_limit(r["e2e_over_model"], r["e2e_data_wait_share"])
         if r["dtype"] == "float32":
             assert r["min_cosine_vs_float32"] is None
         else:  # bf16 autocast on the CPU, against float32, on the same clips
@@ -61,3 +64,16 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
     printed = capsys.readouterr().out
     assert "| model | dtype | batch | fbank |" in printed and "| path | steps/s fed by the loader |" in printed
     assert md.read_text() in printed
+
+
+def test_extraction_limit_follows_the_jobs_waits() -> None:
+    """Under 90 % of the model alone, the job's waits for batches say which side held it back: the
+    loader when it waited more than a quarter of its loop (or did not say), else its own loop."""
+    assert bench_gpu.extraction_limit(0.95, 0.6) == "model"
+    assert bench_gpu.extraction_limit(0.4, 0.6) == "loader" and bench_gpu.extraction_limit(0.4, None) == "loader"
+    assert bench_gpu.extraction_limit(0.4, 0.11) == "job loop"
+    row = {"e2e_utt_per_s": 2523.0, "dtype": "bfloat16", "batch_size": 256, "fbank_on": "device",
+           "audio_format": "wav", "e2e_over_model": 0.31, "model_utt_per_s": 8130.0,
+           "e2e_data_wait_share": 0.11, "limit": "job loop"}  # fmt: skip
+    said = bench_gpu.limits({"extraction": [row]})[0]
+    assert "the limit is the job's own loop, not the loader (it waited for batches 11% of the time)" in said

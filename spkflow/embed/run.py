@@ -199,6 +199,8 @@ class JobSummary:
     resumed: int
     computed: int
     bad: dict[str, str]
+    #: the job's waits for batches (:meth:`spkflow.core.batch_wait.BatchWait.stats`; empty when nothing ran)
+    waits: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def run_job(
@@ -299,8 +301,9 @@ def run_job(
     log.info(
         "job %s: computed %d embeddings (attempt %d), %d bad utterances", job_id, computed, writer.attempt, len(bad)
     )
-    _report_waits(job_id, wait.stats(), str(getattr(embedder, "device", "cpu")), getattr(embedder, "fbank_on", None))
-    return JobSummary(len(utts), resumed, computed, bad)
+    waits = wait.stats()
+    _report_waits(job_id, waits, str(getattr(embedder, "device", "cpu")), getattr(embedder, "fbank_on", None))
+    return JobSummary(len(utts), resumed, computed, bad, waits)
 
 
 def _report_waits(job_id: int | str, waits: dict[str, float], device: str, fbank_on: str | None) -> None:

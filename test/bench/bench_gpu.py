@@ -405,7 +405,7 @@ def bench_extraction(
                     torch.cuda.reset_peak_memory_stats()
                 with sampler.active():
                     t = time.perf_counter()
-                    run_job(
+                    summary = run_job(
                         timed, data, utts, job, 1, batch_size=b, max_frames=b * longest,
                         num_workers=a.num_workers, progress=False,
                     )  # fmt: skip
@@ -442,7 +442,8 @@ def bench_extraction(
                         "model_utt_per_s": round(model_rate, 1),
                         "e2e_over_model": round(wall / model_rate, 3),
                         "realtime_factor": round(wall * a.utt_sec, 0),
-                        "limit": "model" if wall >= 0.9 * model_rate else "loader",
+                        "e2e_data_wait_share": summary.waits.get("data_wait_share"),
+                        "limit": extraction_limit(wall / model_rate, summary.waits.get("data_wait_share")),
                         "gpu_util_e2e": util_e2e,
                         "gpu_util_model": util_model,
                         "min_cosine_vs_float32": min_cos,
@@ -670,6 +671,32 @@ def feed_rows(reports: Sequence[Path]) -> list[dict[str, Any]]:
     return rows
 
 
+#: what each extraction ``limit`` means, said in ``limits``
+EXTRACTION_LIMITS = {
+    "model": "model (GPU)",
+    "loader": "loader (CPU workers: decode, fbank, padding; the job waited for batches {share:.0f}% of its loop)",
+    "job loop": (
+        "job's own loop, not the loader (it waited for batches {share:.0f}% of the time): the copy to the "
+        "device, the device frontend, the model and the writes, one after the other in its main thread"
+    ),
+}
+
+
+def fmt_share(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def extraction_limit(over_model: float, wait_share: float | None) -> str:
+    """``model`` when the job reaches 90 % of the model alone; else ``loader`` when it waited for
+    batches more than :data:`spkflow.core.batch_wait.LOADER_BOUND` of its loop (or did not say),
+    else ``job loop``: batches were there and the job's main thread was the slower side."""
+    from spkflow.core.batch_wait import LOADER_BOUND
+
+    if over_model >= 0.9:
+        return "model"
+    return "loader" if wait_share is None or wait_share > LOADER_BOUND else "job loop"
+
+
 def limits(result: dict[str, Any]) -> list[str]:
     """One sentence per part: which part is the limit."""
     out = []
@@ -681,7 +708,7 @@ def limits(result: dict[str, Any]) -> list[str]:
             f"{best['batch_size']}, fbank in the {best['fbank_on']}, {best['audio_format'].upper()}) = "
             f"{100 * best['e2e_over_model']:.0f}% of the "
             f"model alone ({best['model_utt_per_s']:.0f} utt/s): the limit is the "
-            + ("model (GPU)" if best["limit"] == "model" else "loader (CPU workers: decode, fbank, padding)")
+            + EXTRACTION_LIMITS[best["limit"]].format(share=100 * (best.get("e2e_data_wait_share") or 0))
         )
     tr = result.get("train")
     if tr:
@@ -720,16 +747,17 @@ def markdown(result: dict[str, Any]) -> str:
     rows = result.get("extraction")
     if rows:
         lines += [
-            "| model | dtype | batch | fbank | audio | e2e utt/s | model utt/s | e2e/model | limit | GPU util e2e | "
-            "GPU util model | min cos vs fp32 |",
-            "|---|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|",
+            "| model | dtype | batch | fbank | audio | e2e utt/s | model utt/s | e2e/model | waited | limit | "
+            "GPU util e2e | GPU util model | min cos vs fp32 |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
         ]
         for r in rows:
             cos = "-" if r["min_cosine_vs_float32"] is None else f"{r['min_cosine_vs_float32']:.5f}"
             lines.append(
                 f"| {r['model']} | {r['dtype']} | {r['batch_size']} | {r['fbank_on']} | {r['audio_format']} | "
                 f"{r['e2e_utt_per_s']:.0f} | "
-                f"{r['model_utt_per_s']:.0f} | {r['e2e_over_model']:.2f} | {r['limit']} | "
+                f"{r['model_utt_per_s']:.0f} | {r['e2e_over_model']:.2f} | {fmt_share(r.get('e2e_data_wait_share'))} | "
+                f"{r['limit']} | "
                 f"{fmt_util(r['gpu_util_e2e'])} | {fmt_util(r['gpu_util_model'])} | {cos} |"
             )
         lines.append("")
