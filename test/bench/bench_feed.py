@@ -245,17 +245,12 @@ def bench_extraction(data: Path, work: Path, a: argparse.Namespace) -> dict[str,
         inputs = [waves[u] if fbank_on == "device" else emb.prepare_wave(waves[u]) for u in sample]
         parts["pad"] = pad_part(inputs, a.extract_batch, a.workers)
         max_frames = a.extract_batch * (int(a.utt_sec * 100) + 10)
-        made = [
-            job_loader(emb, data, utts, batch_size=a.extract_batch, max_frames=max_frames, num_workers=a.workers)
-            for _ in range(a.runs)
-        ]  # a loader starts its workers when iterated: each run's are fresh
-        worker_side = made[0][1]
-        timed = median_run(
-            lambda m=made: m.pop()[0],
-            lambda batch, w=worker_side: len(batch[0]) if w else len(batch),
-            a.workers,
-            a.runs,
-        )
+
+        def loader(e: Any = emb, mf: int = max_frames) -> Iterable[Any]:  # a fresh one (new workers) per run
+            return job_loader(e, data, utts, batch_size=a.extract_batch, max_frames=mf, num_workers=a.workers)[0]
+
+        # a batch padded in the workers is (items, parts), else a list of items
+        timed = median_run(loader, lambda b: len(b[0]) if isinstance(b, tuple) else len(b), a.workers, a.runs)
         key = f"extract_fbank_{fbank_on}"
         out[key] = row(timed, parts, a.workers, "audio")
         print(f"  {key}: {out[key]}", flush=True)
