@@ -77,3 +77,8 @@ def test_extraction_limit_follows_the_jobs_waits() -> None:
            "e2e_data_wait_share": 0.11, "limit": "job loop"}  # fmt: skip
     said = bench_gpu.limits({"extraction": [row]})[0]
     assert "the limit is the job's own loop, not the loader (it waited for batches 11% of the time)" in said
+    # a loader-bound run says its share; a run that did not count its waits says none
+    row.update(e2e_data_wait_share=0.6, limit="loader")
+    assert bench_gpu.limits({"extraction": [row]})[0].endswith("padding; the job waited for batches 60% of its loop)")
+    row.update(e2e_data_wait_share=None)
+    assert bench_gpu.limits({"extraction": [row]})[0].endswith("the loader (CPU workers: decode, fbank, padding)")

@@ -671,19 +671,28 @@ def feed_rows(reports: Sequence[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-#: what each extraction ``limit`` means, said in ``limits``
+#: what each extraction ``limit`` means, said in ``limits`` (``{waited}``: the job's share of waiting)
 EXTRACTION_LIMITS = {
     "model": "model (GPU)",
-    "loader": "loader (CPU workers: decode, fbank, padding; the job waited for batches {share:.0f}% of its loop)",
+    "loader": "loader (CPU workers: decode, fbank, padding{waited})",
     "job loop": (
-        "job's own loop, not the loader (it waited for batches {share:.0f}% of the time): the copy to the "
-        "device, the device frontend, the model and the writes, one after the other in its main thread"
+        "job's own loop, not the loader{waited}: the copy to the device, the device frontend, the model "
+        "and the writes, one after the other in its main thread"
     ),
 }
 
 
 def fmt_share(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def waited(limit: str, share: float | None) -> str:
+    """The job's share of waiting for batches, as the sentence of its ``limit`` says it (nothing when unknown)."""
+    if share is None:
+        return ""
+    if limit == "job loop":
+        return f" (it waited for batches {fmt_share(share)} of the time)"
+    return f"; the job waited for batches {fmt_share(share)} of its loop"
 
 
 def extraction_limit(over_model: float, wait_share: float | None) -> str:
@@ -708,7 +717,7 @@ def limits(result: dict[str, Any]) -> list[str]:
             f"{best['batch_size']}, fbank in the {best['fbank_on']}, {best['audio_format'].upper()}) = "
             f"{100 * best['e2e_over_model']:.0f}% of the "
             f"model alone ({best['model_utt_per_s']:.0f} utt/s): the limit is the "
-            + EXTRACTION_LIMITS[best["limit"]].format(share=100 * (best.get("e2e_data_wait_share") or 0))
+            + EXTRACTION_LIMITS[best["limit"]].format(waited=waited(best["limit"], best.get("e2e_data_wait_share")))
         )
     tr = result.get("train")
     if tr:
