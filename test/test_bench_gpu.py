@@ -51,6 +51,7 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
         # the job's own account of its waits for batches decides between the loader and its loop
         assert 0 <= r["e2e_data_wait_share"] <= 1
         assert r["limit"] == bench_gpu.extraction_limit(r["e2e_over_model"], r["e2e_data_wait_share"])
+        assert r["page_locked"] is None  # CUDA's: nothing is page-locked on the CPU
         if r["dtype"] == "float32":
             assert r["min_cosine_vs_float32"] is None
         else:  # bf16 autocast on the CPU, against float32, on the same clips

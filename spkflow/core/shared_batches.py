@@ -17,8 +17,7 @@ should torch ever hand a batch back in a storage other than the one sent with it
 cache missed, so the caller's tensor is a second mapping the count cannot see), reuse stops
 for the rest of the epoch instead of guessing.  A batch that needed more than its buffer (made
 in a fresh segment) makes the pool's buffers larger, unless the pool has slots (below: those stay,
-and such a batch, a lone utterance over stage 5's frame bound, keeps a segment of its own); under
-pinning (the caller gets a pinned copy, never the buffer) only the order is followed.  PyTorch's
+and such a batch, a lone utterance over stage 5's frame bound, keeps a segment of its own).  PyTorch's
 DataLoader, ESPnet's, WeSpeaker's and SpeechBrain's loaders allocate a new segment per batch.
 
 Slots: a buffer sent with an index travels as a file descriptor (torch's sharing: a connection to
@@ -28,15 +27,31 @@ them once, with the dataset, and a batch in a slot goes out as the slot's number
 a :class:`InSlot` the main process turns into a view of its own buffer (:func:`from_slots`): no
 descriptor either way (the trainer's loader on arks, with the loader's torch subtraction of the
 means: -21 % CPU per crop, +54 % crops/s; docs/gpu.md "Slots", with its command).  Stage 5 sizes
-its slots by its planner's frame bound (not under pinning, where the caller gets pinned copies).
+its slots by its planner's frame bound.
+
+Page-locked slots (:class:`PageLocks`, stage 5 on CUDA): torch's ``pin_memory`` has a thread of
+the main process map each batch's fresh segment and copy it into pinned memory (on an H200 with
+batches of 256 x 6 s, 98 MB a batch: the mapping alone took 28 ms, under the interpreter the model's
+launches need; docs/gpu.md "The second check").  Stage 5's slots are instead registered once with
+CUDA as page-locked (``cudaHostRegister``) while the workers make the first batches, so a batch
+is neither mapped nor copied on the host: the copy to the device reads the slot itself,
+asynchronously.  A slot stays busy while a tensor refers to it, so the loader holds each batch
+it handed over until the device has done what was queued when its caller asked for the next
+(:meth:`PageLocks.hold`, a CUDA event): the copy from the slot, however far the caller runs ahead
+of the device.  Training (:mod:`spkflow.train.loader`) uses the same slots.  PyTorch's DataLoader,
+ESPnet's, WeSpeaker's and SpeechBrain's loaders pin a copy of every batch.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: batches a DataLoader worker of stage 5 or of training makes ahead (torch's ``prefetch_factor``)
 PREFETCH = 4
@@ -138,8 +153,8 @@ class BufferPool:
     worker allocates as it would without a pool).  ``numel`` 0: sized by the first batches back.
     ``slots``: buffers the workers already have (:meth:`make_slots`), handed out by number."""
 
-    def __init__(self, numel: int, limit: int, pinned: bool = False, slots: list[Any] | None = None) -> None:
-        self.numel, self.limit, self.pinned = numel, limit, pinned
+    def __init__(self, numel: int, limit: int, slots: list[Any] | None = None) -> None:
+        self.numel, self.limit = numel, limit
         # (buffer, storage use count when free, its slot number or None)
         self.buffers: list[tuple[Any, int, int | None]] = []
         self.sent: collections.deque[tuple[int, int] | None] = collections.deque()  # (pointer, numel)
@@ -193,7 +208,7 @@ class BufferPool:
         sent = self.sent.popleft() if self.sent else None
         if needed > self.numel and not self.slots:  # too small for the batches: larger ones, with room to spare
             self.numel, self.buffers = needed + needed // 4, []
-        if sent is None or x is None or self.pinned or needed > sent[1]:
+        if sent is None or x is None or needed > sent[1]:
             return
         if sent[0] != x.untyped_storage().data_ptr():
             self.enabled = False
@@ -214,3 +229,90 @@ class IndexSampler:
     def __iter__(self) -> Iterator[Any]:
         for b in range(self.start, self.stop):
             yield b if self.pool is None else (b, self.pool.take())
+
+
+class PageLocks:
+    """Slots registered with CUDA as page-locked memory, so a copy to the device reads them
+    directly and asynchronously (see the module docstring); released by :meth:`release`, which
+    first waits for the device (a copy from a slot may still be queued).
+
+    ``cudart``: torch's ``torch.cuda.cudart()`` (its ``cudaHostRegister`` / ``cudaHostUnregister``),
+    ``synchronize``: ``torch.cuda.synchronize`` of the device, ``event``: a CUDA event recorded on
+    the device's current stream; all three given only by tests, which have no GPU.  A slot the
+    driver refuses leaves it and the rest as they are, with a warning: their copies are then
+    ordinary ones, the same bytes."""
+
+    def __init__(
+        self,
+        device: str,
+        cudart: Any = None,
+        synchronize: Callable[[], None] | None = None,
+        event: Callable[[], Any] | None = None,
+    ) -> None:
+        import torch
+
+        self.cudart = cudart if cudart is not None else torch.cuda.cudart()
+        self.synchronize = synchronize if synchronize is not None else (lambda: torch.cuda.synchronize(device))
+        self.event = event if event is not None else (lambda: _recorded(device))
+        self.locked: list[int] = []  # data pointers registered, in order
+        self.held: collections.deque[tuple[Any, Any]] = collections.deque()  # (event, batch)
+        #: what :meth:`lock` did: slots and bytes registered, seconds it took
+        self.report: dict[str, float] = {}
+
+    def lock(self, slots: list[Any]) -> None:
+        """Register every slot of ``slots`` (stopping at the first the driver refuses), and say in
+        the job's log how much and how long."""
+        t, nbytes = time.perf_counter(), 0
+        for slot in slots:
+            storage = slot.untyped_storage()
+            rc = self.cudart.cudaHostRegister(storage.data_ptr(), storage.nbytes(), 0)
+            if int(rc) != 0:
+                log.warning(
+                    "page-locking batch slot %d of %d for the copies to the GPU failed (CUDA error %d); "
+                    "the rest are copied as ordinary memory",
+                    len(self.locked) + 1,
+                    len(slots),
+                    int(rc),
+                )
+                break
+            self.locked.append(storage.data_ptr())
+            nbytes += storage.nbytes()
+        self.report = {"slots": len(self.locked), "bytes": nbytes, "seconds": round(time.perf_counter() - t, 3)}
+        if self.locked:
+            log.info(
+                "page-locked %d batch slots (%.2f GB) for the copies to the GPU in %.2f s",
+                len(self.locked),
+                nbytes / 1e9,
+                self.report["seconds"],
+            )
+
+    def hold(self, batch: Any) -> None:
+        """Keep ``batch``, handed over and now done with by its caller (who asks for the next),
+        until the device has done all it was given so far, the copy from the batch's slot
+        included: the pool hands a slot out only when nothing refers to it.  Batches the device
+        is past are let go."""
+        if not self.locked:
+            return
+        self.held.append((self.event(), batch))
+        while self.held and self.held[0][0].query():
+            self.held.popleft()
+
+    def release(self) -> None:
+        """Wait for the device, then let go of the batches held and unregister every slot locked
+        (once)."""
+        if not self.locked:
+            return
+        self.synchronize()
+        self.held.clear()
+        for ptr in self.locked:
+            self.cudart.cudaHostUnregister(ptr)
+        self.locked = []
+
+
+def _recorded(device: str) -> Any:
+    """A CUDA event recorded now on ``device``'s current stream."""
+    import torch
+
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event

@@ -29,7 +29,9 @@ What it guarantees
 * **Precision.**  ``dtype`` float32 (default) or, through ``torch.autocast``, bfloat16 (CPU
   and CUDA) or float16 (CUDA only; a ValueError on CPU).  Vectors are returned float32 and
   the dtype is part of the stamp.  Batches are padded in DataLoader workers
-  (:class:`PadCollate`) and copied with ``non_blocking`` from pinned memory on CUDA.
+  (:class:`PadCollate`) and copied with ``non_blocking`` from page-locked memory on CUDA; a
+  batch's embeddings come back as :class:`PendingEmbeddings`, so the job writes one batch while
+  the device computes the next.
 * **Bad model dirs** (no ``config.yaml``, no weights: :class:`ModelError`; an unreadable,
   truncated or code-holding weights file: :class:`spkflow.nnet.checkpoint.CheckpointError`) are
   refused naming the file.
@@ -55,6 +57,7 @@ __all__ = [
     "FRAME_RATE",
     "Embedder",
     "ModelError",
+    "PendingEmbeddings",
     "check_model_dir",
     "resolve_device",
     "model_stamp",
@@ -243,6 +246,18 @@ def plan_batches(
     return batches
 
 
+def planned_frames(batches: Sequence[Sequence[str]], durations: Mapping[str, float | None]) -> int | None:
+    """Padded frames of the largest of ``batches`` (:func:`plan_batches`'), which may be far below
+    the bound they were planned under; None when a duration is unknown (only the bound holds)."""
+    most = 0
+    for batch in batches:
+        secs = [durations.get(u) for u in batch]
+        if any(d is None for d in secs):
+            return None
+        most = max(most, len(batch) * _frames(max(float(d) for d in secs if d is not None)))
+    return most
+
+
 def split_by_frames(items: Sequence[Any], frames: Callable[[Any], int], max_frames: int) -> list[list[Any]]:
     """Split loaded items (longest first) so that ``len(part) * max(frames) <= max_frames``
     (a single longer item is a part of its own).  Order inside a part: longest first."""
@@ -413,11 +428,14 @@ class PadCollate:
     handling), ``parts`` a list of ``(utts, feats [B, T, D], lengths [B])``."""
 
     def __init__(self, frames: Callable[[np.ndarray], int], max_frames: int, per_frame: float = 0.0) -> None:
-        self.frames, self.max_frames = frames, max_frames
+        self.frames, self.max_frames, self.per_frame = frames, max_frames, per_frame
         self.held = HeldBuffers()
-        # elements of a batch within the frame bound, a quarter over (the last frame's window of
-        # each utterance); 0: unknown (an input's elements per frame were not given)
-        self.bound = int(1.25 * max_frames * per_frame)
+        self.bound = self.elements(max_frames)
+
+    def elements(self, frames: int) -> int:
+        """Input elements of a batch of ``frames`` padded frames, a quarter over (the last frame's
+        window of each utterance); 0: unknown (an input's elements per frame were not given)."""
+        return int(1.25 * frames * self.per_frame)
 
     def __call__(
         self, items: list[Any], into: Any = None
@@ -445,6 +463,23 @@ class PadCollate:
             lengths = pad_into(xs, feats.numpy())
             parts.append(([u for u, _ in part], feats, torch.from_numpy(lengths)))
         return [(utt, err) for utt, _, err in items], parts
+
+
+class PendingEmbeddings:
+    """A batch's embeddings on their way back from the device: :meth:`result` waits for them.
+    ``done``: a CUDA event recorded after the copy back (None: ``out`` is ready)."""
+
+    __slots__ = ("_out", "_done")
+
+    def __init__(self, out: Any, done: Any = None) -> None:
+        self._out, self._done = out, done
+
+    def result(self) -> np.ndarray:
+        """The embeddings, float32 ``[B, D]``."""
+        if self._done is not None:
+            self._done.synchronize()
+            self._done = None
+        return self._out.numpy()
 
 
 def batch_elements(batch: tuple[Any, list[tuple[list[str], Any, Any]]]) -> int:

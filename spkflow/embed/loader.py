@@ -5,7 +5,9 @@ DataLoader worker processes (:func:`job_loader`, what :func:`spkflow.embed.run.r
 What it guarantees
 ------------------
 * **Feeding the device.**  Batches are padded in the workers into shared-memory slots the job
-  recycles (:mod:`spkflow.core.shared_batches`); with the fbank on the device, a 16-bit WAV or
+  recycles (:mod:`spkflow.core.shared_batches`), on CUDA page-locked once while the workers make
+  the first batches, so that no batch is mapped or copied on the host on its way to the device
+  (torch's ``pin_memory`` maps and copies each one); with the fbank on the device, a 16-bit WAV or
   FLAC at the model's rate is read straight into its row of the slot
   (:meth:`spkflow.data.audio.AudioReader.open_samples`: the same samples bit for bit, without a
   float32 copy in between; a file that then reads short is read again whole, which names it).
@@ -28,11 +30,20 @@ import numpy as np
 
 from spkflow.core.errors import UtteranceError
 from spkflow.core.procs import die_with_parent
-from spkflow.core.shared_batches import PREFETCH, BufferPool, IndexSampler, can_pool, from_slots, slot_count, to_slots
+from spkflow.core.shared_batches import (
+    PREFETCH,
+    BufferPool,
+    IndexSampler,
+    PageLocks,
+    can_pool,
+    from_slots,
+    slot_count,
+    to_slots,
+)
 from spkflow.core.threads import worker_threads
 from spkflow.data.audio import OpenSamples, ReadWhole
 from spkflow.data.durations import known_durations
-from spkflow.embed.base import Embedder, batch_elements, plan_batches
+from spkflow.embed.base import Embedder, batch_elements, plan_batches, planned_frames
 
 __all__ = ["job_loader"]
 
@@ -99,8 +110,8 @@ def job_loader(
 ) -> tuple[Any, bool]:
     """(the loader of a job's inputs, whether its batches are padded in the workers): batches of
     ``utts`` planned by duration; spkflow models get ``(items, parts)`` of :class:`PadCollate`
-    (pinned on CUDA; with workers, padded into buffers of a
-    :class:`~spkflow.core.shared_batches.BufferPool` the job sends again), other models lists of
+    (with workers, padded into the slots of a :class:`~spkflow.core.shared_batches.BufferPool`
+    the job sends again, page-locked on CUDA; without, pinned on CUDA), other models lists of
     ``(utt, input, error)``.  What :func:`run_job` reads,
     and what ``test/bench/bench_feed.py`` times without a model."""
     from torch.utils.data import DataLoader
@@ -116,35 +127,37 @@ def job_loader(
         max_frames,
         num_workers,
     )
-    # spkflow models: padding in the workers (PadCollate) into buffers the job recycles, pinned
-    # batches on CUDA; others: lists
+    # spkflow models: padding in the workers (PadCollate) into slots the job recycles (page-locked
+    # on CUDA), pinned batches on CUDA without workers; others: lists
     collater = getattr(embedder, "collater", None)
-    worker_side = collater is not None and hasattr(embedder, "embed_padded")
+    worker_side = collater is not None and hasattr(embedder, "launch_padded")
     on_cuda = str(getattr(embedder, "device", "cpu")).startswith("cuda")
     pooled = worker_side and num_workers > 0 and can_pool()
     inputs = _Inputs(utts, embedder.preparer(data_dir), in_place=pooled)
     plan = [[index[u] for u in b] for b in batches]
     common: dict[str, Any] = dict(
         num_workers=num_workers,
-        pin_memory=on_cuda and worker_side,
+        pin_memory=on_cuda and worker_side and not pooled,
         worker_init_fn=_worker_init if num_workers > 0 else None,
         prefetch_factor=PREFETCH if num_workers > 0 else None,
     )
     if not pooled:
         collate = collater(max_frames) if worker_side else _collate
         return DataLoader(inputs, batch_sampler=plan, collate_fn=collate, **common), worker_side
-    collate, pinned = collater(max_frames), bool(common["pin_memory"])
+    collate = collater(max_frames)
     in_flight = num_workers * common["prefetch_factor"]
-    # slots (the workers get them once, batches travel by number) where the batches are not pinned
-    # copies; under pinning the buffers travel with each index and are sized by the first batches
-    numel = 0 if pinned else collate.bound
+    # slots: the workers get them once, batches travel by number; as large as the largest batch
+    # planned, within the bound (a 6 s clip in batches of 256 needs 98 MB, not max_frames' worth)
+    planned = planned_frames(batches, durations)
+    numel = collate.bound if planned is None else min(collate.bound, collate.elements(planned))
     slots = BufferPool.make_slots(numel, slot_count(num_workers, common["prefetch_factor"]))
-    pool = BufferPool(numel, limit=in_flight + 4, pinned=pinned, slots=slots)
+    pool = BufferPool(numel, limit=in_flight + 4, slots=slots)
     loader = DataLoader(
         _PaddedBatches(inputs, plan, collate, slots), batch_size=None,
         sampler=IndexSampler(0, len(plan), pool), collate_fn=_collate, **common,
     )  # fmt: skip
-    return _Recycled(loader, pool, slots), True
+    locks = PageLocks(str(embedder.device)) if on_cuda and slots else None
+    return _Recycled(loader, pool, slots, locks), True
 
 
 def _open_files() -> int:
@@ -194,10 +207,12 @@ class _PaddedBatches:
 
 class _Recycled:
     """The job's loader, telling its pool each batch that comes back (in its order): its slots
-    turned back into views, its lengths into tensors."""
+    turned back into views, its lengths into tensors.  With ``locks`` (CUDA), the slots are
+    page-locked while the workers make the first batches, each batch is held until the device is
+    past it (:meth:`PageLocks.hold`), and the slots are released when the loop ends."""
 
-    def __init__(self, loader: Any, pool: BufferPool, slots: list[Any]) -> None:
-        self.loader, self.pool, self.slots = loader, pool, slots
+    def __init__(self, loader: Any, pool: BufferPool, slots: list[Any], locks: PageLocks | None = None) -> None:
+        self.loader, self.pool, self.slots, self.locks = loader, pool, slots, locks
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -205,8 +220,17 @@ class _Recycled:
     def __iter__(self) -> Iterator[Any]:
         import torch
 
-        for batch in self.loader:
-            items, parts = from_slots(batch, self.slots) if self.slots else batch
-            parts = [(keys, feats, torch.as_tensor(lengths)) for keys, feats, lengths in parts]
-            self.pool.arrived(parts[0][1] if parts else None, needed=batch_elements((items, parts)))
-            yield items, parts
+        batches = iter(self.loader)  # the workers start and are sent their first indices
+        try:
+            if self.locks is not None:
+                self.locks.lock(self.slots)
+            for batch in batches:
+                items, parts = from_slots(batch, self.slots) if self.slots else batch
+                parts = [(keys, feats, torch.as_tensor(lengths)) for keys, feats, lengths in parts]
+                self.pool.arrived(parts[0][1] if parts else None, needed=batch_elements((items, parts)))
+                yield items, parts
+                if self.locks is not None:  # until the device is past the copy from its slot
+                    self.locks.hold(parts)
+        finally:
+            if self.locks is not None:
+                self.locks.release()

@@ -31,6 +31,7 @@ from spkflow.embed.base import (
     FRAME_RATE,
     ModelError,
     PadCollate,
+    PendingEmbeddings,
     autocast,
     autocast_dtype,
     check_model_dir,
@@ -239,8 +240,14 @@ class SpkflowEmbedder:
     def embed_padded(self, feats: Any, lengths: Any) -> np.ndarray:
         """Embeddings (float32) of a padded batch from :class:`PadCollate`: features ``[B, T, F]``
         or waveforms ``[B, S]`` (then the frontend runs on the device, in float32/float64 whatever
-        the dtype).  The copy to the device is ``non_blocking`` (it overlaps only when the
-        DataLoader pinned the batch)."""
+        the dtype)."""
+        return self.launch_padded(feats, lengths).result()
+
+    def launch_padded(self, feats: Any, lengths: Any) -> PendingEmbeddings:
+        """:meth:`embed_padded` queued on the device: the copies there and back are ``non_blocking``
+        (they overlap when the batch is in page-locked memory), and the embeddings are ready at
+        :meth:`PendingEmbeddings.result`, so the caller can write the batch before while the device
+        computes this one.  On CPU the work is done on return."""
         torch = self._torch
         nb = self.device.startswith("cuda")
         x, n = feats.to(self.device, non_blocking=nb), lengths.to(self.device, non_blocking=nb)
@@ -259,7 +266,13 @@ class SpkflowEmbedder:
                 x, n = self._frontend(x, n)
             with autocast(self.device, self._autocast):
                 out = self.model(x, n)
-        return out.float().cpu().numpy()
+            out = out.float()
+            if not nb:
+                return PendingEmbeddings(out)
+            back = out.to("cpu", non_blocking=True)  # into pinned memory, ready at the event
+            done = torch.cuda.Event()
+            done.record()
+        return PendingEmbeddings(back, done)
 
     def embed(self, xs: Sequence[np.ndarray]) -> np.ndarray:
         feats, lengths = pad(xs)

@@ -3,9 +3,10 @@
 One extraction = ``--nj`` independent jobs (processes started by ``run.pl`` / ``queue.pl`` /
 ``slurm.pl``, one GPU each with ``--gpu 1``), then one merge.  Inside a job
 (:func:`run_job`): DataLoader worker *processes* read and resample the audio (and compute
-features and pad the batch for spkflow models; pinned memory on CUDA; :mod:`spkflow.embed.loader`),
+features and pad the batch for spkflow models; page-locked memory on CUDA; :mod:`spkflow.embed.loader`),
 batches are formed by length under a bound on padded frames, the model runs with lengths, and
-every batch is committed to the job's ark + scp before the next one starts.
+every batch is committed to the job's ark + scp in order (for spkflow models, while the device
+computes the next one: :meth:`~spkflow.embed.native.SpkflowEmbedder.launch_padded`).
 :func:`merge_embeddings` checks the union of the jobs' outputs against the
 data dir and writes ``xvector.{ark,scp}`` and ``spk_xvector.{ark,scp}`` (float32 Kaldi
 vectors, read by ``kaldiio`` and by ESPnet's ``ESPnetDataset`` type ``kaldi_ark``).
@@ -69,7 +70,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +92,7 @@ from spkflow.data.jobs import (
 )
 from spkflow.data.jobs import committed_entries as _committed
 from spkflow.data.tables import check_sorted_unique, read_keys, read_kv_lines
-from spkflow.embed.base import Embedder, split_by_frames
+from spkflow.embed.base import Embedder, PendingEmbeddings, split_by_frames
 from spkflow.embed.loader import job_loader
 
 __all__ = [
@@ -201,6 +202,8 @@ class JobSummary:
     bad: dict[str, str]
     #: the job's waits for batches (:meth:`spkflow.core.batch_wait.BatchWait.stats`; empty when nothing ran)
     waits: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: its batch slots page-locked on CUDA (:attr:`spkflow.core.shared_batches.PageLocks.report`; empty: none)
+    page_locked: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def run_job(
@@ -251,6 +254,24 @@ def run_job(
     tty = sys.stderr.isatty()
     computed = 0
     wait = BatchWait()
+
+    def commit(parts: Iterable[tuple[list[str], np.ndarray]]) -> None:
+        nonlocal computed
+        for keys, vecs in parts:
+            keep = []
+            for utt, v in zip(keys, vecs, strict=True):
+                if np.all(np.isfinite(v)):
+                    keep.append((utt, v))
+                elif skip_bad:
+                    bad[utt] = "the model produced NaN or infinite values"
+                    log.warning("skipping utterance '%s': %s", utt, bad[utt])
+                else:
+                    raise UtteranceError(utt, os.fspath(data_dir), "the model produced NaN or infinite values")
+            writer.write(keep)
+            computed += len(keep)
+        if bad:
+            write_text_atomic(bad_path, "".join(f"{u} {r}\n" for u, r in sorted(bad.items())))
+
     with (
         JobWriter(job_dir, job_id, stamp) as writer,
         tqdm(
@@ -263,8 +284,17 @@ def run_job(
             ascii=not tty,
         ) as bar,
     ):
+        # spkflow models: a batch is queued on the device, then the one before is written while the
+        # device computes it (one batch in flight; each is committed whole, in order, as before)
+        pending: tuple[int, list[tuple[list[str], PendingEmbeddings]]] | None = None
         for batch in wait.over(loader):
             items = batch[0] if worker_side else [(utt, err) for utt, _, err in batch]
+            if worker_side:
+                launched = [(keys, embedder.launch_padded(f, n)) for keys, f, n in batch[1]]  # type: ignore[attr-defined]
+                if pending is not None:
+                    commit((keys, p.result()) for keys, p in pending[1])
+                    bar.update(pending[0])
+                pending = (len(items), launched)
             for utt, err in items:
                 if err is None:
                     continue
@@ -272,29 +302,16 @@ def run_job(
                     raise UtteranceError(utt, err[0], err[1])
                 bad[utt] = f"{err[0]}: {err[1]}" if err[0] else err[1]
                 log.warning("skipping utterance '%s': %s", utt, bad[utt])
-            if worker_side:
-                parts = ((keys, embedder.embed_padded(f, n)) for keys, f, n in batch[1])  # type: ignore[attr-defined]
-            else:
+            if not worker_side:
                 good = [(utt, x) for utt, x, err in batch if err is None]
-                parts = (
+                commit(
                     ([u for u, _ in part], embedder.embed([x for _, x in part]))
                     for part in split_by_frames(good, lambda it: embedder.frames(it[1]), max_frames)
                 )
-            for keys, vecs in parts:
-                keep = []
-                for utt, v in zip(keys, vecs, strict=True):
-                    if np.all(np.isfinite(v)):
-                        keep.append((utt, v))
-                    elif skip_bad:
-                        bad[utt] = "the model produced NaN or infinite values"
-                        log.warning("skipping utterance '%s': %s", utt, bad[utt])
-                    else:
-                        raise UtteranceError(utt, os.fspath(data_dir), "the model produced NaN or infinite values")
-                writer.write(keep)
-                computed += len(keep)
-            if bad:
-                write_text_atomic(bad_path, "".join(f"{u} {r}\n" for u, r in sorted(bad.items())))
-            bar.update(len(items))
+                bar.update(len(items))
+        if pending is not None:
+            commit((keys, p.result()) for keys, p in pending[1])
+            bar.update(pending[0])
     if not bad:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(bad_path)
@@ -303,7 +320,8 @@ def run_job(
     )
     waits = wait.stats()
     _report_waits(job_id, waits, str(getattr(embedder, "device", "cpu")), getattr(embedder, "fbank_on", None))
-    return JobSummary(len(utts), resumed, computed, bad, waits)
+    locks = getattr(loader, "locks", None)
+    return JobSummary(len(utts), resumed, computed, bad, waits, dict(locks.report) if locks is not None else {})
 
 
 def _report_waits(job_id: int | str, waits: dict[str, float], device: str, fbank_on: str | None) -> None:

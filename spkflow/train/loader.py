@@ -32,7 +32,10 @@ The batch tensor is made in shared memory, so handing it to the trainer copies n
 those buffers are recycled (:mod:`spkflow.core.shared_batches`, which stage 5 uses too): a fresh
 33 MB shared segment per batch cost a worker about as much CPU as reading the crops (page
 allocation, zeroing, mapping, unmapping), so the main process keeps a pool of them and sends a
-free one along with each batch index.
+free one along with each batch index.  For a GPU (``pin_memory``) those slots are page-locked once
+per epoch instead of each batch being copied into pinned memory by torch's pin thread
+(:class:`spkflow.core.shared_batches.PageLocks`), and each batch is held until the device is past
+the copy from its slot.
 Anchors: WeSpeaker's and voxceleb_trainer's loaders read audio and compute fbank per
 utterance per step; ESPnet's ``kaldiio.load_scp`` readers read whole matrices and reopen or
 LRU-cache file handles.
@@ -55,6 +58,7 @@ from spkflow.core.shared_batches import (
     BufferPool,
     HeldBuffers,
     IndexSampler,
+    PageLocks,
     can_pool,
     from_slots,
     shared_empty,
@@ -255,6 +259,7 @@ class _Loader(DataLoader):
 
     pooled = False
     _slots: list[torch.Tensor] | None = None
+    page_locks: PageLocks | None = None  # pooled for a GPU: the slots page-locked each iteration
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         pool = None
@@ -271,8 +276,11 @@ class _Loader(DataLoader):
             slots = self._slots
             pool = BufferPool(numel, limit=4 * in_flight + 4, slots=slots)
             sampler.pool = pool
-        it = super().__iter__()
+        it = super().__iter__()  # the workers start and are sent their first indices
+        locks = self.page_locks if slots else None
         try:
+            if locks is not None:
+                locks.lock(slots)
             for item in it:
                 if isinstance(item, _Failed):
                     raise item.error
@@ -283,7 +291,11 @@ class _Loader(DataLoader):
                         item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None
                     )
                 yield item
+                if locks is not None:  # until the device is past the copy from its slot
+                    locks.hold(item)
         finally:
+            if locks is not None:
+                locks.release()
             shutdown = getattr(it, "_shutdown_workers", None)  # torch's own, as its __del__ calls it
             if shutdown is not None and not self.persistent_workers:
                 shutdown()
@@ -305,9 +317,11 @@ def make_loader(
     Each item is ``(feats [N*M, T, F], utt_ids)``.  Batches come in order whatever
     ``num_workers`` is; starting at ``k`` yields exactly batches ``k..`` of an uninterrupted
     run (resume after a checkpoint at step k).  With workers, batch buffers are recycled once
-    nothing refers to them any more (``reuse_buffers``; keeping a batch is always safe; not with
-    ``pin_memory``, where the pinned copy is what the caller gets; only for
+    nothing refers to them any more (``reuse_buffers``; keeping a batch is always safe; only for
     :class:`NxMBatches` datasets, other datasets get a plain DataLoader over the same indices).
+    ``pin_memory`` (a GPU's loader): those buffers are page-locked for the copies to the current
+    CUDA device (:class:`PageLocks`); where there are none, torch's ``pin_memory`` pins a copy of
+    each batch.
     Bad input met in a worker (:class:`InputError`, :class:`UtteranceError`, :class:`OSError`:
     a damaged shard, a missing file) is raised here as itself, one line naming the file.
     """
@@ -321,17 +335,20 @@ def make_loader(
             multiprocessing_context=multiprocessing_context,
             worker_init_fn=procs.worker_init,  # workers die with the trainer, even when it is SIGKILLed
         )
-    pooled = num_workers > 0 and reuse_buffers and not pin_memory and isinstance(dataset, NxMBatches) and can_pool()
+    pooled = num_workers > 0 and reuse_buffers and isinstance(dataset, NxMBatches) and can_pool()
+    locked = pooled and pin_memory and torch.cuda.is_available()
     loader = _Loader(
         _Relay(dataset) if num_workers > 0 else dataset,
         batch_size=None,
         sampler=IndexSampler(start_batch, len(dataset)),
         num_workers=num_workers,
-        pin_memory=pin_memory,
+        pin_memory=pin_memory and not locked,
         collate_fn=_identity,
         **kwargs,
     )
     loader.pooled = pooled
+    if locked:
+        loader.page_locks = PageLocks(f"cuda:{torch.cuda.current_device()}")
     return loader
 
 

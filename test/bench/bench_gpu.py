@@ -346,12 +346,22 @@ class TimedEmbedder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def embed_padded(self, feats: Any, lengths: Any) -> Any:
-        out = self._inner.embed_padded(feats, lengths)
-        if self.first is None:
-            self.first = time.perf_counter()
+    def launch_padded(self, feats: Any, lengths: Any) -> Any:
+        return _TimedPending(self, self._inner.launch_padded(feats, lengths))
+
+
+class _TimedPending:
+    """A batch's :class:`~spkflow.embed.base.PendingEmbeddings`, counted when its result is back."""
+
+    def __init__(self, timed: TimedEmbedder, pending: Any) -> None:
+        self.timed, self.pending = timed, pending
+
+    def result(self) -> Any:
+        out = self.pending.result()
+        if self.timed.first is None:
+            self.timed.first = time.perf_counter()
         else:
-            self.utts_after_first += len(out)
+            self.timed.utts_after_first += len(out)
         return out
 
 
@@ -443,6 +453,8 @@ def bench_extraction(
                         "e2e_over_model": round(wall / model_rate, 3),
                         "realtime_factor": round(wall * a.utt_sec, 0),
                         "e2e_data_wait_share": summary.waits.get("data_wait_share"),
+                        # the job's batch slots page-locked for the copies (slots, bytes, seconds)
+                        "page_locked": summary.page_locked or None,
                         "limit": extraction_limit(wall / model_rate, summary.waits.get("data_wait_share")),
                         "gpu_util_e2e": util_e2e,
                         "gpu_util_model": util_model,
@@ -450,8 +462,11 @@ def bench_extraction(
                         "peak_gpu_mem_gib": None if peak is None else round(peak, 2),
                     }
                 )
+                locked = summary.page_locked
                 print(f"  extraction {name} {dtype} B={b} fbank in {fbank_on}: {rows[-1]['e2e_utt_per_s']} utt/s "
-                      f"end to end, {rows[-1]['model_utt_per_s']} model alone", flush=True)  # fmt: skip
+                      f"end to end, {rows[-1]['model_utt_per_s']} model alone"
+                      + (f"; {locked['slots']:.0f} slots ({locked['bytes'] / 1e9:.2f} GB) page-locked in "
+                         f"{locked['seconds']:.2f} s" if locked else ""), flush=True)  # fmt: skip
     return rows
 
 

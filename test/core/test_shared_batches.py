@@ -1,18 +1,21 @@
 """spkflow.core.shared_batches: the pool of shared-memory batch buffers the main process sends
 with each index (used by the trainer's loader and stage 5's): sized by the first batches back, a
 buffer handed out only when it is back and nothing else holds it, reuse stopped at a batch that
-came back in a storage other than its buffer's, only the order followed under pinning."""
+came back in a storage other than its buffer's; slots page-locked for the copies to a GPU
+(:class:`PageLocks`, through a stand-in for CUDA's runtime: there is no GPU here)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from helpers.cudart import FakeCudart, FakeEvents
 from spkflow.core.shared_batches import (
     BufferPool,
     HeldBuffers,
     IndexSampler,
     InSlot,
+    PageLocks,
     can_pool,
     from_slots,
     shared_empty,
@@ -67,13 +70,6 @@ def test_a_batch_larger_than_its_buffer_grows_the_pool_without_stopping_it():
     assert pool.enabled and pool.take().numel() >= 30
 
 
-def test_under_pinning_only_the_order_is_followed():
-    pool = BufferPool(10, limit=4, pinned=True)
-    pool.take()
-    pool.arrived(torch.zeros(6), needed=6)  # the caller gets a pinned copy, never the buffer
-    assert pool.enabled and pool.take() is not None
-
-
 def test_a_worker_keeps_its_last_buffers_mapped():
     held = HeldBuffers()
     bufs = [shared_empty((4,)) for _ in range(20)]
@@ -117,3 +113,53 @@ def test_slots_smaller_than_the_batches_are_not_used():
     pool = BufferPool(10, limit=4, slots=BufferPool.make_slots(6, 2))
     assert pool.slots == [] and isinstance(pool.take(), torch.Tensor)
     assert BufferPool.make_slots(0, 3) == []  # size unknown (stage 5): no slots
+
+
+def test_page_locks_register_every_slot_whole_and_release_them_after_the_device_is_done(caplog):
+    slots = BufferPool.make_slots(1000, 3)
+    cudart = FakeCudart()
+    locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("synchronize",)))
+    with caplog.at_level("INFO"):
+        locks.lock(slots)
+    ptrs = [t.untyped_storage().data_ptr() for t in slots]
+    assert cudart.calls == [("register", p, 4000, 0) for p in ptrs]
+    assert "page-locked 3 batch slots" in caplog.text
+    locks.release()
+    locks.release()  # once only
+    assert cudart.calls[3:] == [("synchronize",)] + [("unregister", p) for p in ptrs]
+
+
+def test_a_slot_the_driver_refuses_leaves_the_rest_unlocked_with_a_warning(caplog):
+    slots = BufferPool.make_slots(1000, 4)
+    cudart = FakeCudart(refuse_after=2)
+    locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: None)
+    with caplog.at_level("INFO"):
+        locks.lock(slots)
+    assert [c[0] for c in cudart.calls] == ["register"] * 3  # the third refused: no fourth try
+    assert "slot 3 of 4" in caplog.text and "CUDA error 2" in caplog.text
+    locks.release()
+    ptrs = [t.untyped_storage().data_ptr() for t in slots[:2]]
+    assert cudart.calls[3:] == [("unregister", p) for p in ptrs]  # only those locked
+
+
+def test_a_batch_handed_over_is_held_until_the_device_is_past_it():
+    """A caller that runs ahead of the device (the copy from a batch's slot still queued when it
+    asks for the next batch) does not get that slot refilled under the copy."""
+    slots = BufferPool.make_slots(10, 3)
+    pool = BufferPool(10, limit=4, slots=slots)
+    events = FakeEvents()
+    locks = PageLocks("cuda:0", cudart=FakeCudart(), synchronize=lambda: None, event=events)
+    locks.lock(slots)
+    assert pool.take() == 0
+    batch = slots[0][:6].view(2, 3)
+    pool.arrived(batch)
+    locks.hold(batch)  # the caller queued its copy and asks for the next batch
+    del batch
+    assert pool.take() == 1  # slot 0: the device has not copied it yet
+    pool.arrived(slots[1][:6])
+    events.made[0].done = True
+    locks.hold(slots[1][:6])  # the next one handed over; the device is past the first
+    assert pool.take() == 0 and len(locks.held) == 1
+    pool.arrived(slots[0][:6])
+    locks.release()  # the device waited for: nothing held
+    assert not locks.held and [pool.take(), pool.take()] == [0, 1]

@@ -18,10 +18,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.audio import make_mixed_data, make_speakers
+from helpers.cudart import FakeCudart, FakeEvents
 from helpers.models import l2, make_spkflow_model_dir
 from helpers.spread import permuted, within
 from spkflow.core.errors import InputError, UtteranceError
-from spkflow.embed.base import PadCollate, pad, pad_into, padded_shape, plan_batches, split_by_frames
+from spkflow.embed.base import (
+    PadCollate,
+    pad,
+    pad_into,
+    padded_shape,
+    plan_batches,
+    planned_frames,
+    split_by_frames,
+)
 from spkflow.embed.run import (
     JobWriter,
     MergeError,
@@ -156,6 +165,65 @@ def test_stage5_batches_come_back_in_recycled_buffers(embedder, tmp_path, keep):
         fitting = sum(1 for o in over if not o)
         # kept batches hold their slots: the next ones come in buffers of their own
         assert sum(in_slot) == (fitting if not keep else 10), (in_slot, over)
+
+
+def test_planned_frames_is_the_largest_batch_and_unknown_without_every_duration():
+    durs = {"a": 1.0, "b": 0.5, "c": 0.31, "d": None}
+    plan = plan_batches(["a", "b", "c"], durs, 2, 10**6)
+    assert plan == [["a", "b"], ["c"]] and planned_frames(plan, durs) == 200
+    assert planned_frames(plan_batches(list(durs), durs, 2, 10**6), durs) is None
+
+
+def test_stage5_slots_are_as_large_as_the_largest_batch_planned_not_the_bound(embedder, tmp_path):
+    """A generous ``max_frames`` (a GPU's) does not make every slot that large: they hold the
+    largest planned batch, and every batch still comes back in one."""
+    from spkflow.data.durations import known_durations
+    from spkflow.embed.loader import job_loader
+
+    data = make_speakers(tmp_path, num_spk=2, num_utt=6, min_sec=0.5, max_sec=1.5, seed=4)
+    utts = sorted((data / "utt2spk").read_text().split()[::2])
+    loader, _ = job_loader(embedder, data, utts, batch_size=3, max_frames=10**6, num_workers=2)
+    collate = embedder.collater(10**6)
+    largest = planned_frames(plan_batches(utts, known_durations(data, utts), 3, 10**6), known_durations(data, utts))
+    assert loader.slots[0].numel() == collate.elements(largest) < collate.bound // 100
+    slots = {t.untyped_storage().data_ptr() for t in loader.slots}
+    assert all(parts[0][1].untyped_storage().data_ptr() in slots for _, parts in loader)
+
+
+def test_launched_embeddings_equal_embed_padded(embedder):
+    feats, lengths = torch.randn(4, 300, embedder.fbank.num_mel_bins), torch.tensor([300, 250, 200, 120])
+    pending = embedder.launch_padded(feats, lengths)
+    vecs = pending.result()
+    assert vecs.shape == (4, embedder.dim) and vecs.dtype == np.float32
+    assert np.array_equal(vecs, embedder.embed_padded(feats, lengths))
+
+
+def test_page_locked_slots_are_locked_before_the_first_batch_and_released_after_the_last(embedder, tmp_path):
+    """Stage 5's loader on CUDA page-locks its slots while the workers make the first batches and
+    releases them, the device synchronised first, when the loop ends, also when it is left early
+    (CUDA's runtime stood in for: there is no GPU here; the loader and its workers are real)."""
+    from spkflow.core.shared_batches import PageLocks
+    from spkflow.embed.loader import job_loader
+
+    data = make_speakers(tmp_path, num_spk=2, num_utt=6, min_sec=0.5, max_sec=1.0, seed=5)
+    utts = sorted((data / "utt2spk").read_text().split()[::2])
+    for leave_after in (None, 1):
+        cudart = FakeCudart()
+        loader, _ = job_loader(embedder, data, utts, batch_size=2, max_frames=400, num_workers=2)
+        loader.locks = PageLocks(
+            "cuda:0", cudart=cudart, synchronize=lambda c=cudart: c.calls.append(("sync",)), event=FakeEvents()
+        )
+        ptrs = [t.untyped_storage().data_ptr() for t in loader.slots]
+        seen = 0
+        for _ in loader:
+            assert cudart.calls == [
+                ("register", p, t.untyped_storage().nbytes(), 0) for p, t in zip(ptrs, loader.slots, strict=True)
+            ]
+            seen += 1
+            if seen == leave_after:
+                break
+        assert seen == (leave_after or len(loader))
+        assert cudart.calls[len(ptrs) :] == [("sync",)] + [("unregister", p) for p in ptrs]
 
 
 # ----------------------------------------------------------------------------- job outputs
@@ -350,6 +418,25 @@ def test_run_job_bad_utterance_then_skip_and_resume(embedder, tmp_path):
     # the second run committed only what the first lacked: one line per utterance in total
     lines = [ln.split()[0] for p in sorted(jobs.glob("xvector.*.scp")) for ln in p.read_text().splitlines()]
     assert sorted(lines) == sorted(set(utts) - {victim})
+
+
+def test_a_failing_batch_comes_after_every_batch_before_it_is_committed(embedder, tmp_path):
+    """The job writes each batch while the device computes the next: when the next one fails,
+    the one before is committed first (a resume then computes only from the failing batch on)."""
+    from spkflow.data.durations import known_durations
+
+    data = make_speakers(tmp_path, num_spk=3, num_utt=4, min_sec=0.5, max_sec=1.5, seed=7)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    victim = utts[5]
+    (data / "wav.scp").write_text((data / "wav.scp").read_text().replace(f"{victim} ", f"{victim} /nonexistent/"))
+    plan = plan_batches(utts, known_durations(data, utts), 2, 60000)
+    failing = next(i for i, b in enumerate(plan) if victim in b)
+    assert failing == len(plan) - 1 >= 4  # its duration is unknown: it comes last
+    for workers in (0, 2):
+        jobs = tmp_path / f"jobs{workers}"
+        with pytest.raises(UtteranceError, match="nonexistent"):
+            run_job(embedder, data, utts, jobs, 1, batch_size=2, num_workers=workers, progress=False)
+        assert set(committed_entries(jobs)) == {u for b in plan[:failing] for u in b}
 
 
 def test_model_dir_errors(tmp_path):

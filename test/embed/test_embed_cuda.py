@@ -1,6 +1,7 @@
 """Stage 5 on the GPU (``pytest -m cuda``; test/bench/gpu_check.sh runs these first): stage 5's job
-(DataLoader workers, pinned batches, ``non_blocking`` copies) on real speech with the fbank in the
-workers and on the device, batched = alone, half precision against float32.
+(DataLoader workers, batches in page-locked slots, ``non_blocking`` copies, the next batch computed
+while the last is written) on real speech with the fbank in the workers and on the device, batched
+= alone, the job = the plain path, half precision against float32.
 
 The model is the ECAPA-512 of the papers with random weights (and BatchNorm statistics that make a
 padding leak show).  Skipped without CUDA; under ``GPU_CHECK_DEVICE=cpu`` the same tests run on the
@@ -8,6 +9,7 @@ CPU with a narrower ECAPA and the CPU's bfloat16 bound (float16 is CUDA-only).""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +88,18 @@ def test_half_precision_matches_float32_on_real_speech(accel, speech, model_dir,
     assert all(v.dtype == np.float32 and np.isfinite(v).all() for v in half.values())
     assert cos.min() >= MIN_COSINE[accel]
     assert not all(np.array_equal(ref[u], half[u]) for u in ref)  # it really ran in reduced precision
+
+
+def test_the_jobs_page_locked_slots_give_the_embeddings_of_the_plain_path(accel, speech, model_dir, tmp_path, caplog):
+    """Batches of two from two workers: each of the job's ten slots is filled again and again
+    while copies from the others are on their way, so a slot handed out too early would change
+    embeddings; :meth:`embed` pads in this process and waits for each batch."""
+    emb = SpkflowEmbedder(model_dir, accel, fbank_on="device")
+    with caplog.at_level(logging.INFO):
+        job = embed(emb, speech, tmp_path / "job", batch_size=2)
+    if accel == "cuda":
+        assert "page-locked 10 batch slots" in caplog.text
+    prepare = emb.preparer(speech)
+    worst = max(float(np.abs(l2(job[u]) - l2(emb.embed([prepare(u)])[0])).max()) for u in job)
+    print(f"{accel}: the job's page-locked batches vs the plain path, max |diff| after L2 {worst:.2e}")
+    assert worst <= 1e-4

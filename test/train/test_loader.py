@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from helpers.audio import make_speakers
+from helpers.cudart import FakeCudart, FakeEvents
 from spkflow.core.errors import InputError
-from spkflow.core.shared_batches import InSlot
+from spkflow.core.shared_batches import InSlot, PageLocks
 from spkflow.data.ark import KaldiArkReader
 from spkflow.features.fbank import FbankOptions, VadOptions, apply_frontend
 from spkflow.features.jobs import _cmvn_stats, extract_job, merge_jobs, write_split
@@ -227,6 +228,43 @@ def test_batches_travel_in_slots_the_workers_were_given_at_start(synthetic, cont
     # spawn the main process would map a returned tensor to its own slot again, unseen above)
     sent, utts = loader.dataset[(0, 0)]
     assert isinstance(sent, InSlot) and sent.slot == 0 and utts == d.batches[0]
+
+
+def test_a_gpus_loader_page_locks_its_slots_and_holds_each_batch_till_the_device_is_past_it(synthetic, monkeypatch):
+    """With ``pin_memory`` on a CUDA machine the slots are page-locked once per epoch, before the
+    first batch, instead of torch pinning a copy of each batch; a batch is held until the device
+    is past the point its caller asked for the next one (the copy from its slot), however far the
+    caller runs ahead; the slots are released, the device synchronised first, when the epoch ends.
+    CUDA (its presence, runtime and events) is stood in for: no GPU here; the workers and arks are real."""
+    import spkflow.train.loader as loader_module
+
+    made: list[tuple[FakeCudart, FakeEvents]] = []
+
+    def fake_locks(device: str) -> PageLocks:
+        cudart, events = FakeCudart(), FakeEvents()
+        made.append((cudart, events))
+        return PageLocks(device, cudart=cudart, synchronize=lambda: cudart.calls.append(("sync",)), event=events)
+
+    monkeypatch.setattr(loader_module, "PageLocks", fake_locks)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    d = ds(synthetic, seed=5, epoch=1)
+    ref = [d[b][0].clone() for b in range(len(d))]
+    loader = make_loader(d, num_workers=2, prefetch_factor=2, pin_memory=True)
+    assert loader.pooled and not loader.pin_memory and len(made) == 1  # no pinned copies where there are slots
+    cudart, events = made[0]
+    for epoch in range(2):
+        seen = []
+        for b, (x, _) in enumerate(loader):
+            ptrs = [t.untyped_storage().data_ptr() for t in loader._slots]
+            assert [c[1] for c in cudart.calls[epoch * (2 * len(ptrs) + 1) :]] == ptrs  # before the first batch
+            assert torch.equal(x, ref[b])
+            seen.append(x.untyped_storage().data_ptr())
+            del x
+        assert len(events.made) == (epoch + 1) * len(d) and len(set(seen)) == len(d)  # none done: none came round
+        epoch_calls = cudart.calls[epoch * (2 * len(ptrs) + 1) :]
+        assert epoch_calls[len(ptrs) :] == [("sync",)] + [("unregister", p) for p in ptrs]
+        assert not loader.page_locks.held
 
 
 def test_bad_inputs(synthetic, tmp_path):
