@@ -64,7 +64,7 @@ def test_bfloat16_matches_float32_on_real_speech(model_dir, corpus, tmp_path):
 
 
 class _ListsOnly:
-    """The embedder without ``collater``/``embed_padded``: run_job's main-process padding path."""
+    """The embedder without ``collater``/``launch_padded``: run_job's main-process padding path."""
 
     def __init__(self, inner: SpkflowEmbedder) -> None:
         self.inner, self.name, self.dim, self.stamp = inner, inner.name, inner.dim, inner.stamp
