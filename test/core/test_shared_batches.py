@@ -163,3 +163,20 @@ def test_a_batch_handed_over_is_held_until_the_device_is_past_it():
     pool.arrived(slots[0][:6])
     locks.release()  # the device waited for: nothing held
     assert not locks.held and [pool.take(), pool.take()] == [0, 1]
+
+
+@pytest.mark.skipif(
+    not hasattr(torch._C, "_cudart") or torch.cuda.is_available(), reason="needs torch's CUDA runtime without a GPU"
+)
+def test_the_real_cuda_runtime_without_a_gpu_refuses_and_the_slots_stay_ordinary_memory(caplog):
+    """torch's own binding of ``cudaHostRegister`` (its return value is a pybind enum), on a machine
+    with the CUDA runtime and no driver: the refusal is read, said with CUDA's code, and nothing
+    is left registered (a job then copies its batches as ordinary memory)."""
+    slots = BufferPool.make_slots(1000, 2)
+    locks = PageLocks("cuda:0", cudart=torch._C._cudart, synchronize=lambda: None)
+    with caplog.at_level("INFO"):
+        locks.lock(slots)
+    assert locks.locked == [] and "slot 1 of 2" in caplog.text and "CUDA error" in caplog.text
+    locks.hold(slots[0])  # nothing locked: nothing held, no event asked of the absent device
+    assert not locks.held
+    locks.release()
