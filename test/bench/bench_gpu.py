@@ -691,8 +691,8 @@ EXTRACTION_LIMITS = {
     "model": "model (GPU)",
     "loader": "loader (CPU workers: decode, fbank, padding{waited})",
     "job loop": (
-        "job's own loop, not the loader{waited}: the copy to the device, the device frontend, the model "
-        "and the writes, one after the other in its main thread"
+        "job's own loop, not the loader{waited}: its main thread launches the copy to the device, the device "
+        "frontend and the model, and writes each batch while the device computes the next"
     ),
 }
 
