@@ -149,3 +149,27 @@ def test_ddp_step_on_one_device_equals_the_plain_step(accel, tmp_path):
         assert float(flag) == 2.5
     finally:
         dist.destroy_process_group()
+
+
+def test_the_loaders_page_locked_slots_feed_the_device_the_batches_made_in_process(accel, tmp_path):
+    """The trainer's loader on the device: two workers, each batch copied with ``non_blocking``
+    behind a wait queued on the device and never waited for, so the caller runs ahead of the
+    device and the slots (six, page-locked on CUDA) come round while copies from them are queued;
+    every batch arrives on the device equal to the batch made in this process."""
+    from helpers.train import make_train_setup
+    from spkflow.train.batches import read_batch_list
+    from spkflow.train.loader import NxMCropDataset, make_loader
+
+    s = make_train_setup(tmp_path, epochs=1)
+    batches = read_batch_list(s["batches"] / "epoch1.txt") * 12
+    d = NxMCropDataset(s["feats"] / "feats.scp", batches, seed=1, epoch=1, crop=(20, 40), mean_norm="none")
+    loader = make_loader(d, num_workers=2, prefetch_factor=2, pin_memory=accel == "cuda")
+    on_device = []
+    for x, _ in loader:
+        if accel == "cuda":
+            assert loader.page_locks is not None and loader.page_locks.locked  # the copy reads the slot
+            torch.cuda._sleep(2_000_000)  # the device falls behind: the copy below waits in its queue
+        on_device.append(x.to(accel, non_blocking=True))
+    assert len(on_device) == len(batches) >= 24
+    for b, y in enumerate(on_device):
+        assert torch.equal(y.cpu(), d[b][0]), f"batch {b} changed on its way to the device"
