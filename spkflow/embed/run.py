@@ -259,8 +259,9 @@ def run_job(
         nonlocal computed
         for keys, vecs in parts:
             keep = []
-            for utt, v in zip(keys, vecs, strict=True):
-                if np.all(np.isfinite(v)):
+            finite = np.isfinite(vecs).all(axis=1)
+            for utt, v, ok in zip(keys, vecs, finite, strict=True):
+                if ok:
                     keep.append((utt, v))
                 elif skip_bad:
                     bad[utt] = "the model produced NaN or infinite values"

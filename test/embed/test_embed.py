@@ -439,6 +439,40 @@ def test_a_failing_batch_comes_after_every_batch_before_it_is_committed(embedder
         assert set(committed_entries(jobs)) == {u for b in plan[:failing] for u in b}
 
 
+def test_an_embedding_that_is_not_finite_fails_its_utterance_or_is_skipped(model_dir, tmp_path):
+    """A model that gives one utterance NaN: the job fails naming it (the batches before it
+    committed), or with ``skip_bad`` lists it in ``bad_utts`` with the reason and writes the rest."""
+    from spkflow.data.durations import known_durations
+    from spkflow.embed.base import PendingEmbeddings
+    from spkflow.embed.native import SpkflowEmbedder
+
+    class NaNOnce(SpkflowEmbedder):
+        launched = 0
+
+        def launch_padded(self, feats, lengths):
+            out = super().launch_padded(feats, lengths).result()
+            NaNOnce.launched += 1
+            if NaNOnce.launched == 3:  # the third batch's first utterance
+                out = out.copy()
+                out[0, 5] = np.nan
+            return PendingEmbeddings(torch.from_numpy(out))
+
+    data = make_speakers(tmp_path, num_spk=3, num_utt=4, min_sec=0.5, max_sec=1.5, seed=8)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    plan = plan_batches(utts, known_durations(data, utts), 2, 60000)
+    victim = plan[2][0]
+    emb = NaNOnce(model_dir)
+    with pytest.raises(UtteranceError, match="NaN or infinite") as err:
+        run_job(emb, data, utts, tmp_path / "jobs", 1, batch_size=2, num_workers=2, progress=False)
+    assert err.value.utt == victim
+    assert set(committed_entries(tmp_path / "jobs")) == {u for b in plan[:2] for u in b}
+    NaNOnce.launched = 0
+    rep = run_job(emb, data, utts, tmp_path / "skip", 1, batch_size=2, num_workers=2, skip_bad=True, progress=False)
+    assert rep.bad == {victim: "the model produced NaN or infinite values"}
+    assert set(committed_entries(tmp_path / "skip")) == set(utts) - {victim}
+    assert (tmp_path / "skip" / "bad_utts.1").read_text() == f"{victim} the model produced NaN or infinite values\n"
+
+
 def test_model_dir_errors(tmp_path):
     from spkflow.embed import open_embedder
 
