@@ -316,38 +316,47 @@ def test_jobs_and_merge_refuse_to_mix_models(model_dir, other_model_dir, tmp_pat
 
 
 def test_sigkilled_job_leaves_no_dataloader_worker(model_dir, tmp_path):
-    """What the OOM killer does: SIGKILL of the job while its worker has filled the pipe.
-    Before: the worker stayed, blocked, holding the job's files (minutes later, every time)."""
-    data = make_speakers(tmp_path, num_spk=3, num_utt=6, min_sec=3.0, max_sec=6.0, seed=13)
+    """What the OOM killer does: SIGKILL of the job while its worker is stuck in a read (here a
+    ``cmd |`` of the wav.scp that takes an hour; a hung network file system does the same).
+    torch's own watchdog is only asked between items, so before the worker stayed, holding the
+    job's files.  The test waits for the stuck read itself, not for a time."""
+    data = make_speakers(tmp_path, num_spk=2, num_utt=2, seed=13)
+    utts = (data / "utt2spk").read_text().split()[::2]
+    (data / "wav.scp").write_text("".join(f"{u} sleep 3600 |\n" for u in utts))
+    (data / "utt2dur").unlink(missing_ok=True)
     jobs = tmp_path / "jobs"
     job = subprocess.Popen(
         [str(PY), "-m", "spkflow.bin.extract_embeddings", "--model-dir", str(model_dir), "--batch-size", "4",
-         "--max-frames", "100000", "--num-workers", "1", "--no-progress", str(data), str(jobs)],
+         "--num-workers", "1", "--no-progress", str(data), str(jobs)],
         env=env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     workers: list[int] = []
+    stuck: list[int] = []
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not (jobs.is_dir() and _commit_lines(jobs)):
+        while time.time() < deadline and not stuck and job.poll() is None:
+            children = process_children()
+            workers = children.get(job.pid, [])
+            stuck = [c for w in workers for c in children.get(w, [])]  # the worker's `sleep 3600`
             time.sleep(0.05)
-        assert _commit_lines(jobs), "the job never committed a batch"
-        os.kill(job.pid, signal.SIGSTOP)  # a busy main process: the worker runs ahead and blocks
-        workers = process_children().get(job.pid, [])
-        assert len(workers) == 1
-        time.sleep(2.0)
+        assert len(workers) == 1 and stuck, "the job's worker never started its read"
         os.kill(job.pid, signal.SIGKILL)
         job.wait()
-        deadline = time.time() + 4.0
+        deadline = time.time() + 30
         while time.time() < deadline and process_alive(workers[0]):
             time.sleep(0.05)
         assert not process_alive(workers[0]), "the DataLoader worker outlived its job"
     finally:
         job.kill()
-        for w in workers:
-            if process_alive(w):
-                os.kill(w, signal.SIGKILL)
+        children = process_children()
+        left = workers + stuck
+        for p in left:  # and what they started (the shell's `sleep`)
+            left.extend(children.get(p, []))
+        for p in left:
+            if process_alive(p):
+                os.kill(p, signal.SIGKILL)
 
 
 def test_disk_full_in_the_merge_leaves_no_output(model_dir, tmp_path):
