@@ -48,10 +48,11 @@ import collections
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: batches a DataLoader worker of stage 5 or of training makes ahead (torch's ``prefetch_factor``)
 PREFETCH = 4
@@ -285,6 +286,18 @@ class PageLocks:
                 nbytes / 1e9,
                 self.report["seconds"],
             )
+
+    def feeding(self, batches: Iterable[T], slots: list[Any]) -> Iterator[T]:
+        """``batches`` (from a loader whose workers have started) with ``slots`` page-locked
+        before the first, each batch held once its caller asks for the next (:meth:`hold`), and
+        everything released when the loop ends, by an error or by the caller closing it."""
+        try:
+            self.lock(slots)
+            for batch in batches:
+                yield batch
+                self.hold(batch)
+        finally:
+            self.release()
 
     def hold(self, batch: Any) -> None:
         """Keep ``batch``, handed over and now done with by its caller (who asks for the next),

@@ -220,17 +220,15 @@ class _Recycled:
     def __iter__(self) -> Iterator[Any]:
         import torch
 
-        batches = iter(self.loader)  # the workers start and are sent their first indices
-        try:
-            if self.locks is not None:
-                self.locks.lock(self.slots)
+        def arriving(batches: Iterator[Any]) -> Iterator[Any]:
             for batch in batches:
                 items, parts = from_slots(batch, self.slots) if self.slots else batch
                 parts = [(keys, feats, torch.as_tensor(lengths)) for keys, feats, lengths in parts]
                 self.pool.arrived(parts[0][1] if parts else None, needed=batch_elements((items, parts)))
                 yield items, parts
-                if self.locks is not None:  # until the device is past the copy from its slot
-                    self.locks.hold(parts)
-        finally:
-            if self.locks is not None:
-                self.locks.release()
+
+        batches = arriving(iter(self.loader))  # the workers start and are sent their first indices
+        if self.locks is None:
+            yield from batches
+        else:
+            yield from self.locks.feeding(batches, self.slots)

@@ -276,11 +276,7 @@ class _Loader(DataLoader):
             slots = self._slots
             pool = BufferPool(numel, limit=4 * in_flight + 4, slots=slots)
             sampler.pool = pool
-        it = super().__iter__()  # the workers start and are sent their first indices
-        locks = self.page_locks if slots else None
-        try:
-            if locks is not None:
-                locks.lock(slots)
+        def arriving(it: Iterator[Any]) -> Iterator[Any]:
             for item in it:
                 if isinstance(item, _Failed):
                     raise item.error
@@ -291,11 +287,14 @@ class _Loader(DataLoader):
                         item[0] if isinstance(item, tuple) and item and isinstance(item[0], torch.Tensor) else None
                     )
                 yield item
-                if locks is not None:  # until the device is past the copy from its slot
-                    locks.hold(item)
+
+        it = super().__iter__()  # the workers start and are sent their first indices
+        try:
+            if self.page_locks is not None and slots:
+                yield from self.page_locks.feeding(arriving(it), slots)
+            else:
+                yield from arriving(it)
         finally:
-            if locks is not None:
-                locks.release()
             shutdown = getattr(it, "_shutdown_workers", None)  # torch's own, as its __del__ calls it
             if shutdown is not None and not self.persistent_workers:
                 shutdown()

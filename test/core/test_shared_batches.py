@@ -165,6 +165,36 @@ def test_a_batch_handed_over_is_held_until_the_device_is_past_it():
     assert not locks.held and [pool.take(), pool.take()] == [0, 1]
 
 
+def test_feeding_locks_before_the_first_batch_holds_each_and_releases_when_left_or_failed():
+    """The loaders' loop (stage 5's and the trainer's): the slots are locked before a batch is
+    asked of the workers, each batch is held once the caller asks for the next, and the slots are
+    released (the device waited for) whether the caller stops early or the batches fail."""
+    slots = BufferPool.make_slots(10, 2)
+    cudart, events = FakeCudart(), FakeEvents()
+
+    def batches(fail: bool):
+        assert [c[0] for c in cudart.calls][-2:] == ["register"] * 2  # locked before the first
+        yield "b0"
+        yield "b1"
+        if fail:
+            raise RuntimeError("a worker failed")
+        yield "b2"
+
+    for fail in (False, True):
+        cudart.calls.clear()
+        locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("synchronize",)), event=events)
+        fed = locks.feeding(batches(fail), slots)
+        assert next(fed) == "b0" and not locks.held
+        assert next(fed) == "b1" and [b for _, b in locks.held] == ["b0"]
+        if fail:
+            with pytest.raises(RuntimeError, match="a worker failed"):
+                next(fed)
+        else:
+            fed.close()  # the caller leaves the loop
+        assert [c[0] for c in cudart.calls[2:]] == ["synchronize", "unregister", "unregister"]
+        assert not locks.held and not locks.locked
+
+
 @pytest.mark.skipif(
     not hasattr(torch._C, "_cudart") or torch.cuda.is_available(), reason="needs torch's CUDA runtime without a GPU"
 )
