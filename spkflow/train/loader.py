@@ -276,6 +276,7 @@ class _Loader(DataLoader):
             slots = self._slots
             pool = BufferPool(numel, limit=4 * in_flight + 4, slots=slots)
             sampler.pool = pool
+
         def arriving(it: Iterator[Any]) -> Iterator[Any]:
             for item in it:
                 if isinstance(item, _Failed):

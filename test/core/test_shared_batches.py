@@ -182,7 +182,9 @@ def test_feeding_locks_before_the_first_batch_holds_each_and_releases_when_left_
 
     for fail in (False, True):
         cudart.calls.clear()
-        locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("synchronize",)), event=events)
+        locks = PageLocks(
+            "cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("synchronize",)), event=events
+        )
         fed = locks.feeding(batches(fail), slots)
         assert next(fed) == "b0" and not locks.held
         assert next(fed) == "b1" and [b for _, b in locks.held] == ["b0"]

@@ -6,14 +6,20 @@ All audio is made here (sines with known frequency and amplitude); nothing is mo
 from __future__ import annotations
 
 import math
+import os
 import shlex
+import shutil
+import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 
+from helpers.paths import ROOT
+from helpers.procs import env, process_alive, process_tree, start_from_a_terminal
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.audio import (
     AudioReader,
@@ -219,6 +225,51 @@ def test_pipe_writing_no_audio(tmp_path: Path) -> None:
         load_audio("true |", utt="u", table=True)
     with pytest.raises(UtteranceError, match="cannot decode"):
         load_audio("echo not-audio |", utt="u", table=True)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "prctl"])
+def test_a_pipe_command_does_not_outlive_its_reader(stop: signal.Signals, setpriv: bool) -> None:
+    """A reader SIGKILLed (a job's worker, gone with its job) or stopped by Ctrl-C while a
+    ``cmd1 | cmd2 |`` entry runs: every process of the command ends, though neither would for
+    an hour.  Before, both stayed; the test waits for them, not for a time.  Both ways of
+    arming the guard: util-linux's ``setpriv``, and ``prctl`` where it is missing."""
+    if setpriv and shutil.which("setpriv") is None:
+        pytest.skip("no setpriv here (util-linux)")
+    e = env()
+    e["PYTHONPATH"] = str(ROOT)
+    hide = "" if setpriv else "import shutil; shutil.which = lambda *a, **k: None; "
+    reader = start_from_a_terminal(
+        [sys.executable, "-c", f"{hide}from spkflow.data.audio import load_audio; "
+         "load_audio('sleep 3600 | sleep 3600 |', utt='u1', table=True)"],
+        env=e,
+    )  # fmt: skip
+    sleeps: list[int] = []
+    try:
+        deadline = time.time() + 120
+        while len(sleeps) < 2 and reader.poll() is None and time.time() < deadline:
+            sleeps = [p for p in process_tree(reader.pid) if _comm(p) == "sleep"]
+            time.sleep(0.05)
+        assert len(sleeps) == 2, f"the reader never started its command: {reader.communicate()}"
+        os.kill(reader.pid, stop)
+        reader.communicate()
+        deadline = time.time() + 60
+        while any(map(process_alive, sleeps)) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not any(map(process_alive, sleeps)), "the command outlived its reader"
+    finally:
+        reader.kill()
+        reader.communicate()
+        for p in sleeps:
+            if process_alive(p):
+                os.kill(p, signal.SIGKILL)
 
 
 def test_missing_file_names_utt_and_path(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from helpers.audio import make_mixed_data, make_speakers, write_data_dir_by_prefix
 from helpers.models import l2, make_spkflow_model_dir
 from helpers.paths import ROOT
-from helpers.procs import process_alive, process_children, run_py, small_disk
+from helpers.procs import process_alive, process_children, process_tree, run_py, small_disk
 from helpers.recipes import PY, SCRIPT, env, template_recipe
 from helpers.spread import within
 
@@ -319,7 +319,8 @@ def test_sigkilled_job_leaves_no_dataloader_worker(model_dir, tmp_path):
     """What the OOM killer does: SIGKILL of the job while its worker is stuck in a read (here a
     ``cmd |`` of the wav.scp that takes an hour; a hung network file system does the same).
     torch's own watchdog is only asked between items, so before the worker stayed, holding the
-    job's files.  The test waits for the stuck read itself, not for a time."""
+    job's files; and the read's command stayed too (its shell and the ``sleep``), until the
+    command's own end.  The test waits for the stuck read itself, not for a time."""
     data = make_speakers(tmp_path, num_spk=2, num_utt=2, seed=13)
     utts = (data / "utt2spk").read_text().split()[::2]
     (data / "wav.scp").write_text("".join(f"{u} sleep 3600 |\n" for u in utts))
@@ -342,12 +343,14 @@ def test_sigkilled_job_leaves_no_dataloader_worker(model_dir, tmp_path):
             stuck = [c for w in workers for c in children.get(w, [])]  # the worker's `sleep 3600`
             time.sleep(0.05)
         assert len(workers) == 1 and stuck, "the job's worker never started its read"
+        stuck = process_tree(workers[0])[1:]  # the read's shells and its `sleep`
         os.kill(job.pid, signal.SIGKILL)
         job.wait()
         deadline = time.time() + 30
-        while time.time() < deadline and process_alive(workers[0]):
+        while time.time() < deadline and any(map(process_alive, workers + stuck)):
             time.sleep(0.05)
         assert not process_alive(workers[0]), "the DataLoader worker outlived its job"
+        assert not any(map(process_alive, stuck)), "the worker's wav.scp command outlived its job"
     finally:
         job.kill()
         children = process_children()
