@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from spkflow.core.atomic import write_text_atomic
 from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.ark import KaldiArkReader, select_rows
 from spkflow.data.jobs import MergeError, log_line
+from spkflow.data.pipes import is_pipe, pipe_command, run_pipe
 from spkflow.data.shards import AUDIO_EXTS, CHECKSUMS, FIELDS, load_shard, shard_name, write_shard
 from spkflow.data.tables import c_key, read_kv
 from spkflow.data.voiced import voiced_frames
@@ -159,13 +159,8 @@ def read_plan(shard_dir: str | os.PathLike[str]) -> list[tuple[str, list[str]]]:
 def _audio_member(utt: str, entry: str) -> tuple[str, bytes]:
     """(extension, bytes) of a wav.scp entry: a file as stored, or what a pipe writes (as wav)."""
     entry = entry.strip()
-    if entry.endswith("|"):
-        cmd = entry[:-1].strip()
-        proc = subprocess.run(cmd, shell=True, capture_output=True, stdin=subprocess.DEVNULL, check=False)
-        if proc.returncode != 0 or not proc.stdout:
-            err = proc.stderr.decode("utf-8", "replace").strip()[-300:]
-            raise UtteranceError(utt, f"{cmd} |", f"command failed (exit {proc.returncode}): {err or 'no output'}")
-        return "wav", proc.stdout
+    if is_pipe(entry):
+        return "wav", run_pipe(pipe_command(entry), utt)
     ext = Path(entry).suffix.lower().lstrip(".")
     if ext not in AUDIO_EXTS:
         raise UtteranceError(utt, entry, f"not a file of a known audio type ({', '.join(AUDIO_EXTS)})")

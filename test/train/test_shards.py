@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from helpers.audio import make_speakers
-from spkflow.core.errors import InputError
+from spkflow.core.errors import InputError, UtteranceError
 from spkflow.data.jobs import MergeError
 from spkflow.data.shard_jobs import merge, prepare, read_plan, shard_order, voiced_shards, write_job
 from spkflow.data.shards import ShardSet, load_shard
@@ -211,6 +211,29 @@ def test_voiced_shards_name_a_vad_of_another_length(tmp_path):
         write_job(feats, out, 1, 1)
     holder = next(name for name, utts in read_plan(out) if bad in utts)
     assert not (out / holder).exists()
+
+
+def test_audio_shards_hold_what_a_pipe_writes_and_name_a_failing_one(tmp_path):
+    """A ``cmd |`` entry of the wav.scp is run as stage 5 and the loaders run it
+    (:func:`spkflow.data.pipes.run_pipe`): its output is the member; a failing one names the
+    utterance, the command and its exit status, and the shard is not written."""
+    data = make_speakers(tmp_path, num_spk=2, num_utt=2, fmt="wav")
+    wav = read_kv(data / "wav.scp")
+    piped, failing = sorted(wav)[:2]
+    lines = dict(wav)
+    lines[piped] = f"cat {wav[piped]} |"
+    lines[failing] = "sh -c 'echo no such input >&2; exit 4' |"
+    (data / "wav.scp").write_text("".join(f"{u} {e}\n" for u, e in sorted(lines.items())))
+    out = tmp_path / "shards"
+    prepare(data, out, 10, run=4, seed=0, audio=True)
+    with pytest.raises(UtteranceError, match=f"{failing}.*exit code 4; stderr: no such input"):
+        write_job(data, out, 1, 1, audio=True)
+    assert not list(out.glob("shard.*.tar"))
+    lines[failing] = wav[failing]
+    (data / "wav.scp").write_text("".join(f"{u} {e}\n" for u, e in sorted(lines.items())))
+    assert write_job(data, out, 1, 1, audio=True) == 1
+    shard = load_shard(next(out.glob("shard.*.tar")))
+    assert shard.audio_field(piped) == "wav" and shard.payload(piped, "wav") == Path(wav[piped]).read_bytes()
 
 
 def test_make_shards_script(tmp_path):
