@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.audio import decaying_rirs, make_speakers
+from helpers.cudart import TimedEvents
 from helpers.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "test" / "bench"))
@@ -51,6 +52,8 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
         # the job's own account of its waits for batches decides between the loader and its loop
         assert 0 <= r["e2e_data_wait_share"] <= 1
         assert r["limit"] == bench_gpu.extraction_limit(r["e2e_over_model"], r["e2e_data_wait_share"])
+        # the device's stream is CUDA's: nothing to account for on the CPU
+        assert r["device_busy_share"] is None and r["device_ms_per_batch"] is None and r["model_ms_per_batch"] > 0
         assert r["page_locked"] is None  # CUDA's: nothing is page-locked on the CPU
         if r["dtype"] == "float32":
             assert r["min_cosine_vs_float32"] is None
@@ -83,3 +86,40 @@ def test_extraction_limit_follows_the_jobs_waits() -> None:
     assert bench_gpu.limits({"extraction": [row]})[0].endswith("padding; the job waited for batches 60% of its loop)")
     row.update(e2e_data_wait_share=None)
     assert bench_gpu.limits({"extraction": [row]})[0].endswith("the loader (CPU workers: decode, fbank, padding)")
+
+
+def test_a_device_busy_through_the_loop_is_the_limit_said_with_its_milliseconds() -> None:
+    """With CUDA's account of the device's stream: inside a batch 90 % of the loop or more, the
+    batches' own work on the GPU is the limit whatever the waits say; less, the waits decide."""
+    assert bench_gpu.extraction_limit(0.6, 0.05, busy=0.97) == "device work"
+    assert bench_gpu.extraction_limit(0.6, 0.6, busy=0.95) == "device work"
+    assert bench_gpu.extraction_limit(0.6, 0.05, busy=0.5) == "job loop"
+    assert bench_gpu.extraction_limit(0.95, 0.05, busy=0.99) == "model"
+    row = {"e2e_utt_per_s": 4800.0, "dtype": "bfloat16", "batch_size": 256, "fbank_on": "device",
+           "audio_format": "wav", "e2e_over_model": 0.58, "model_utt_per_s": 8296.0,
+           "e2e_data_wait_share": 0.04, "device_ms_per_batch": 52.1, "model_ms_per_batch": 30.86,
+           "device_busy_share": 0.96, "limit": "device work"}  # fmt: skip
+    said = bench_gpu.limits({"extraction": [row]})[0]
+    assert "the limit is the work of each batch on the GPU (52.1 ms a batch on the device against 30.9" in said
+    assert "the device busy 96% of the loop" in said and "waited for batches 4%" in said
+    row.update(device_busy_share=0.55, limit="job loop")
+    said = bench_gpu.limits({"extraction": [row]})[0]
+    assert "job's own loop" in said and "the device busy 55% of the loop" in said
+
+
+def test_the_device_account_is_the_median_batch_and_the_share_of_the_loop_inside_one(monkeypatch) -> None:
+    """Three batches on the device's clock: 10, 12 and 30 ms long, the stream idle 8 ms between the
+    first two and none after: median 12 ms, busy 52 / 60 of the loop."""
+
+    class Inner:
+        device = "cuda:0"
+
+        def launch_padded(self, feats, lengths):
+            return feats
+
+    monkeypatch.setattr(bench_gpu, "_timing_event", TimedEvents([0, 10, 18, 30, 30, 60]))
+    timed = bench_gpu.TimedEmbedder(Inner())
+    for k in range(3):
+        timed.launch_padded(k, None)
+    assert timed.device_account() == (12.0, round(52 / 60, 3))
+    assert bench_gpu.TimedEmbedder(Inner()).device_account() == (None, None)

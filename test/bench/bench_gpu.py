@@ -56,6 +56,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -336,18 +337,47 @@ def bench_parity(device: str, clips: Sequence[Path], batch: int, reps: int) -> d
 # ------------------------------------------------------------------------------- 2. extraction
 class TimedEmbedder:
     """Stage 5's embedder with the time and utterance count after the first batch's return, so the
-    end-to-end rate leaves out the DataLoader workers' start-up."""
+    end-to-end rate leaves out the DataLoader workers' start-up.  On CUDA it also records a timing
+    event on the device's stream before and after each batch's work (the copy there, the frontend,
+    the model, the copy back), read after the job by :meth:`device_account`."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.first: float | None = None
         self.utts_after_first = 0
+        self.spans: list[tuple[Any, Any]] = []  # (start, end) CUDA events of each batch, in order
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def launch_padded(self, feats: Any, lengths: Any) -> Any:
-        return _TimedPending(self, self._inner.launch_padded(feats, lengths))
+        cuda = str(self._inner.device).startswith("cuda")
+        start = _timing_event() if cuda else None
+        pending = self._inner.launch_padded(feats, lengths)
+        if cuda:
+            self.spans.append((start, _timing_event()))
+        return _TimedPending(self, pending)
+
+    def device_account(self) -> tuple[float | None, float | None]:
+        """(median milliseconds of a batch's work on the device's stream, the share of the time from
+        the first batch's start to the last one's end that the stream spent inside a batch); Nones
+        off CUDA.  Device clocks only: the share is 1 when the stream never waited for the host
+        between batches.  A batch's span also holds any wait for its own kernels' launches."""
+        if not self.spans:
+            return None, None
+        self.spans[-1][1].synchronize()
+        ms = [a.elapsed_time(b) for a, b in self.spans]
+        whole = self.spans[0][0].elapsed_time(self.spans[-1][1])
+        return round(float(statistics.median(ms)), 2), round(min(1.0, sum(ms) / whole), 3) if whole > 0 else None
+
+
+def _timing_event() -> Any:
+    """A CUDA event with timing, recorded now on the current stream."""
+    import torch
+
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 class _TimedPending:
@@ -437,6 +467,7 @@ def bench_extraction(
                         sync(a.device)
                         alone[dtype, b] = (reps * b / (time.perf_counter() - t0), sampler.summary())
                 model_rate, util_model = alone[dtype, b]
+                device_ms, busy = timed.device_account()
                 peak = torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else None
                 rows.append(
                     {
@@ -455,7 +486,12 @@ def bench_extraction(
                         "e2e_data_wait_share": summary.waits.get("data_wait_share"),
                         # the job's batch slots page-locked for the copies (slots, bytes, seconds)
                         "page_locked": summary.page_locked or None,
-                        "limit": extraction_limit(wall / model_rate, summary.waits.get("data_wait_share")),
+                        # the device's stream: a batch's work (median ms) against the model alone's, and
+                        # the share of the loop it was inside a batch (CUDA events; None off CUDA)
+                        "device_ms_per_batch": device_ms,
+                        "model_ms_per_batch": round(1000 * b / model_rate, 2),
+                        "device_busy_share": busy,
+                        "limit": extraction_limit(wall / model_rate, summary.waits.get("data_wait_share"), busy),
                         "gpu_util_e2e": util_e2e,
                         "gpu_util_model": util_model,
                         "min_cosine_vs_float32": min_cos,
@@ -692,7 +728,11 @@ EXTRACTION_LIMITS = {
     "loader": "loader (CPU workers: decode, fbank, padding{waited})",
     "job loop": (
         "job's own loop, not the loader{waited}: its main thread launches the copy to the device, the device "
-        "frontend and the model, and writes each batch while the device computes the next"
+        "frontend and the model, and writes each batch while the device computes the next{device}"
+    ),
+    "device work": (
+        "work of each batch on the GPU{device}, beyond the model alone: the copy there, the frontend and the "
+        "copy back, and any wait for the main thread's launches inside a batch{waited}"
     ),
 }
 
@@ -710,15 +750,29 @@ def waited(limit: str, share: float | None) -> str:
     return f"; the job waited for batches {fmt_share(share)} of its loop"
 
 
-def extraction_limit(over_model: float, wait_share: float | None) -> str:
-    """``model`` when the job reaches 90 % of the model alone; else ``loader`` when it waited for
+def extraction_limit(over_model: float, wait_share: float | None, busy: float | None = None) -> str:
+    """``model`` when the job reaches 90 % of the model alone; else ``device work`` when the
+    device's stream was inside a batch 90 % of the loop or more (``busy``, CUDA only: the batches'
+    own work on the GPU is then the limit, not the host); else ``loader`` when the job waited for
     batches more than :data:`spkflow.core.batch_wait.LOADER_BOUND` of its loop (or did not say),
     else ``job loop``: batches were there and the job's main thread was the slower side."""
     from spkflow.core.batch_wait import LOADER_BOUND
 
     if over_model >= 0.9:
         return "model"
+    if busy is not None and busy >= 0.9:
+        return "device work"
     return "loader" if wait_share is None or wait_share > LOADER_BOUND else "job loop"
+
+
+def device_said(row: dict[str, Any]) -> str:
+    """What the device's stream did in ``row``'s job, as the limit's sentence says it (nothing off CUDA)."""
+    if row.get("device_busy_share") is None:
+        return ""
+    return (
+        f" ({row['device_ms_per_batch']:.1f} ms a batch on the device against {row['model_ms_per_batch']:.1f} "
+        f"for the model alone; the device busy {fmt_share(row['device_busy_share'])} of the loop)"
+    )
 
 
 def limits(result: dict[str, Any]) -> list[str]:
@@ -732,7 +786,9 @@ def limits(result: dict[str, Any]) -> list[str]:
             f"{best['batch_size']}, fbank in the {best['fbank_on']}, {best['audio_format'].upper()}) = "
             f"{100 * best['e2e_over_model']:.0f}% of the "
             f"model alone ({best['model_utt_per_s']:.0f} utt/s): the limit is the "
-            + EXTRACTION_LIMITS[best["limit"]].format(waited=waited(best["limit"], best.get("e2e_data_wait_share")))
+            + EXTRACTION_LIMITS[best["limit"]].format(
+                waited=waited(best["limit"], best.get("e2e_data_wait_share")), device=device_said(best)
+            )
         )
     tr = result.get("train")
     if tr:
@@ -771,9 +827,9 @@ def markdown(result: dict[str, Any]) -> str:
     rows = result.get("extraction")
     if rows:
         lines += [
-            "| model | dtype | batch | fbank | audio | e2e utt/s | model utt/s | e2e/model | waited | limit | "
-            "GPU util e2e | GPU util model | min cos vs fp32 |",
-            "|---|---|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
+            "| model | dtype | batch | fbank | audio | e2e utt/s | model utt/s | e2e/model | waited | device busy | "
+            "limit | GPU util e2e | GPU util model | min cos vs fp32 |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
         ]
         for r in rows:
             cos = "-" if r["min_cosine_vs_float32"] is None else f"{r['min_cosine_vs_float32']:.5f}"
@@ -781,7 +837,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {r['model']} | {r['dtype']} | {r['batch_size']} | {r['fbank_on']} | {r['audio_format']} | "
                 f"{r['e2e_utt_per_s']:.0f} | "
                 f"{r['model_utt_per_s']:.0f} | {r['e2e_over_model']:.2f} | {fmt_share(r.get('e2e_data_wait_share'))} | "
-                f"{r['limit']} | "
+                f"{fmt_share(r.get('device_busy_share'))} | {r['limit']} | "
                 f"{fmt_util(r['gpu_util_e2e'])} | {fmt_util(r['gpu_util_model'])} | {cos} |"
             )
         lines.append("")

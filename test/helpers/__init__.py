@@ -9,7 +9,7 @@ spread      float bounds between two computation paths, and the record of the sp
 diar        simulated conversations of synthetic voices as recording dirs, window embeddings
 procs       processes: /proc, a small disk, running the venv's Python
 heap        a probe of a process's heap (page faults of a batch freed and made again), as source text
-cudart      stand-ins for CUDA's runtime and events (page-locked batch slots; no GPU here)
+cudart      stand-ins for CUDA's runtime and events, timing ones too (page-locked batch slots, bench_gpu; no GPU here)
 corpora     mini copies of each corpus's layout, data-dir validity
 recipes     a recipe in a mirror of the project, the extraction script and its environment
 train       a training set-up (data dir, features, batch lists, config) and the trainer's CLI arguments

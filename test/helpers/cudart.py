@@ -43,3 +43,27 @@ class FakeEvents:
     def __call__(self) -> FakeEvent:
         self.made.append(FakeEvent())
         return self.made[-1]
+
+
+class TimedEvent:
+    """A stand-in for a recorded ``torch.cuda.Event(enable_timing=True)``, recorded at ``at``
+    milliseconds on the device's clock."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, other: TimedEvent) -> float:
+        return other.at - self.at
+
+
+class TimedEvents:
+    """Makes :class:`TimedEvent` s, each recorded at the next of ``times`` (milliseconds)."""
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = iter(times)
+
+    def __call__(self) -> TimedEvent:
+        return TimedEvent(next(self.times))
