@@ -63,7 +63,8 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
     assert tr["config"] == "egs/voxceleb/spk1/conf/train_ecapa_c512_aam.yaml" and tr["amp"] is False
     assert [r["path"] for r in tr["paths"]] == ["ark", "raw", "raw-device"]
     for r in tr["paths"]:
-        assert r["loader_steps_per_s"] > 0 and r["limit"] in ("loader", "model") and r["over_model"] > 0
+        assert r["loader_steps_per_s"] > 0 and r["over_model"] > 0 and 0 <= r["data_wait_share"] <= 1
+        assert r["limit"] == bench_gpu.training_limit(r["over_model"], r["data_wait_share"])
     assert len(result["limits"]) == 4 and result["limits"][0].startswith("extraction: best end to end")
     printed = capsys.readouterr().out
     assert "| model | dtype | batch | fbank |" in printed and "| path | steps/s fed by the loader |" in printed
@@ -123,3 +124,22 @@ def test_the_device_account_is_the_median_batch_and_the_share_of_the_loop_inside
         timed.launch_padded(k, None)
     assert timed.device_account() == (12.0, round(52 / 60, 3))
     assert bench_gpu.TimedEmbedder(Inner()).device_account() == (None, None)
+
+
+def test_training_limit_follows_the_step_loops_waits() -> None:
+    """Training fed by a loader under 90 % of the model alone: the step loop's waits for batches
+    say whether the loader or the loop's own main thread held it back."""
+    assert bench_gpu.training_limit(0.95, 0.5) == "model"
+    assert bench_gpu.training_limit(0.8, 0.4) == "loader" and bench_gpu.training_limit(0.8, None) == "loader"
+    assert bench_gpu.training_limit(0.8, 0.03) == "step loop"
+    tr = {"model_steps_per_s": 33.98, "paths": [
+        {"path": "raw-device", "loader_steps_per_s": 27.2, "over_model": 0.8, "data_wait_share": 0.03,
+         "limit": "step loop"},
+        {"path": "raw", "loader_steps_per_s": 19.7, "over_model": 0.58, "data_wait_share": 0.41, "limit": "loader"},
+    ]}  # fmt: skip
+    said = bench_gpu.limits({"train": tr})
+    assert "the limit is the step loop, not the loader (it waited for batches 3% of the time)" in said[0]
+    assert (
+        "the limit is the loader (CPU workers: reading, augmentation, fbank; the step loop waited for batches 41%"
+        in said[1]
+    )

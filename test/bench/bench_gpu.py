@@ -581,6 +581,7 @@ def bench_training(
     import yaml
 
     from spkflow.augment.wave import WaveAugment
+    from spkflow.core.batch_wait import BatchWait
     from spkflow.data.tables import read_kv
     from spkflow.nnet.losses import batch_labels, build_loss
     from spkflow.nnet.models import build_model
@@ -659,14 +660,22 @@ def bench_training(
             first = first if first is not None else (x.detach().clone(), y.to(device))
             step(x, y.to(device))
         sync(device)
+        waits = BatchWait()  # the step loop's waits for batches, as the trainer times them
         with sampler.active():
             t = time.perf_counter()
-            for x, utts, *speed in it:
+            for x, utts, *speed in waits.over(it):
                 y = batch_labels(utts, utt2spk, spk2idx, a.num_utt) + (speed[0] * len(spk2idx) if speed else 0)
                 step(to_input(x, path), y.to(device))
             sync(device)
             rate = a.train_steps / (time.perf_counter() - t)
-        rows.append({"path": path, "loader_steps_per_s": round(rate, 3), "gpu_util": sampler.summary()})
+        rows.append(
+            {
+                "path": path,
+                "loader_steps_per_s": round(rate, 3),
+                "data_wait_share": waits.stats().get("data_wait_share"),
+                "gpu_util": sampler.summary(),
+            }
+        )
         print(f"  training {path}: {rows[-1]['loader_steps_per_s']} steps/s", flush=True)
     x0, y0 = first
     with sampler.active():
@@ -678,7 +687,7 @@ def bench_training(
     util_model = sampler.summary()
     for r in rows:
         r["over_model"] = round(r["loader_steps_per_s"] / model_rate, 3)
-        r["limit"] = "model" if r["over_model"] >= 0.9 else "loader"
+        r["limit"] = training_limit(r["over_model"], r["data_wait_share"])
     return {
         "config": str(VOXCELEB_CONFIG.relative_to(ROOT)),
         "channels": a.channels,
@@ -741,13 +750,14 @@ def fmt_share(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f}%"
 
 
-def waited(limit: str, share: float | None) -> str:
-    """The job's share of waiting for batches, as the sentence of its ``limit`` says it (nothing when unknown)."""
+def waited(limit: str, share: float | None, who: str = "job") -> str:
+    """The share of waiting for batches of the ``who`` (the job, the step loop), as the sentence of
+    its ``limit`` says it (nothing when unknown)."""
     if share is None:
         return ""
-    if limit == "job loop":
+    if limit in ("job loop", "step loop"):
         return f" (it waited for batches {fmt_share(share)} of the time)"
-    return f"; the job waited for batches {fmt_share(share)} of its loop"
+    return f"; the {who} waited for batches {fmt_share(share)} of its loop"
 
 
 def extraction_limit(over_model: float, wait_share: float | None, busy: float | None = None) -> str:
@@ -775,6 +785,28 @@ def device_said(row: dict[str, Any]) -> str:
     )
 
 
+def training_limit(over_model: float, wait_share: float | None) -> str:
+    """``model`` when the loader-fed steps reach 90 % of the model alone; else ``loader`` when the
+    step loop waited for batches more than :data:`spkflow.core.batch_wait.LOADER_BOUND` of its time
+    (or did not say), else ``step loop``: batches were there and the main thread was the slower side."""
+    from spkflow.core.batch_wait import LOADER_BOUND
+
+    if over_model >= 0.9:
+        return "model"
+    return "loader" if wait_share is None or wait_share > LOADER_BOUND else "step loop"
+
+
+#: what each training ``limit`` means, said in ``limits`` (``{waited}``: the loop's share of waiting)
+TRAINING_LIMITS = {
+    "model": "model{waited}",
+    "loader": "loader (CPU workers: reading, augmentation, fbank{waited})",
+    "step loop": (
+        "step loop, not the loader{waited}: its main thread takes each batch from its slot, copies it "
+        "to the device and launches the step"
+    ),
+}
+
+
 def limits(result: dict[str, Any]) -> list[str]:
     """One sentence per part: which part is the limit."""
     out = []
@@ -796,7 +828,9 @@ def limits(result: dict[str, Any]) -> list[str]:
             out.append(
                 f"training {r['path']}: {r['loader_steps_per_s']:.2f} steps/s fed by the loader = "
                 f"{100 * r['over_model']:.0f}% of the model alone ({tr['model_steps_per_s']:.2f}): the limit is the "
-                + ("model" if r["limit"] == "model" else "loader")
+                + TRAINING_LIMITS[r["limit"]].format(
+                    waited=waited(r["limit"], r.get("data_wait_share"), who="step loop")
+                )
             )
     return out
 
@@ -847,11 +881,12 @@ def markdown(result: dict[str, Any]) -> str:
             f"training {tr['config']} (ECAPA-{tr['channels']}, {tr['batch']}, AMP {tr['amp_dtype'] or 'off'}, "
             f"{tr['num_workers']} workers): model alone {tr['model_steps_per_s']:.2f} steps/s",
             "",
-            "| path | steps/s fed by the loader | over the model alone | limit | GPU util |",
-            "|---|---:|---:|---|---:|",
+            "| path | steps/s fed by the loader | over the model alone | waited | limit | GPU util |",
+            "|---|---:|---:|---:|---|---:|",
         ]
         lines += [
-            f"| {r['path']} | {r['loader_steps_per_s']:.2f} | {r['over_model']:.2f} | {r['limit']} | "
+            f"| {r['path']} | {r['loader_steps_per_s']:.2f} | {r['over_model']:.2f} | "
+            f"{fmt_share(r.get('data_wait_share'))} | {r['limit']} | "
             f"{fmt_util(r['gpu_util'])} |"
             for r in tr["paths"]
         ]
