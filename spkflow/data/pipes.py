@@ -47,9 +47,9 @@ _PR_SET_PDEATHSIG = 1
 @functools.cache
 def _guard_start() -> tuple[list[str], Callable[[], None] | None]:
     """How the guard is started with SIGHUP at its reader's death: through util-linux's
-    ``setpriv --pdeathsig`` where it has it (1 ms a command), else by ``prctl`` between fork and
-    exec, which makes Python fork instead of vfork (2-4 ms a command, growing with the reader's
-    memory); neither off Linux."""
+    ``setpriv --pdeathsig`` where it has it (1 ms a command more than a plain ``sh -c``), else by
+    ``prctl`` between fork and exec, which makes Python fork instead of vfork (2-4 ms more, growing
+    with the reader's memory; ``test/bench/bench_pipes.py``); neither off Linux."""
     setpriv = shutil.which("setpriv")
     if setpriv is not None:
         probe = subprocess.run([setpriv, "--pdeathsig", "HUP", "true"], capture_output=True, check=False)
