@@ -33,9 +33,10 @@ Page-locked slots (:class:`PageLocks`, stage 5 on CUDA): torch's ``pin_memory`` 
 the main process map each batch's fresh segment and copy it into pinned memory (on an H200 with
 batches of 256 x 6 s, 98 MB a batch: the mapping alone took 28 ms, under the interpreter the model's
 launches need; docs/gpu.md "The second check").  Stage 5's slots are instead registered once with
-CUDA as page-locked (``cudaHostRegister``) while the workers make the first batches, so a batch
-is neither mapped nor copied on the host: the copy to the device reads the slot itself,
-asynchronously.  A slot stays busy while a tensor refers to it, so the loader holds each batch
+CUDA as page-locked (``cudaHostRegister``), in a thread of their own while the workers make the
+first batches and the job takes them, so a batch is neither mapped nor copied on the host: the
+copy to the device reads the slot itself, asynchronously (a slot not registered yet is copied as
+ordinary memory).  A slot stays busy while a tensor refers to it, so the loader holds each batch
 it handed over until the device has done what was queued when its caller asked for the next
 (:meth:`PageLocks.hold`, a CUDA event): the copy from the slot, however far the caller runs ahead
 of the device.  Training (:mod:`spkflow.train.loader`) uses the same slots.  PyTorch's DataLoader,
@@ -47,6 +48,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -237,6 +239,12 @@ class PageLocks:
     directly and asynchronously (see the module docstring); released by :meth:`release`, which
     first waits for the device (a copy from a slot may still be queued).
 
+    :meth:`lock` registers the slots in a thread of its own (torch's binding releases the
+    interpreter lock during ``cudaHostRegister``), so the first batches do not wait for it: a
+    batch whose slot is not registered yet is copied as ordinary memory, the same bytes, and the
+    copies become asynchronous slot by slot.  ``background=False`` registers them all before
+    :meth:`lock` returns.
+
     ``cudart``: torch's ``torch.cuda.cudart()`` (its ``cudaHostRegister`` / ``cudaHostUnregister``),
     ``synchronize``: ``torch.cuda.synchronize`` of the device, ``event``: a CUDA event recorded on
     the device's current stream; all three given only by tests, which have no GPU.  A slot the
@@ -249,22 +257,39 @@ class PageLocks:
         cudart: Any = None,
         synchronize: Callable[[], None] | None = None,
         event: Callable[[], Any] | None = None,
+        background: bool = True,
     ) -> None:
         import torch
 
         self.cudart = cudart if cudart is not None else torch.cuda.cudart()
         self.synchronize = synchronize if synchronize is not None else (lambda: torch.cuda.synchronize(device))
         self.event = event if event is not None else (lambda: _recorded(device))
-        self.locked: list[int] = []  # data pointers registered, in order
+        self.background = background
+        self.locked: list[int] = []  # data pointers registered, in order (appended by the registering thread)
         self.held: collections.deque[tuple[Any, Any]] = collections.deque()  # (event, batch)
         #: what :meth:`lock` did: slots and bytes registered, seconds it took
         self.report: dict[str, float] = {}
+        self._registering: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def lock(self, slots: list[Any]) -> None:
-        """Register every slot of ``slots`` (stopping at the first the driver refuses), and say in
-        the job's log how much and how long."""
+        """Register every slot of ``slots`` (stopping at the first the driver refuses, or at
+        :meth:`release`), in the background unless ``background`` is off, and say in the job's
+        log how much and how long."""
+        self._stop.clear()
+        if not self.background:
+            self._register(list(slots))
+            return
+        self._registering = threading.Thread(
+            target=self._register, args=(list(slots),), name="spkflow-page-lock", daemon=True
+        )
+        self._registering.start()
+
+    def _register(self, slots: list[Any]) -> None:
         t, nbytes = time.perf_counter(), 0
         for slot in slots:
+            if self._stop.is_set():
+                break
             storage = slot.untyped_storage()
             rc = self.cudart.cudaHostRegister(storage.data_ptr(), storage.nbytes(), 0)
             if int(rc) != 0:
@@ -281,16 +306,23 @@ class PageLocks:
         self.report = {"slots": len(self.locked), "bytes": nbytes, "seconds": round(time.perf_counter() - t, 3)}
         if self.locked:
             log.info(
-                "page-locked %d batch slots (%.2f GB) for the copies to the GPU in %.2f s",
+                "page-locked %d of %d batch slots (%.2f GB) for the copies to the GPU in %.2f s%s",
                 len(self.locked),
+                len(slots),
                 nbytes / 1e9,
                 self.report["seconds"],
+                " (in the background)" if self.background else "",
             )
+
+    def _active(self) -> bool:
+        """Whether a copy from a slot may be asynchronous: a slot is registered, or may be soon."""
+        return bool(self.locked) or (self._registering is not None and self._registering.is_alive())
 
     def feeding(self, batches: Iterable[T], slots: list[Any]) -> Iterator[T]:
         """``batches`` (from a loader whose workers have started) with ``slots`` page-locked
-        before the first, each batch held once its caller asks for the next (:meth:`hold`), and
-        everything released when the loop ends, by an error or by the caller closing it."""
+        from before the first (:meth:`lock`), each batch held once its caller asks for the next
+        (:meth:`hold`), and everything released when the loop ends, by an error or by the caller
+        closing it."""
         try:
             self.lock(slots)
             for batch in batches:
@@ -304,16 +336,21 @@ class PageLocks:
         until the device has done all it was given so far, the copy from the batch's slot
         included: the pool hands a slot out only when nothing refers to it.  Batches the device
         is past are let go."""
-        if not self.locked:
+        if not self._active():
             return
         self.held.append((self.event(), batch))
         while self.held and self.held[0][0].query():
             self.held.popleft()
 
     def release(self) -> None:
-        """Wait for the device, then let go of the batches held and unregister every slot locked
-        (once)."""
+        """Stop the registration, wait for the device, then let go of the batches held and
+        unregister every slot locked (once)."""
+        self._stop.set()
+        if self._registering is not None:
+            self._registering.join()
+            self._registering = None
         if not self.locked:
+            self.held.clear()
             return
         self.synchronize()
         self.held.clear()

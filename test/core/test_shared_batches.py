@@ -6,6 +6,9 @@ came back in a storage other than its buffer's; slots page-locked for the copies
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 
@@ -118,12 +121,14 @@ def test_slots_smaller_than_the_batches_are_not_used():
 def test_page_locks_register_every_slot_whole_and_release_them_after_the_device_is_done(caplog):
     slots = BufferPool.make_slots(1000, 3)
     cudart = FakeCudart()
-    locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("synchronize",)))
+    locks = PageLocks(
+        "cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("synchronize",)), background=False
+    )
     with caplog.at_level("INFO"):
         locks.lock(slots)
     ptrs = [t.untyped_storage().data_ptr() for t in slots]
     assert cudart.calls == [("register", p, 4000, 0) for p in ptrs]
-    assert "page-locked 3 batch slots" in caplog.text
+    assert "page-locked 3 of 3 batch slots" in caplog.text
     locks.release()
     locks.release()  # once only
     assert cudart.calls[3:] == [("synchronize",)] + [("unregister", p) for p in ptrs]
@@ -132,7 +137,7 @@ def test_page_locks_register_every_slot_whole_and_release_them_after_the_device_
 def test_a_slot_the_driver_refuses_leaves_the_rest_unlocked_with_a_warning(caplog):
     slots = BufferPool.make_slots(1000, 4)
     cudart = FakeCudart(refuse_after=2)
-    locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: None)
+    locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: None, background=False)
     with caplog.at_level("INFO"):
         locks.lock(slots)
     assert [c[0] for c in cudart.calls] == ["register"] * 3  # the third refused: no fourth try
@@ -148,7 +153,7 @@ def test_a_batch_handed_over_is_held_until_the_device_is_past_it():
     slots = BufferPool.make_slots(10, 3)
     pool = BufferPool(10, limit=4, slots=slots)
     events = FakeEvents()
-    locks = PageLocks("cuda:0", cudart=FakeCudart(), synchronize=lambda: None, event=events)
+    locks = PageLocks("cuda:0", cudart=FakeCudart(), synchronize=lambda: None, event=events, background=False)
     locks.lock(slots)
     assert pool.take() == 0
     batch = slots[0][:6].view(2, 3)
@@ -183,7 +188,11 @@ def test_feeding_locks_before_the_first_batch_holds_each_and_releases_when_left_
     for fail in (False, True):
         cudart.calls.clear()
         locks = PageLocks(
-            "cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("synchronize",)), event=events
+            "cuda:0",
+            cudart=cudart,
+            synchronize=lambda: cudart.calls.append(("synchronize",)),
+            event=events,
+            background=False,
         )
         fed = locks.feeding(batches(fail), slots)
         assert next(fed) == "b0" and not locks.held
@@ -197,6 +206,53 @@ def test_feeding_locks_before_the_first_batch_holds_each_and_releases_when_left_
         assert not locks.held and not locks.locked
 
 
+def until(condition, what: str) -> None:
+    """Wait for ``condition`` (another thread's doing), not for a time; a minute at most."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.001)
+
+
+def test_the_first_batches_do_not_wait_for_the_registration_and_a_release_stops_it():
+    """Registering in the background: batches are handed over while the driver is still
+    registering the first slot (each registration here waits for the test's permit), held from
+    the first, since a slot may be registered under its copy at any moment; a release stops the
+    registration after the slot in hand and unregisters just the slots registered, after a
+    synchronise."""
+    slots = BufferPool.make_slots(10, 4)
+    permits = threading.Semaphore(0)
+
+    class Gated(FakeCudart):
+        def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:  # noqa: N802 (CUDA's name)
+            permits.acquire()
+            return super().cudaHostRegister(ptr, size, flags)
+
+    cudart, events = Gated(), FakeEvents()
+    locks = PageLocks("cuda:0", cudart=cudart, synchronize=lambda: cudart.calls.append(("sync",)), event=events)
+    fed = locks.feeding(iter(["b0", "b1", "b2"]), slots)
+    closing = threading.Thread(target=fed.close)  # the caller leaves the loop; release waits for the slot in hand
+    try:
+        assert next(fed) == "b0" and next(fed) == "b1"  # the first registration has not even begun
+        assert not cudart.calls and [b for _, b in locks.held] == ["b0"]
+        permits.release()
+        until(lambda: len(locks.locked) == 1, "the first slot registered")
+        closing.start()
+        until(locks._stop.is_set, "the release asked the registration to stop")
+        permits.release()  # the second registration ends; no third begins
+        closing.join(timeout=60)
+        assert not closing.is_alive(), "the release waited for a registration it had stopped"
+    finally:  # a failure above must not leave the registration (and the test) waiting for ever
+        for _ in slots:
+            permits.release()
+        if not closing.is_alive() and closing.ident is None:
+            fed.close()
+        closing.join(timeout=60)
+    ptrs = [t.untyped_storage().data_ptr() for t in slots[:2]]
+    assert cudart.calls == [("register", p, 40, 0) for p in ptrs] + [("sync",)] + [("unregister", p) for p in ptrs]
+    assert locks.report["slots"] == 2 and not locks.held and not locks.locked
+
+
 @pytest.mark.skipif(
     not hasattr(torch._C, "_cudart") or torch.cuda.is_available(), reason="needs torch's CUDA runtime without a GPU"
 )
@@ -205,7 +261,7 @@ def test_the_real_cuda_runtime_without_a_gpu_refuses_and_the_slots_stay_ordinary
     with the CUDA runtime and no driver: the refusal is read, said with CUDA's code, and nothing
     is left registered (a job then copies its batches as ordinary memory)."""
     slots = BufferPool.make_slots(1000, 2)
-    locks = PageLocks("cuda:0", cudart=torch._C._cudart, synchronize=lambda: None)
+    locks = PageLocks("cuda:0", cudart=torch._C._cudart, synchronize=lambda: None, background=False)
     with caplog.at_level("INFO"):
         locks.lock(slots)
     assert locks.locked == [] and "slot 1 of 2" in caplog.text and "CUDA error" in caplog.text

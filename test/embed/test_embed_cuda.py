@@ -10,6 +10,7 @@ CPU with a narrower ECAPA and the CPU's bfloat16 bound (float16 is CUDA-only).""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,8 +98,9 @@ def test_the_jobs_page_locked_slots_give_the_embeddings_of_the_plain_path(accel,
     emb = SpkflowEmbedder(model_dir, accel, fbank_on="device")
     with caplog.at_level(logging.INFO):
         job = embed(emb, speech, tmp_path / "job", batch_size=2)
-    if accel == "cuda":
-        assert "page-locked 10 batch slots" in caplog.text
+    if accel == "cuda":  # registered in the background while the job runs: all ten, unless it was quicker
+        locked = re.search(r"page-locked (\d+) of 10 batch slots", caplog.text)
+        assert locked and int(locked.group(1)) >= 1, caplog.text
     prepare = emb.preparer(speech)
     worst = max(float(np.abs(l2(job[u]) - l2(emb.embed([prepare(u)])[0])).max()) for u in job)
     print(f"{accel}: the job's page-locked batches vs the plain path, max |diff| after L2 {worst:.2e}")

@@ -243,7 +243,8 @@ def test_a_gpus_loader_page_locks_its_slots_and_holds_each_batch_till_the_device
     def fake_locks(device: str) -> PageLocks:
         cudart, events = FakeCudart(), FakeEvents()
         made.append((cudart, events))
-        return PageLocks(device, cudart=cudart, synchronize=lambda: cudart.calls.append(("sync",)), event=events)
+        sync = lambda: cudart.calls.append(("sync",))  # noqa: E731
+        return PageLocks(device, cudart=cudart, synchronize=sync, event=events, background=False)  # checkable order
 
     monkeypatch.setattr(loader_module, "PageLocks", fake_locks)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
