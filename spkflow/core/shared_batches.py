@@ -46,6 +46,7 @@ ESPnet's, WeSpeaker's and SpeechBrain's loaders pin a copy of every batch.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import threading
@@ -262,6 +263,9 @@ class PageLocks:
         import torch
 
         self.cudart = cudart if cudart is not None else torch.cuda.cudart()
+        # registered in the device's own context (a thread's current device is 0 until set: a job
+        # on cuda:1 would otherwise lock its slots for device 0, and make device 0 a context)
+        self._on_device = (lambda: torch.cuda.device(device)) if cudart is None else contextlib.nullcontext
         self.synchronize = synchronize if synchronize is not None else (lambda: torch.cuda.synchronize(device))
         self.event = event if event is not None else (lambda: _recorded(device))
         self.background = background
@@ -286,6 +290,10 @@ class PageLocks:
         self._registering.start()
 
     def _register(self, slots: list[Any]) -> None:
+        with self._on_device():
+            self._register_on_device(slots)
+
+    def _register_on_device(self, slots: list[Any]) -> None:
         t, nbytes = time.perf_counter(), 0
         for slot in slots:
             if self._stop.is_set():
@@ -354,8 +362,9 @@ class PageLocks:
             return
         self.synchronize()
         self.held.clear()
-        for ptr in self.locked:
-            self.cudart.cudaHostUnregister(ptr)
+        with self._on_device():
+            for ptr in self.locked:
+                self.cudart.cudaHostUnregister(ptr)
         self.locked = []
 
 
