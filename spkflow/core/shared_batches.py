@@ -357,15 +357,13 @@ class PageLocks:
         if self._registering is not None:
             self._registering.join()
             self._registering = None
-        if not self.locked:
-            self.held.clear()
-            return
-        self.synchronize()
+        if self.locked:  # else every copy was an ordinary one, done when it returned
+            self.synchronize()
+            with self._on_device():
+                for ptr in self.locked:
+                    self.cudart.cudaHostUnregister(ptr)
+            self.locked = []
         self.held.clear()
-        with self._on_device():
-            for ptr in self.locked:
-                self.cudart.cudaHostUnregister(ptr)
-        self.locked = []
 
 
 def _recorded(device: str) -> Any:

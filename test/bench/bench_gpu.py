@@ -760,19 +760,24 @@ def waited(limit: str, share: float | None, who: str = "job") -> str:
     return f"; the {who} waited for batches {fmt_share(share)} of its loop"
 
 
-def extraction_limit(over_model: float, wait_share: float | None, busy: float | None = None) -> str:
-    """``model`` when the job reaches 90 % of the model alone; else ``device work`` when the
-    device's stream was inside a batch 90 % of the loop or more (``busy``, CUDA only: the batches'
-    own work on the GPU is then the limit, not the host); else ``loader`` when the job waited for
-    batches more than :data:`spkflow.core.batch_wait.LOADER_BOUND` of its loop (or did not say),
-    else ``job loop``: batches were there and the job's main thread was the slower side."""
+def loop_limit(over_model: float, wait_share: float | None, loop: str) -> str:
+    """``model`` when the loop reaches 90 % of the model alone; else ``loader`` when it waited for
+    batches more than :data:`spkflow.core.batch_wait.LOADER_BOUND` of its time (or did not say),
+    else ``loop``: batches were there and the loop's main thread was the slower side."""
     from spkflow.core.batch_wait import LOADER_BOUND
 
     if over_model >= 0.9:
         return "model"
-    if busy is not None and busy >= 0.9:
+    return "loader" if wait_share is None or wait_share > LOADER_BOUND else loop
+
+
+def extraction_limit(over_model: float, wait_share: float | None, busy: float | None = None) -> str:
+    """:func:`loop_limit` of stage 5's ``job loop``, except ``device work`` under 90 % of the
+    model alone when the device's stream was inside a batch 90 % of the loop or more (``busy``,
+    CUDA only: the batches' own work on the GPU is then the limit, not the host)."""
+    if over_model < 0.9 and busy is not None and busy >= 0.9:
         return "device work"
-    return "loader" if wait_share is None or wait_share > LOADER_BOUND else "job loop"
+    return loop_limit(over_model, wait_share, "job loop")
 
 
 def device_said(row: dict[str, Any]) -> str:
@@ -786,14 +791,8 @@ def device_said(row: dict[str, Any]) -> str:
 
 
 def training_limit(over_model: float, wait_share: float | None) -> str:
-    """``model`` when the loader-fed steps reach 90 % of the model alone; else ``loader`` when the
-    step loop waited for batches more than :data:`spkflow.core.batch_wait.LOADER_BOUND` of its time
-    (or did not say), else ``step loop``: batches were there and the main thread was the slower side."""
-    from spkflow.core.batch_wait import LOADER_BOUND
-
-    if over_model >= 0.9:
-        return "model"
-    return "loader" if wait_share is None or wait_share > LOADER_BOUND else "step loop"
+    """:func:`loop_limit` of the trainer's ``step loop``."""
+    return loop_limit(over_model, wait_share, "step loop")
 
 
 #: what each training ``limit`` means, said in ``limits`` (``{waited}``: the loop's share of waiting)
