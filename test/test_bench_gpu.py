@@ -61,11 +61,13 @@ def test_bench_gpu_runs_on_cpu(tmp_path: Path, capsys) -> None:
             assert 0.99 <= r["min_cosine_vs_float32"] < 1.0
     tr = result["train"]
     assert tr["config"] == "egs/voxceleb/spk1/conf/train_ecapa_c512_aam.yaml" and tr["amp"] is False
-    assert [r["path"] for r in tr["paths"]] == ["ark", "raw", "raw-device"]
+    assert [r["path"] for r in tr["paths"]] == ["ark", "raw", "raw-device", "trainer"]  # the trainer itself last
     for r in tr["paths"]:
         assert r["loader_steps_per_s"] > 0 and r["over_model"] > 0 and 0 <= r["data_wait_share"] <= 1
         assert r["limit"] == bench_gpu.training_limit(r["over_model"], r["data_wait_share"])
-    assert len(result["limits"]) == 4 and result["limits"][0].startswith("extraction: best end to end")
+    assert (tmp_path / "work" / "trainer" / "exp" / "checkpoint.pth").is_file()  # it trained, and stopped
+    assert len(result["limits"]) == 5 and result["limits"][0].startswith("extraction: best end to end")
+    assert "the benchmark's own step on the same loader path (raw) " in result["limits"][-1]  # fbank in the workers
     printed = capsys.readouterr().out
     assert "| model | dtype | batch | fbank |" in printed and "| path | steps/s fed by the loader |" in printed
     assert md.read_text() in printed
@@ -136,10 +138,17 @@ def test_training_limit_follows_the_step_loops_waits() -> None:
         {"path": "raw-device", "loader_steps_per_s": 27.2, "over_model": 0.8, "data_wait_share": 0.03,
          "limit": "step loop"},
         {"path": "raw", "loader_steps_per_s": 19.7, "over_model": 0.58, "data_wait_share": 0.41, "limit": "loader"},
-    ]}  # fmt: skip
+        {"path": "trainer", "loader_steps_per_s": 23.8, "over_model": 0.7, "data_wait_share": 0.02,
+         "limit": "step loop"},
+    ], "fbank_device": True}  # fmt: skip
     said = bench_gpu.limits({"train": tr})
     assert "the limit is the step loop, not the loader (it waited for batches 3% of the time)" in said[0]
     assert (
         "the limit is the loader (CPU workers: reading, augmentation, fbank; the step loop waited for batches 41%"
         in said[1]
+    )
+    # the trainer beside the benchmark's loop on its own loader path (the fbank on the device here)
+    assert said[2].endswith(
+        "the benchmark's own step on the same loader path (raw-device) 80%: the difference is the trainer's own "
+        "work in a step (labels, re-seeding, the loss and gradient norm read back for its checks, the monitor)"
     )

@@ -136,8 +136,8 @@ def test_gpu_check_rehearsed_on_the_cpu(tmp_path, corpus):
     }
     assert all(x["e2e_utt_per_s"] > 0 and x["model_utt_per_s"] > 0 and x["audio_format"] == "wav" for x in rows)
     assert all(x["min_cosine_vs_float32"] >= 0.999 for x in rows if x["dtype"] == "bfloat16")
-    assert [x["path"] for x in r["train"]["paths"]] == ["ark", "raw", "raw-device"]
-    assert len(r["limits"]) == 4 and all("the limit is the" in s for s in r["limits"])
+    assert [x["path"] for x in r["train"]["paths"]] == ["ark", "raw", "raw-device", "trainer"]
+    assert len(r["limits"]) == 5 and all("the limit is the" in s for s in r["limits"])
     # the loaders alone: extraction from WAV, training's raw crops from FLAC, a worker per CPU
     feed = {x["path"]: x for x in r["feed"]}
     assert list(feed) == list(bench_feed.PATHS)

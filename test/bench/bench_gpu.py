@@ -6,7 +6,7 @@ after the CUDA-marked tests, with one H100 box's sizes, or small with GPU_CHECK_
         [--batch-sizes 64,256] [--dtypes float32,bfloat16,float16] [--fbank-on workers,device]
         [--extract-format flac|wav]
         [--num-workers N] [--channels 512] [--model-dir DIR] [--data DIR] [--rirs DIR]
-        [--train-paths ark,raw,raw-device] [--train-steps 20] [--num-spk 64 --num-utt 2 --crop 200]
+        [--train-paths ark,raw,raw-device,trainer] [--train-steps 20] [--num-spk 64 --num-utt 2 --crop 200]
         [--json out.json] [--markdown out.md] [--tests-junit junit.xml] [--workdir /tmp/bench_gpu]
 
 Data: real speech cut into --utt-sec clips (the SPEECH selection of speechocean762 and LibriSpeech
@@ -37,7 +37,9 @@ Parts (each timed; the JSON is rewritten after each, so a part cut short keeps t
    train_ecapa_c512_aam.yaml: SGD, AMP float16 on CUDA, 64 x 2 crops of 200 frames), steps/s fed by
    the loader against the model alone (one batch kept on the device): ``ark`` (stage-2 features,
    NxMCropDataset), ``raw`` (audio crops with the config's augmentation, fbank in the workers) and
-   ``raw-device`` (the same, fbank on the device).  Augmentation sources: speed 0.9/1.0/1.1,
+   ``raw-device`` (the same, fbank on the device), each fed to this benchmark's own step; and
+   ``trainer``: stage 4's trainer itself on the raw path as the config has it (trainer_steps.py),
+   the same steps after the same warm-up.  Augmentation sources: speed 0.9/1.0/1.1,
    simulated RIRs (--rirs, else made here with spkflow.bin.make_rirs), coloured noise
    (spkflow.bin.make_noise), music-like tones (MUSAN is not here; mixing costs the same) and babble
    of 4-7 real speech clips.  The decoded-audio cache is off (SPKFLOW_AUDIO_CACHE_MB=0): VoxCeleb2's
@@ -51,6 +53,7 @@ so that it cannot rot.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import math
@@ -75,7 +78,8 @@ os.environ.setdefault("SPKFLOW_AUDIO_CACHE_MB", "0")
 
 FRAMES_PER_SEC = 100  # 10 ms fbank frames
 VOXCELEB_CONFIG = ROOT / "egs" / "voxceleb" / "spk1" / "conf" / "train_ecapa_c512_aam.yaml"
-TRAIN_PATHS = ("ark", "raw", "raw-device")
+#: the loader paths fed to the benchmark's own step, and the trainer itself (trainer_steps.py)
+TRAIN_PATHS = ("ark", "raw", "raw-device", "trainer")
 
 
 # ------------------------------------------------------------------------------- GPU sampling
@@ -651,6 +655,8 @@ def bench_training(
 
     rows, first = [], None
     for path in a.train_paths:
+        if path == "trainer":
+            continue  # after the loaders (below)
         ds = dataset(path)
         it = iter(make_loader(ds, num_workers=a.num_workers, pin_memory=device.type == "cuda"))
         for _ in range(warmup):
@@ -677,6 +683,19 @@ def bench_training(
             }
         )
         print(f"  training {path}: {rows[-1]['loader_steps_per_s']} steps/s", flush=True)
+    if "trainer" in a.train_paths:
+        from trainer_steps import time_trainer
+
+        own = copy.deepcopy(raw_cfg)
+        own["model"]["channels"] = a.channels
+        own["train"]["num_workers"] = a.num_workers
+        got = time_trainer(own, data, batches, work, a.device, warmup, a.train_steps, sync, sampler.active)
+        rows.append({"path": "trainer", "loader_steps_per_s": got["steps_per_s"],
+                     "data_wait_share": got["data_wait_share"], "gpu_util": sampler.summary()})  # fmt: skip
+        print(f"  training trainer: {got['steps_per_s']} steps/s", flush=True)
+        if first is None:  # the model alone needs a batch on the device
+            x, utts, *speed = next(iter(make_loader(dataset("raw-device"), num_workers=0)))
+            first = (to_input(x, "raw-device"), batch_labels(utts, utt2spk, spk2idx, a.num_utt).to(device))
     x0, y0 = first
     with sampler.active():
         t = time.perf_counter()
@@ -697,6 +716,7 @@ def bench_training(
         "steps": a.train_steps,
         "warmup_steps": warmup,
         "num_workers": a.num_workers,
+        "fbank_device": device.type == "cuda",  # where the trainer row's fbank runs (train.fbank_on: auto)
         "model_steps_per_s": round(model_rate, 3),
         "gpu_util_model": util_model,
         "paths": rows,
@@ -823,14 +843,22 @@ def limits(result: dict[str, Any]) -> list[str]:
         )
     tr = result.get("train")
     if tr:
+        same = {r["path"]: r for r in tr["paths"]}.get("raw-device" if tr.get("fbank_device") else "raw")
         for r in tr["paths"]:
-            out.append(
+            said = (
                 f"training {r['path']}: {r['loader_steps_per_s']:.2f} steps/s fed by the loader = "
                 f"{100 * r['over_model']:.0f}% of the model alone ({tr['model_steps_per_s']:.2f}): the limit is the "
                 + TRAINING_LIMITS[r["limit"]].format(
                     waited=waited(r["limit"], r.get("data_wait_share"), who="step loop")
                 )
             )
+            if r["path"] == "trainer" and same is not None:
+                said += (
+                    f"; the benchmark's own step on the same loader path ({same['path']}) "
+                    f"{100 * same['over_model']:.0f}%: the difference is the trainer's own work in a step (labels, "
+                    "re-seeding, the loss and gradient norm read back for its checks, the monitor)"
+                )
+            out.append(said)
     return out
 
 

@@ -76,7 +76,7 @@ runpy.run_path("test/bench/bench_gpu.py", run_name="__main__")
         for part in ${parts}; do
             case "${part}" in
                 extraction) tag=x opts=(--num-utts "${utts}") ;;
-                train) tag=t opts=(--train-steps "${steps}" --train-warmup "${steps}") ;;
+                train) tag=t opts=(--train-paths "ark,raw,raw-device" --train-steps "${steps}" --train-warmup "${steps}") ;;
                 *) echo "gpu_ab.sh: AB_PARTS takes extraction and train, not ${part}" >&2; exit 1 ;;
             esac
             for r in 1 2; do
