@@ -11,6 +11,9 @@ Guarantees:
   the last completed step at once (the step in progress may take a minute, a supervisor kills
   after seconds), then end the process (the command line) or leave a flag read at the next step
   boundary; the previous handlers come back on exit.
+* :class:`BufferSnapshot`: the model's and the loss's buffers as they were before the step in
+  progress (a forward pass updates the BatchNorm statistics), for a checkpoint written during
+  it; one fused copy into tensors kept for the epoch, not a fresh tensor per buffer each step.
 * :func:`average_state_dicts` averages floating tensors in float64 and keeps integer tensors
   (BatchNorm counters) of the last state; :func:`select_epochs` picks the epochs whose
   snapshots make ``model.pth`` (``train.select``).
@@ -42,6 +45,7 @@ from spkflow.nnet.checkpoint import load_checkpoint, save_checkpoint
 from spkflow.score.plots import plot_training_curves
 
 __all__ = [
+    "BufferSnapshot",
     "StopFlag",
     "average_state_dicts",
     "forget_partial",
@@ -93,6 +97,47 @@ def partial_losses(history: list[dict[str, Any]], epoch: int, key: str = "losses
 
 def forget_partial(history: list[dict[str, Any]], epoch: int) -> None:
     history[:] = [r for r in history if not (r.get("partial") and r.get("epoch") == epoch)]
+
+
+class BufferSnapshot:
+    """The buffers of ``objective.model`` and ``objective.loss`` that their state dicts hold, as
+    they were at the last :meth:`take` (before a step: its forward pass updates them in place).
+
+    The live buffers are found once (an epoch's steps change their values, never the tensors)
+    and copied each step by one ``torch._foreach_copy_`` into copies kept here, where a state-dict
+    walk and a fresh tensor per buffer each step cost the step's main thread 13x as much for
+    ECAPA's 101 buffers, and as many kernel launches on a GPU (``test/bench/bench_step_host.py``)."""
+
+    def __init__(self, objective: torch.nn.Module) -> None:
+        self._names: list[tuple[str, str]] = []
+        self._live: list[torch.Tensor] = []
+        for part in ("model", "loss"):
+            module = getattr(objective, part)
+            kept = module.state_dict(keep_vars=True).keys()
+            for name, buffer in module.named_buffers():
+                if name in kept:
+                    self._names.append((part, name))
+                    self._live.append(buffer)
+        self._saved = [b.detach().clone() for b in self._live]
+
+    def take(self) -> None:
+        """Copy the live buffers (before a step)."""
+        if self._live:
+            with torch.no_grad():
+                torch._foreach_copy_(self._saved, self._live)
+
+    def put_back(self) -> None:
+        """Make the live buffers what :meth:`take` copied (a step dropped)."""
+        if self._live:
+            with torch.no_grad():
+                torch._foreach_copy_(self._live, self._saved)
+
+    def saved(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The copies by part (``model``, ``loss``) and state-dict name, for a checkpoint."""
+        out: dict[str, dict[str, torch.Tensor]] = {"model": {}, "loss": {}}
+        for (part, name), value in zip(self._names, self._saved, strict=True):
+            out[part][name] = value
+        return out
 
 
 def average_state_dicts(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -71,6 +71,7 @@ from spkflow.train.data import epoch_dataset, rank_batches
 from spkflow.train.loader import make_loader
 from spkflow.train.monitor import loader_bound
 from spkflow.train.state import (
+    BufferSnapshot,
     StopFlag,
     average_state_dicts,
     forget_partial,
@@ -102,6 +103,15 @@ def step_seed(seed: int, epoch: int, batch: int) -> int:
     return int(ss.generate_state(1, dtype=np.uint64)[0] & ((1 << 63) - 1))
 
 
+def _seed_generators(seed: int, device: torch.device) -> None:
+    """Seed the generators a step draws from, the CPU's and the current CUDA device's on CUDA: what
+    ``torch.manual_seed`` sets of them, without seeding every other backend it knows
+    (``test/bench/bench_step_host.py``)."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(seed)  # the current device: the run's (spkflow.train.build sets it)
+
+
 class Trainer:
     """Runs stage 4; see the module docstring.  ``Trainer(opts).run()`` returns the history."""
 
@@ -114,7 +124,8 @@ class Trainer:
         # epoch's end; the signal thread (StopFlag) writes checkpoint.pth holding it.
         self._lock = threading.Lock()
         self._position = 0  # the next batch of run.epoch that no step has been taken on
-        self._buffers: dict[str, dict[str, torch.Tensor]] | None = None  # during a step: buffers before it
+        self._buffers: BufferSnapshot | None = None  # during a step: the buffers before it
+        self._snapshot: BufferSnapshot | None = None  # the epoch's copies of the buffers (taken each step)
         self._saved: tuple[int, int] | None = None  # (epoch, batch) that checkpoint.pth holds
         self.cfg = normalize_train_config(opts.config, source=opts.config_source)
         self.ranks = Ranks.from_env()
@@ -185,6 +196,7 @@ class Trainer:
         )
         assert run.net is not None
         run.net.train()
+        self._snapshot = BufferSnapshot(run.objective)  # the buffers each step copies first
         run.epoch_start = time.time()
         with self._lock:
             run.losses = [] if run.start_batch == 0 else partial_losses(run.history, epoch)
@@ -201,7 +213,8 @@ class Trainer:
                     self.stopped_by, self.stop_signal = "signal", stop.signum or int(signal.SIGTERM)
                     with self._lock:
                         self._checkpoint_here(run)
-                        _put_buffers(run.objective, self._buffers)  # the model as the checkpoint holds it
+                        if self._buffers is not None:  # the model as the checkpoint holds it
+                            self._buffers.put_back()
                         self._buffers = None
                     return "mid"
                 bar.update(1)
@@ -264,7 +277,7 @@ class Trainer:
         loss, stop requested (then the step is not taken: nothing changed but the gradients),
         max_steps reached.  Raises TrainingDiverged on a non-finite loss."""
         opts, epoch = self.opts, run.epoch
-        torch.manual_seed(step_seed(run.seed, epoch, index))
+        _seed_generators(step_seed(run.seed, epoch, index), run.device)
         labels = self._labels(run, utts, epoch, index)
         if run.speed is not None:
             x, factor = run.speed(x, run.num_utt)
@@ -278,7 +291,9 @@ class Trainer:
             x = run.wave_fbank(x) if run.channel is None else run.channel(run.wave_fbank(x))
         assert run.net is not None
         with self._lock:  # the forward pass updates buffers (BatchNorm statistics): keep them as they are
-            self._buffers = _buffers(run.objective)
+            assert self._snapshot is not None
+            self._snapshot.take()
+            self._buffers = self._snapshot
         run.objective.loss.schedule(run.step, len(run.first))  # e.g. the AAM margin warm-up
         loss = run.net(x, labels, run.num_spk, run.num_utt, run.amp_dtype if run.amp else None)
         bad = loss.detach().float().item()
@@ -413,7 +428,8 @@ class Trainer:
             t0 = time.monotonic()
             history = list(run.history)
             remember_partial(history, run.epoch, run.losses, run.monitor.norms)
-            self._save_checkpoint(run, *where, history=history, buffers=self._buffers)
+            saved = None if self._buffers is None else self._buffers.saved()
+            self._save_checkpoint(run, *where, history=history, buffers=saved)
             took = f" (written in {time.monotonic() - t0:.1f} s)" if self.is_main else ""
         log.info(
             "stopped by %s at epoch %d batch %d (step %d); checkpoint %s%s",
@@ -459,22 +475,3 @@ class Trainer:
     def _finish(self, history: list[dict[str, Any]], cfg: Mapping[str, Any]) -> None:
         chosen = write_final(self.out, history, cfg["train"])
         log.info("model.pth = %s of epoch(s) %s", "average" if len(chosen) > 1 else "weights", chosen)
-
-
-def _buffers(objective: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
-    """Copies of the model's and the loss's buffers that a state dict holds, by part."""
-    out: dict[str, dict[str, torch.Tensor]] = {}
-    for part in ("model", "loss"):
-        module = getattr(objective, part)
-        keys = module.state_dict(keep_vars=True).keys()
-        out[part] = {k: b.detach().clone() for k, b in module.named_buffers() if k in keys}
-    return out
-
-
-def _put_buffers(objective: nn.Module, buffers: Mapping[str, Mapping[str, torch.Tensor]] | None) -> None:
-    """Put back the buffers :func:`_buffers` copied."""
-    for part, values in (buffers or {}).items():
-        live = dict(getattr(objective, part).named_buffers())
-        with torch.no_grad():
-            for k, v in values.items():
-                live[k].copy_(v)

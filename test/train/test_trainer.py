@@ -712,3 +712,35 @@ def test_gradient_norms_and_tensorboard_events(tmp_path: Path) -> None:
     assert [round(e.value, 4) for e in eer] == [round(r["valid_eer"], 4) for r in hist]
     margins = [e.value for e in acc.Scalars("train/margin")]
     assert margins[0] < margins[-1] == pytest.approx(0.2)
+
+
+def test_buffer_snapshot_holds_the_buffers_before_a_step() -> None:
+    """What a checkpoint written during a step holds of the model's and the loss's buffers: their
+    values at the step's start (its forward pass has changed the BatchNorm statistics since), the
+    state dicts' buffers only; put back, the modules are as they were; taken again, the copies
+    follow the same live tensors."""
+    from torch import nn
+
+    from spkflow.train.state import BufferSnapshot
+
+    objective = nn.Module()
+    objective.model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    objective.model.register_buffer("scratch", torch.zeros(2), persistent=False)  # not in a state dict
+    objective.loss = nn.BatchNorm1d(2)
+    snapshot = BufferSnapshot(objective)
+    before = {k: v.clone() for k, v in objective.model.state_dict().items()}
+    snapshot.take()
+    objective.model(torch.randn(8, 3))  # training mode: the running statistics and the counter move
+    assert not torch.equal(objective.model[1].running_mean, before["1.running_mean"])
+    saved = snapshot.saved()
+    stats = {"running_mean", "running_var", "num_batches_tracked"}
+    assert set(saved["model"]) == {f"1.{k}" for k in stats} and set(saved["loss"]) == stats
+    for k, v in saved["model"].items():
+        assert torch.equal(v, before[k]), k
+    snapshot.put_back()
+    for k, v in objective.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    objective.model(torch.randn(8, 3))
+    snapshot.take()
+    assert torch.equal(snapshot.saved()["model"]["1.running_var"], objective.model[1].running_var)
+    assert int(snapshot.saved()["model"]["1.num_batches_tracked"]) == 1  # put back to 0, then one step
